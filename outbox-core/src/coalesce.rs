@@ -1,0 +1,109 @@
+//! Coalescing: only the newest payload of a `(category, object)` is delivered.
+//!
+//! Rows read from one shard (in id order) are folded into
+//! [`CoalescingGroup`]s, ordered by their lowest id; a group is delivered with
+//! the row of its highest id, and acknowledging it deletes exactly the ids it
+//! holds, so a row written while the group is being delivered stays for the next
+//! round.
+
+use std::collections::HashMap;
+
+use crate::message::StoredRow;
+
+/// The rows of one `(category, object_identifier)` within a shard read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CoalescingGroup {
+    /// Every row id of the group in this read, ascending.
+    pub ids: Vec<i64>,
+    /// The row with the lowest id (its `date_added` dates the group).
+    pub first: StoredRow,
+    /// The row with the highest id: the one delivered.
+    pub newest: StoredRow,
+}
+
+impl CoalescingGroup {
+    /// The stored category value.
+    pub fn category(&self) -> i32 {
+        self.newest.category
+    }
+
+    /// The object identifier.
+    pub fn object_identifier(&self) -> i64 {
+        self.newest.object_identifier
+    }
+}
+
+/// Folds the rows of one shard into coalescing groups, ordered by lowest id.
+///
+/// `rows` need not be sorted; they must all belong to one shard.
+pub fn coalesce(mut rows: Vec<StoredRow>) -> Vec<CoalescingGroup> {
+    rows.sort_by_key(|row| row.id);
+    let mut index: HashMap<(i32, i64), usize> = HashMap::with_capacity(rows.len());
+    let mut groups: Vec<CoalescingGroup> = Vec::with_capacity(rows.len());
+    for row in rows {
+        match index.get(&(row.category, row.object_identifier)) {
+            Some(&at) => {
+                let group = &mut groups[at];
+                group.ids.push(row.id);
+                group.newest = row;
+            }
+            None => {
+                index.insert((row.category, row.object_identifier), groups.len());
+                groups.push(CoalescingGroup {
+                    ids: vec![row.id],
+                    first: row.clone(),
+                    newest: row,
+                });
+            }
+        }
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::{OutboxKind, ShardKey};
+    use chrono::Utc;
+    use serde_json::json;
+
+    fn row(id: i64, category: i32, object: i64) -> StoredRow {
+        let now = Utc::now();
+        StoredRow {
+            id,
+            shard: ShardKey::from_raw(OutboxKind::Region, 0, 1, None),
+            category,
+            object_identifier: object,
+            payload: Some(json!({ "id": id })),
+            scheduled_from: now,
+            scheduled_for: now,
+            date_added: now,
+        }
+    }
+
+    #[test]
+    fn groups_keep_lowest_id_order_and_newest_payload() {
+        let rows = vec![
+            row(5, 1, 10),
+            row(1, 1, 10),
+            row(2, 2, 10),
+            row(3, 1, 11),
+            row(4, 2, 10),
+        ];
+        let groups = coalesce(rows);
+        let shape: Vec<(i32, i64, Vec<i64>, i64)> = groups
+            .iter()
+            .map(|g| (g.category(), g.object_identifier(), g.ids.clone(), g.newest.id))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (1, 10, vec![1, 5], 5),
+                (2, 10, vec![2, 4], 4),
+                (1, 11, vec![3], 3),
+            ]
+        );
+        assert_eq!(groups[0].newest.payload, Some(json!({ "id": 5 })));
+        assert_eq!(groups[0].first.id, 1);
+    }
+}

@@ -1,0 +1,194 @@
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::receiver::HandlerError;
+use crate::registry::UnknownCategory;
+use crate::shard::ShardKey;
+use crate::store::StoreError;
+
+/// Why one delivery failed. The shard stops at the failed message and is
+/// rescheduled with backoff; nothing is deleted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeliveryError {
+    /// The receiver returned an error.
+    #[error("receiver failed: {0}")]
+    Handler(#[source] HandlerError),
+    /// The receiver panicked; the panic was caught.
+    #[error("receiver panicked: {0}")]
+    Panicked(String),
+    /// The receiver did not finish within the delivery timeout.
+    #[error("receiver did not finish within {0:?}")]
+    Timeout(Duration),
+    /// The row's category is unknown to this binary.
+    #[error(transparent)]
+    UnknownCategory(UnknownCategory),
+    /// No receiver is registered for the category.
+    #[error(
+        "no receiver is registered for {category}; register one with `Receivers::on`, \
+         or `Receivers::discard` to drop its messages"
+    )]
+    NoReceiver {
+        /// The category name.
+        category: &'static str,
+    },
+    /// The row's shard scope is not the scope its category belongs to.
+    #[error(
+        "row of {category} is stored under scope {row_scope}, but {category} belongs to \
+         scope {expected_scope}; it was not written through the outbox write API"
+    )]
+    ScopeMismatch {
+        /// The category name.
+        category: &'static str,
+        /// The category's scope value.
+        expected_scope: i32,
+        /// The row's `shard_scope`.
+        row_scope: i32,
+    },
+}
+
+impl DeliveryError {
+    /// A short tag for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DeliveryError::Handler(_) => "handler",
+            DeliveryError::Panicked(_) => "panic",
+            DeliveryError::Timeout(_) => "timeout",
+            DeliveryError::UnknownCategory(_) => "unknown_category",
+            DeliveryError::NoReceiver { .. } => "no_receiver",
+            DeliveryError::ScopeMismatch { .. } => "scope_mismatch",
+        }
+    }
+}
+
+/// A shard that stopped on a failed delivery.
+#[derive(Debug)]
+pub struct ShardFailure {
+    /// The shard.
+    pub shard: ShardKey,
+    /// The id of the row whose delivery failed (its group's newest).
+    pub id: i64,
+    /// The stored category value.
+    pub category: i32,
+    /// The category name, when this binary knows it.
+    pub category_name: Option<&'static str>,
+    /// The object of the failed message.
+    pub object_identifier: i64,
+    /// When the shard will be tried again.
+    pub retry_at: DateTime<Utc>,
+    /// What failed.
+    pub error: DeliveryError,
+}
+
+impl ShardFailure {
+    /// The category name, or its number when unknown.
+    pub fn category_label(&self) -> String {
+        match self.category_name {
+            Some(name) => name.to_owned(),
+            None => format!("category {}", self.category),
+        }
+    }
+}
+
+/// What a drain call did.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct DrainReport {
+    /// Shards claimed.
+    pub shards: usize,
+    /// Successful receiver calls (one per coalescing group).
+    pub deliveries: usize,
+    /// Rows deleted, delivered or culled.
+    pub rows_deleted: u64,
+    /// Rows culled by the kill switch.
+    pub culled: usize,
+    /// Shards stopped on a failure.
+    pub failures: Vec<ShardFailure>,
+    /// Shards whose claim expired or was taken before their commit; nothing was
+    /// written for them, and their rows are delivered again by the next owner.
+    pub lost_claims: Vec<ShardKey>,
+    /// Synchronous flushes deferred because their shard was already being
+    /// delivered further up the call stack (a receiver writing outboxes).
+    pub deferred: usize,
+}
+
+impl DrainReport {
+    /// Adds `other` into `self`.
+    pub fn absorb(&mut self, other: DrainReport) {
+        self.shards += other.shards;
+        self.deliveries += other.deliveries;
+        self.rows_deleted += other.rows_deleted;
+        self.culled += other.culled;
+        self.failures.extend(other.failures);
+        self.lost_claims.extend(other.lost_claims);
+        self.deferred += other.deferred;
+    }
+
+    /// Whether nothing was claimed, delivered or deferred.
+    pub fn is_empty(&self) -> bool {
+        self.shards == 0 && self.deferred == 0
+    }
+}
+
+/// A synchronous flush that did not deliver everything it was asked to. The
+/// rows stay committed; the background drain delivers them.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FlushError {
+    /// A delivery failed.
+    #[error(
+        "outbox flush failed delivering {category} (row {id}, object {object_identifier}) \
+         on shard {shard}: {source}; the shard retries at {retry_at}"
+    )]
+    Delivery {
+        /// The shard.
+        shard: ShardKey,
+        /// The category name, or its number when unknown.
+        category: String,
+        /// The failed row.
+        id: i64,
+        /// The failed message's object.
+        object_identifier: i64,
+        /// When the background drain tries again.
+        retry_at: DateTime<Utc>,
+        /// What failed.
+        #[source]
+        source: DeliveryError,
+    },
+    /// Another worker held the shard for longer than the flush may wait.
+    #[error(
+        "outbox shard {shard} was held by another worker for {waited:?}; its rows are left \
+         to the background drain"
+    )]
+    ShardBusy {
+        /// The shard.
+        shard: ShardKey,
+        /// How long the flush waited.
+        waited: Duration,
+    },
+    /// The flush's claim expired before it could commit; another worker owns
+    /// the shard now and delivers the rows again.
+    #[error("outbox flush lost its claim on shard {shard} before committing")]
+    ClaimLost {
+        /// The shard.
+        shard: ShardKey,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl FlushError {
+    /// A flush error from the first failure of a report.
+    pub(crate) fn from_failure(failure: ShardFailure) -> Self {
+        FlushError::Delivery {
+            category: failure.category_label(),
+            shard: failure.shard,
+            id: failure.id,
+            object_identifier: failure.object_identifier,
+            retry_at: failure.retry_at,
+            source: failure.error,
+        }
+    }
+}

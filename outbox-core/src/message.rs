@@ -1,0 +1,127 @@
+//! Stored rows and the messages handed to receivers.
+
+use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::registry::Category;
+use crate::shard::{OutboxKind, ShardKey};
+
+/// An outbox row as a [`Store`](crate::Store) reads it. Categories are raw
+/// integers here: a row may carry one this binary does not know.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredRow {
+    /// Primary key; order within the shard.
+    pub id: i64,
+    /// The row's shard.
+    pub shard: ShardKey,
+    /// The stored category value.
+    pub category: i32,
+    /// The object the row is about; with the category, the coalescing group.
+    pub object_identifier: i64,
+    /// What the receiver needs.
+    pub payload: Option<Value>,
+    /// When `scheduled_for` was last set.
+    pub scheduled_from: DateTime<Utc>,
+    /// When the row is due.
+    pub scheduled_for: DateTime<Utc>,
+    /// When the row was written.
+    pub date_added: DateTime<Utc>,
+}
+
+/// One delivery: the newest row of a coalescing group, as a receiver sees it.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Message<C> {
+    /// The id of the delivered row: the highest id of its group in this read.
+    pub id: i64,
+    /// The lowest id of the group that this delivery acknowledges.
+    pub first_id: i64,
+    /// How many rows this delivery acknowledges (1 when nothing was coalesced).
+    pub coalesced: usize,
+    /// The shard.
+    pub shard: ShardKey,
+    /// The category.
+    pub category: C,
+    /// The object the message is about.
+    pub object_identifier: i64,
+    /// The newest payload of the group.
+    pub payload: Option<Value>,
+    /// When the group's oldest row was written.
+    pub date_added: DateTime<Utc>,
+    /// When the delivered row was due.
+    pub scheduled_for: DateTime<Utc>,
+    /// When the delivered row's schedule was last set.
+    pub scheduled_from: DateTime<Utc>,
+    /// Whether this delivery is a synchronous flush after a commit (as opposed
+    /// to the background drain).
+    pub synchronous: bool,
+}
+
+impl<C: Category> Message<C> {
+    /// The outbox table the message came from.
+    pub fn kind(&self) -> OutboxKind {
+        self.shard.kind()
+    }
+
+    /// The shard identifier (e.g. the organization id).
+    pub fn shard_identifier(&self) -> i64 {
+        self.shard.identifier()
+    }
+
+    /// The target region of a control-outbox message.
+    pub fn region_name(&self) -> Option<&str> {
+        self.shard.region_name()
+    }
+
+    /// The scope of the message's category.
+    pub fn scope(&self) -> C::Scope {
+        self.category.scope()
+    }
+
+    /// Decodes the payload into `T`.
+    ///
+    /// # Errors
+    ///
+    /// [`PayloadError::Missing`] when the row has no payload, and
+    /// [`PayloadError::Malformed`] when it does not decode into `T`.
+    pub fn payload_as<T: DeserializeOwned>(&self) -> Result<T, PayloadError> {
+        let payload = self.payload.as_ref().ok_or(PayloadError::Missing {
+            category: self.category.name(),
+            id: self.id,
+        })?;
+        T::deserialize(payload).map_err(|source| PayloadError::Malformed {
+            category: self.category.name(),
+            id: self.id,
+            expected: std::any::type_name::<T>(),
+            source,
+        })
+    }
+}
+
+/// A payload that a receiver could not decode. Returned from a receiver, it
+/// fails the delivery, which holds the shard with backoff: nothing is lost.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PayloadError {
+    /// The row has no payload but the receiver needs one.
+    #[error("outbox message {id} ({category}) has no payload; the writer must set one")]
+    Missing {
+        /// Category name.
+        category: &'static str,
+        /// Row id.
+        id: i64,
+    },
+    /// The payload does not have the expected shape.
+    #[error("outbox message {id} ({category}) has a payload that is not a `{expected}`: {source}")]
+    Malformed {
+        /// Category name.
+        category: &'static str,
+        /// Row id.
+        id: i64,
+        /// The Rust type the receiver asked for.
+        expected: &'static str,
+        /// The decoding error.
+        source: serde_json::Error,
+    },
+}

@@ -1,0 +1,29 @@
+//! Metric names, emitted through the [`metrics`](https://docs.rs/metrics) facade.
+//!
+//! Install any `metrics` recorder (Prometheus, StatsD, …) to collect them. Tags:
+//! `category` (the category name), `kind` (`region` or `control`) and
+//! `synchronous` (`true` for the flush after a commit, `false` for the
+//! background drain).
+
+/// Counter: outbox rows written (tags: category, kind).
+pub const SAVED: &str = "outbox.saved";
+/// Counter: outbox rows deleted after delivery (tags: category, kind, synchronous).
+pub const PROCESSED: &str = "outbox.processed";
+/// Histogram, seconds: from the delivered group's oldest `scheduled_from` to
+/// delivery (tags: category, kind, synchronous).
+pub const PROCESSING_LAG: &str = "outbox.processing_lag";
+/// Histogram, seconds: from the delivered group's oldest `date_added` to
+/// delivery (tags: category, kind, synchronous).
+pub const COALESCED_NET_QUEUE_TIME: &str = "outbox.coalesced_net_queue_time";
+/// Histogram, seconds: time spent in the receiver (tags: category, kind,
+/// synchronous).
+pub const SEND_SIGNAL_DURATION: &str = "outbox.send_signal.duration";
+/// Counter: failed deliveries (tags: category, kind, synchronous, reason).
+pub const DELIVERY_FAILED: &str = "outbox.delivery_failed";
+/// Counter: rows met whose category this binary does not know (tags: kind,
+/// category_value). Such a row holds its shard until a binary that knows it runs.
+pub const UNKNOWN_CATEGORY: &str = "outbox.unknown_category";
+/// Counter: rows culled by the kill switch (tags: kind).
+pub const CULLED: &str = "outbox.culled";
+/// Counter: shard claims found expired or taken at commit (tags: kind).
+pub const CLAIM_LOST: &str = "outbox.claim_lost";

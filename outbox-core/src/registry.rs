@@ -1,0 +1,258 @@
+//! The compile-time registry of outbox scopes and categories.
+//!
+//! A *scope* is the sharding namespace of an outbox row (organization, user, audit
+//! log, …); a *category* is what the row means (organization updated, user
+//! deleted, …). Every category belongs to exactly one scope, and both carry a
+//! stable integer that is stored in the database, so numbers are never reused and
+//! retired entries stay declared.
+//!
+//! Declare them once with [`registry!`](crate::registry!):
+//!
+//! ```
+//! outbox_core::registry! {
+//!     /// Data owned by an organization; sharded by organization id.
+//!     OrganizationScope = 0 (shard_field = "organization_id") {
+//!         /// An organization was created, renamed or deleted.
+//!         OrganizationUpdate = 1,
+//!         /// A member joined, changed role or left.
+//!         OrganizationMemberUpdate = 2,
+//!         /// Kept so that number 3 is never reused.
+//!         OrganizationLegacyPing = 3 (retired),
+//!     }
+//!     /// One shard per audit event, so a stuck event blocks nothing else.
+//!     AuditLogScope = 1 {
+//!         AuditLogEvent = 10,
+//!     }
+//! }
+//!
+//! use outbox_core::{Category, Scope};
+//!
+//! assert_eq!(OutboxCategory::OrganizationUpdate.scope(), OutboxScope::OrganizationScope);
+//! assert_eq!(OutboxCategory::try_from(10), Ok(OutboxCategory::AuditLogEvent));
+//! assert!(OutboxCategory::try_from(99).is_err());
+//! assert_eq!(OutboxCategory::AuditLogEvent.name(), "AuditLogEvent");
+//! assert!(OutboxCategory::OrganizationLegacyPing.is_retired());
+//! assert_eq!(OutboxScope::OrganizationScope.shard_field(), Some("organization_id"));
+//! ```
+//!
+//! # What the compiler rejects
+//!
+//! The macro expands to two `#[repr(i32)]` enums, so the compiler itself refuses
+//! a category listed under two scopes (a variant defined twice), a category or
+//! scope number used twice (a discriminant assigned twice), and a flag other than
+//! `(retired)` after a category number (a constant-evaluation error). The crate's `tests/ui` directory
+//! proves each case with trybuild.
+
+use std::fmt::{Debug, Display};
+use std::hash::Hash;
+
+/// A category value read from the database that this binary does not know.
+///
+/// A row with such a category holds its shard (it is neither delivered nor
+/// deleted) until a binary that knows the category drains it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown outbox category {0}: this binary's registry does not declare it; \
+     deploy a binary that does, or cull the row"
+)]
+pub struct UnknownCategory(pub i32);
+
+/// A scope value read from the database that this binary does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("unknown outbox scope {0}: this binary's registry does not declare it")]
+pub struct UnknownScope(pub i32);
+
+/// An outbox scope: the namespace that, with a shard identifier, forms a shard.
+///
+/// Implemented by the `OutboxScope` enum that [`registry!`](crate::registry!)
+/// generates; there is no reason to implement it by hand.
+pub trait Scope:
+    Copy + Eq + Hash + Ord + Debug + Display + Send + Sync + 'static + TryFrom<i32, Error = UnknownScope>
+{
+    /// Every declared scope, in declaration order.
+    const ALL: &'static [Self];
+    /// The stable integer stored in `shard_scope`.
+    fn value(self) -> i32;
+    /// The declared name, for logs and metric tags.
+    fn name(self) -> &'static str;
+    /// The model field that holds this scope's shard identifier, if declared
+    /// (for example `organization_id`). Used by the replicated-model derives.
+    fn shard_field(self) -> Option<&'static str>;
+}
+
+/// An outbox category: what a message means, and so which receiver handles it.
+///
+/// Implemented by the `OutboxCategory` enum that [`registry!`](crate::registry!)
+/// generates.
+pub trait Category:
+    Copy
+    + Eq
+    + Hash
+    + Ord
+    + Debug
+    + Display
+    + Send
+    + Sync
+    + 'static
+    + TryFrom<i32, Error = UnknownCategory>
+{
+    /// The scope type of the same registry.
+    type Scope: Scope;
+    /// Every declared category, retired ones included, in declaration order.
+    const ALL: &'static [Self];
+    /// The stable integer stored in `category`.
+    fn value(self) -> i32;
+    /// The declared name, for logs and metric tags.
+    fn name(self) -> &'static str;
+    /// The one scope this category belongs to.
+    fn scope(self) -> Self::Scope;
+    /// Whether the category is retired: kept so its number is never reused, no
+    /// longer written, and not required to have a receiver.
+    fn is_retired(self) -> bool;
+}
+
+/// Checks a flag written on a category of [`registry!`](crate::registry!).
+///
+/// Evaluated in a constant, so a misspelt flag fails the build.
+pub const fn check_category_flag(flag: &str) -> bool {
+    let flag = flag.as_bytes();
+    let retired = b"retired";
+    if flag.len() != retired.len() {
+        panic!("unknown registry flag: the only flag a category takes is `(retired)`");
+    }
+    let mut i = 0;
+    while i < flag.len() {
+        if flag[i] != retired[i] {
+            panic!("unknown registry flag: the only flag a category takes is `(retired)`");
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Declares the outbox scopes and their categories; generates `OutboxScope` and
+/// `OutboxCategory`.
+///
+/// See the [module documentation](crate::registry) for the syntax and what the
+/// compiler rejects.
+#[macro_export]
+macro_rules! registry {
+    (
+        $(
+            $(#[doc = $scope_doc:literal])*
+            $scope:ident = $scope_value:literal $( ( shard_field = $shard_field:literal ) )? {
+                $(
+                    $(#[doc = $category_doc:literal])*
+                    $category:ident = $category_value:literal $( ( $flag:ident ) )?
+                ),* $(,)?
+            }
+        )*
+    ) => {
+        /// The outbox scopes declared by this crate's `registry!`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(i32)]
+        pub enum OutboxScope {
+            $(
+                $(#[doc = $scope_doc])*
+                $scope = $scope_value,
+            )*
+        }
+
+        /// The outbox categories declared by this crate's `registry!`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(i32)]
+        pub enum OutboxCategory {
+            $($(
+                $(#[doc = $category_doc])*
+                $category = $category_value,
+            )*)*
+        }
+
+        impl $crate::Scope for OutboxScope {
+            const ALL: &'static [Self] = &[$(Self::$scope),*];
+            fn value(self) -> i32 {
+                self as i32
+            }
+            fn name(self) -> &'static str {
+                match self {
+                    $(Self::$scope => stringify!($scope),)*
+                }
+            }
+            fn shard_field(self) -> ::core::option::Option<&'static str> {
+                match self {
+                    $(Self::$scope => {
+                        #[allow(unused_mut)]
+                        let mut field = ::core::option::Option::None;
+                        $(field = ::core::option::Option::Some($shard_field);)?
+                        field
+                    })*
+                }
+            }
+        }
+
+        impl ::core::convert::TryFrom<i32> for OutboxScope {
+            type Error = $crate::UnknownScope;
+            fn try_from(value: i32) -> ::core::result::Result<Self, Self::Error> {
+                $(if value == $scope_value {
+                    return ::core::result::Result::Ok(Self::$scope);
+                })*
+                ::core::result::Result::Err($crate::UnknownScope(value))
+            }
+        }
+
+        impl ::core::fmt::Display for OutboxScope {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                f.write_str($crate::Scope::name(*self))
+            }
+        }
+
+        impl $crate::Category for OutboxCategory {
+            type Scope = OutboxScope;
+            const ALL: &'static [Self] = &[$($(Self::$category),*),*];
+            fn value(self) -> i32 {
+                self as i32
+            }
+            fn name(self) -> &'static str {
+                match self {
+                    $($(Self::$category => stringify!($category),)*)*
+                }
+            }
+            fn scope(self) -> OutboxScope {
+                match self {
+                    $($(Self::$category => OutboxScope::$scope,)*)*
+                }
+            }
+            fn is_retired(self) -> bool {
+                match self {
+                    $($(Self::$category => {
+                        #[allow(unused_mut)]
+                        let mut retired = false;
+                        $(
+                            const _: () = {
+                                ::core::assert!($crate::registry::check_category_flag(stringify!($flag)));
+                            };
+                            retired = true;
+                        )?
+                        retired
+                    })*)*
+                }
+            }
+        }
+
+        impl ::core::convert::TryFrom<i32> for OutboxCategory {
+            type Error = $crate::UnknownCategory;
+            fn try_from(value: i32) -> ::core::result::Result<Self, Self::Error> {
+                $($(if value == $category_value {
+                    return ::core::result::Result::Ok(Self::$category);
+                })*)*
+                ::core::result::Result::Err($crate::UnknownCategory(value))
+            }
+        }
+
+        impl ::core::fmt::Display for OutboxCategory {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                f.write_str($crate::Category::name(*self))
+            }
+        }
+    };
+}
