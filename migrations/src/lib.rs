@@ -1,1 +1,69 @@
-//! placeholder
+//! # outbox-migrations
+//!
+//! [sea-orm-migration] migrations that create the outbox tables:
+//!
+//! - `region_outbox` and `control_outbox` (the latter with `region_name`), with
+//!   the columns of Sentry's outboxes and indexes for the three hot queries:
+//!   due rows by `scheduled_for`, a shard's rows by `id`, a coalescing group;
+//! - `outbox_shard_claim`, the leases that give one worker a shard at a time
+//!   and hold a failing shard's backoff. On PostgreSQL it is `UNLOGGED`: it is
+//!   rebuilt by the workers after a crash (which releases every claim, safe
+//!   thanks to fencing) and writes no WAL.
+//!
+//! Both PostgreSQL and SQLite are supported.
+//!
+//! # Adding the migrations to your own migrator
+//!
+//! ```
+//! use sea_orm_migration::prelude::*;
+//!
+//! pub struct Migrator;
+//!
+//! #[async_trait::async_trait]
+//! impl MigratorTrait for Migrator {
+//!     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+//!         let mut migrations = outbox_migrations::migrations();
+//!         // migrations.push(Box::new(m20260101_000001_create_my_tables::Migration));
+//!         migrations
+//!     }
+//! }
+//! ```
+//!
+//! Or run them on their own, tracked in their own table
+//! (`outbox_seaql_migrations`), next to whatever migrator you already have:
+//!
+//! ```no_run
+//! # async fn run(db: &sea_orm_migration::sea_orm::DatabaseConnection) -> Result<(), sea_orm_migration::DbErr> {
+//! use sea_orm_migration::MigratorTrait;
+//! outbox_migrations::OutboxMigrator::up(db, None).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! [sea-orm-migration]: https://docs.rs/sea-orm-migration
+
+use sea_orm_migration::prelude::*;
+
+mod m20261121_000001_create_outbox_tables;
+
+pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
+
+/// The outbox migrations, in order, to append to your own `MigratorTrait::migrations`.
+pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+    vec![Box::new(CreateOutboxTables)]
+}
+
+/// A migrator that runs only the outbox migrations, tracked in the
+/// `outbox_seaql_migrations` table so it never clashes with your own migrator.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OutboxMigrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for OutboxMigrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        migrations()
+    }
+
+    fn migration_table_name() -> sea_orm::DynIden {
+        "outbox_seaql_migrations".into_iden()
+    }
+}

@@ -47,18 +47,27 @@ impl ManualClock {
     /// Moves the clock forward by `by`.
     pub fn advance(&self, by: Duration) {
         let by = chrono::Duration::from_std(by).unwrap_or(chrono::Duration::MAX);
-        let mut now = self.now.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut now = self
+            .now
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         *now += by;
     }
 
     /// Sets the clock to `to`.
     pub fn set(&self, to: DateTime<Utc>) {
-        *self.now.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = to;
+        *self
+            .now
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = to;
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
-        *self.now.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        *self
+            .now
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }

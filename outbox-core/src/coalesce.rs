@@ -93,7 +93,14 @@ mod tests {
         let groups = coalesce(rows);
         let shape: Vec<(i32, i64, Vec<i64>, i64)> = groups
             .iter()
-            .map(|g| (g.category(), g.object_identifier(), g.ids.clone(), g.newest.id))
+            .map(|g| {
+                (
+                    g.category(),
+                    g.object_identifier(),
+                    g.ids.clone(),
+                    g.newest.id,
+                )
+            })
             .collect();
         assert_eq!(
             shape,

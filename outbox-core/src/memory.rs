@@ -319,10 +319,7 @@ impl Store for MemoryStore {
         Ok(depths)
     }
 
-    async fn oldest_pending(
-        &self,
-        kind: OutboxKind,
-    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+    async fn oldest_pending(&self, kind: OutboxKind) -> Result<Option<DateTime<Utc>>, StoreError> {
         let mut state = self.lock();
         Self::check_failure(&mut state, "find the oldest pending row")?;
         Ok(state

@@ -67,7 +67,16 @@ pub struct UnknownScope(pub i32);
 /// Implemented by the `OutboxScope` enum that [`registry!`](crate::registry!)
 /// generates; there is no reason to implement it by hand.
 pub trait Scope:
-    Copy + Eq + Hash + Ord + Debug + Display + Send + Sync + 'static + TryFrom<i32, Error = UnknownScope>
+    Copy
+    + Eq
+    + Hash
+    + Ord
+    + Debug
+    + Display
+    + Send
+    + Sync
+    + 'static
+    + TryFrom<i32, Error = UnknownScope>
 {
     /// Every declared scope, in declaration order.
     const ALL: &'static [Self];

@@ -214,8 +214,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<ShardDepth>, StoreError>;
 
     /// When the oldest pending row of `kind` was written.
-    async fn oldest_pending(&self, kind: OutboxKind)
-        -> Result<Option<DateTime<Utc>>, StoreError>;
+    async fn oldest_pending(&self, kind: OutboxKind) -> Result<Option<DateTime<Utc>>, StoreError>;
 
     /// Whether any row of `kind` is due at `now` in a shard nobody holds.
     async fn has_due(&self, kind: OutboxKind, now: DateTime<Utc>) -> Result<bool, StoreError>;

@@ -88,11 +88,7 @@ impl<C: Category> Drainer<C> {
 
     /// A drainer over a store and receivers that are already shared.
     pub fn from_shared(store: Arc<dyn Store>, receivers: Arc<Receivers<C>>) -> Self {
-        let owner = format!(
-            "pid{}-{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        );
+        let owner = format!("pid{}-{:08x}", std::process::id(), rand::random::<u32>());
         Self {
             store,
             receivers,

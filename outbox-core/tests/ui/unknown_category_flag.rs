@@ -1,0 +1,7 @@
+outbox_core::registry! {
+    OrganizationScope = 0 {
+        OrganizationUpdate = 1 (retird),
+    }
+}
+
+fn main() {}

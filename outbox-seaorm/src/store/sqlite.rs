@@ -1,0 +1,186 @@
+//! SQLite: the same contract under SQLite's single writer.
+//!
+//! SQLite runs in-process, so per-shard statements cost microseconds; the
+//! commit takes the write lock up front (`BEGIN IMMEDIATE`) so that it never
+//! fails half-way on a lock upgrade. `FOR UPDATE SKIP LOCKED` does not exist
+//! here: claims are rows with a lease, written by one writer at a time.
+
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DbBackend, SqliteTransactionMode, TransactionOptions,
+    TransactionTrait, Value,
+};
+
+use outbox_core::{
+    ClaimRequest, CommitBatch, OutboxKind, ShardClaim, ShardEnd, ShardKey, ShardRead, StoreError,
+    StoredRow,
+};
+
+use super::postgres::{
+    apply_backoff, claim_due_values, claim_shard_values, claims_from_rows, fence, row_from_result,
+    split_owned,
+};
+use super::{claim_from_row, common_queries, db_error, render, statement, Queries};
+
+const BACKEND: DbBackend = DbBackend::Sqlite;
+
+/// Renders the statements of `kind`.
+pub(crate) fn queries(kind: OutboxKind) -> Queries {
+    let r = |template: &str| render(template, kind, "''");
+    let [pending_count, oldest_pending, max_id] = common_queries(kind);
+    Queries {
+        kind,
+        claim_due: r(include_str!("queries/sqlite/claim_due.sql")),
+        claim_shard: r(include_str!("queries/sqlite/claim_shard.sql")),
+        read_rows: r(include_str!("queries/sqlite/read_rows.sql")),
+        fence: r(include_str!("queries/sqlite/fence.sql")),
+        delete_rows: r(include_str!("queries/sqlite/delete_rows.sql")),
+        release_all: r(include_str!("queries/sqlite/release_all.sql")),
+        release_some: r(include_str!("queries/sqlite/release_one.sql")),
+        backoff_claim: r(include_str!("queries/sqlite/backoff_claim.sql")),
+        backoff_rows: r(include_str!("queries/sqlite/backoff_rows.sql")),
+        shard_depths: r(include_str!("queries/sqlite/shard_depths.sql")),
+        has_due: r(include_str!("queries/sqlite/has_due.sql")),
+        pending_count,
+        oldest_pending,
+        max_id,
+    }
+}
+
+/// Claims due shards in one statement.
+pub(crate) async fn claim_due<Db: ConnectionTrait>(
+    db: &Db,
+    queries: &Queries,
+    request: &ClaimRequest,
+) -> Result<Vec<ShardClaim>, StoreError> {
+    let rows = db
+        .query_all_raw(statement(
+            BACKEND,
+            &queries.claim_due,
+            claim_due_values(BACKEND, request),
+        ))
+        .await
+        .map_err(db_error("claim due shards"))?;
+    claims_from_rows(&rows, request)
+}
+
+/// Claims one shard if nobody live holds it.
+pub(crate) async fn claim_shard<Db: ConnectionTrait>(
+    db: &Db,
+    queries: &Queries,
+    request: &ClaimRequest,
+    shard: &ShardKey,
+) -> Result<Option<ShardClaim>, StoreError> {
+    let row = db
+        .query_one_raw(statement(
+            BACKEND,
+            &queries.claim_shard,
+            claim_shard_values(BACKEND, request, shard),
+        ))
+        .await
+        .map_err(db_error("claim a shard"))?;
+    row.map(|row| claim_from_row(&row, shard.clone(), request))
+        .transpose()
+}
+
+/// Reads a batch of rows of each shard, one cheap statement per shard.
+pub(crate) async fn read_rows<Db: ConnectionTrait>(
+    db: &Db,
+    queries: &Queries,
+    shards: &[ShardRead],
+    limit: usize,
+) -> Result<Vec<StoredRow>, StoreError> {
+    let mut out = Vec::new();
+    for read in shards {
+        let mut values = vec![
+            Value::from(read.shard.scope()),
+            Value::from(read.shard.identifier()),
+            Value::from(read.up_to_id.unwrap_or(i64::MAX)),
+            Value::from(limit.min(i64::MAX as usize) as i64),
+        ];
+        if queries.kind == OutboxKind::Control {
+            values.push(Value::from(
+                read.shard.region_name().unwrap_or("").to_owned(),
+            ));
+        }
+        let rows = db
+            .query_all_raw(statement(BACKEND, &queries.read_rows, values))
+            .await
+            .map_err(db_error("read outbox rows"))?;
+        for row in &rows {
+            out.push(row_from_result(row, BACKEND, read.shard.clone())?);
+        }
+    }
+    Ok(out)
+}
+
+/// Applies a round in one `BEGIN IMMEDIATE` transaction, fenced by the token.
+pub(crate) async fn commit(
+    db: &DatabaseConnection,
+    queries: &Queries,
+    batch: &CommitBatch,
+) -> Result<outbox_core::CommitOutcome, StoreError> {
+    let txn = db
+        .begin_with_options(TransactionOptions {
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            ..TransactionOptions::default()
+        })
+        .await
+        .map_err(db_error("begin a commit"))?;
+    let owned = fence(&txn, BACKEND, queries, batch).await?;
+    let (mut outcome, owned_shards) = split_owned(batch, &owned);
+
+    let ids: Vec<i64> = owned_shards
+        .iter()
+        .flat_map(|s| s.delete_ids.iter().copied())
+        .collect();
+    for chunk in ids.chunks(batch.delete_chunk.max(1)) {
+        let ids =
+            serde_json::to_string(chunk).map_err(|e| StoreError::database("encode row ids", e))?;
+        let result = txn
+            .execute_raw(statement(
+                BACKEND,
+                &queries.delete_rows,
+                vec![Value::from(ids)],
+            ))
+            .await
+            .map_err(db_error("delete delivered rows"))?;
+        outcome.deleted += result.rows_affected();
+    }
+
+    let released = owned_shards
+        .iter()
+        .filter(|s| s.end == ShardEnd::Release)
+        .count();
+    if released > 0 && released == owned.len() {
+        txn.execute_raw(statement(
+            BACKEND,
+            &queries.release_all,
+            vec![Value::from(batch.kind.as_i16()), Value::from(batch.token)],
+        ))
+        .await
+        .map_err(db_error("release claims"))?;
+    } else {
+        for shard in owned_shards.iter().filter(|s| s.end == ShardEnd::Release) {
+            txn.execute_raw(statement(
+                BACKEND,
+                &queries.release_some,
+                vec![
+                    Value::from(batch.kind.as_i16()),
+                    Value::from(batch.token),
+                    Value::from(shard.shard.region_name().unwrap_or("").to_owned()),
+                    Value::from(shard.shard.scope()),
+                    Value::from(shard.shard.identifier()),
+                ],
+            ))
+            .await
+            .map_err(db_error("release claims"))?;
+        }
+    }
+    for shard in &owned_shards {
+        apply_backoff(&txn, BACKEND, queries, batch, shard).await?;
+    }
+    txn.commit()
+        .await
+        .map_err(db_error("commit a drain round"))?;
+    Ok(outcome)
+}

@@ -1,0 +1,183 @@
+//! Real databases for tests (feature `test-utils`).
+//!
+//! [`TestDatabase::postgres`] gives each test a fresh PostgreSQL database with
+//! the outbox migrations applied. It uses the server at `DATABASE_URL` when set;
+//! otherwise it starts (once per machine, shared by every test process) a
+//! throwaway cluster under the system temp directory, running `initdb` as the
+//! `postgres` system user when the tests run as root. It never skips: without
+//! a server and without the PostgreSQL binaries it fails with a message that
+//! says what to install.
+//!
+//! [`TestDatabase::sqlite`] gives each test a fresh SQLite file in WAL mode.
+
+mod postgres;
+
+use std::time::Duration;
+
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend};
+use sea_orm_migration::MigratorTrait;
+
+pub use postgres::{admin_url, stop_test_cluster};
+
+/// A test database could not be prepared.
+#[derive(Debug, thiserror::Error)]
+#[error("test database setup failed: {0}")]
+pub struct TestDbError(pub String);
+
+impl From<sea_orm::DbErr> for TestDbError {
+    fn from(error: sea_orm::DbErr) -> Self {
+        TestDbError(error.to_string())
+    }
+}
+
+/// A fresh, migrated database for one test.
+#[derive(Debug, Clone)]
+pub struct TestDatabase {
+    /// A pooled connection to it.
+    pub db: DatabaseConnection,
+    /// Its URL, to open more connections (another "process").
+    pub url: String,
+}
+
+impl TestDatabase {
+    /// A fresh PostgreSQL database named after `label`.
+    ///
+    /// # Errors
+    ///
+    /// [`TestDbError`] when no server can be reached or started.
+    pub async fn postgres(label: &str) -> Result<Self, TestDbError> {
+        let admin = admin_url()?;
+        let name = database_name(label);
+        let admin_db = connect(&admin, 1).await?;
+        admin_db
+            .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+            .await?;
+        admin_db.close().await?;
+        let url = replace_database(&admin, &name);
+        Self::migrated(url).await
+    }
+
+    /// A fresh SQLite database file named after `label`.
+    ///
+    /// # Errors
+    ///
+    /// [`TestDbError`] when the file cannot be created.
+    pub async fn sqlite(label: &str) -> Result<Self, TestDbError> {
+        let dir = std::env::temp_dir().join("outbox-tests-sqlite");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| TestDbError(format!("{}: {e}", dir.display())))?;
+        let path = dir.join(format!("{}.sqlite", database_name(label)));
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let db = connect(&url, 1).await?;
+        db.execute_unprepared("PRAGMA journal_mode=WAL").await?;
+        db.close().await?;
+        Self::migrated(url).await
+    }
+
+    /// A fresh database of `backend`.
+    ///
+    /// # Errors
+    ///
+    /// See [`postgres`](Self::postgres) and [`sqlite`](Self::sqlite).
+    pub async fn of(backend: DbBackend, label: &str) -> Result<Self, TestDbError> {
+        match backend {
+            DbBackend::Postgres => Self::postgres(label).await,
+            _ => Self::sqlite(label).await,
+        }
+    }
+
+    async fn migrated(url: String) -> Result<Self, TestDbError> {
+        let db = connect(&url, 10).await?;
+        outbox_migrations::OutboxMigrator::up(&db, None).await?;
+        Ok(Self { db, url })
+    }
+
+    /// Another, independent connection pool to the same database.
+    ///
+    /// # Errors
+    ///
+    /// [`TestDbError`] when it cannot connect.
+    pub async fn connect_again(
+        &self,
+        max_connections: u32,
+    ) -> Result<DatabaseConnection, TestDbError> {
+        connect(&self.url, max_connections).await
+    }
+
+    /// A [`SeaOrmStore`](crate::SeaOrmStore) over this database.
+    pub fn store(&self) -> crate::SeaOrmStore {
+        // PostgreSQL or SQLite, by construction.
+        crate::SeaOrmStore::new(self.db.clone()).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// Connects with a bounded pool and quiet statement logging.
+///
+/// # Errors
+///
+/// [`TestDbError`] when it cannot connect.
+pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection, TestDbError> {
+    let mut options = ConnectOptions::new(url.to_owned());
+    options
+        .max_connections(max_connections)
+        .min_connections(0)
+        .acquire_timeout(Duration::from_secs(30))
+        .sqlx_logging(false);
+    Database::connect(options)
+        .await
+        .map_err(|e| TestDbError(format!("cannot connect to {url}: {e}")))
+}
+
+fn database_name(label: &str) -> String {
+    let mut name: String = label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    name.truncate(40);
+    format!("t_{name}_{:08x}", rand::random::<u32>())
+}
+
+fn replace_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let authority_end = base
+        .find("://")
+        .map(|i| i + 3)
+        .and_then(|start| base[start..].find('/').map(|i| start + i))
+        .unwrap_or(base.len());
+    let mut out = format!("{}/{}", &base[..authority_end], name);
+    if let Some(query) = query {
+        out.push('?');
+        out.push_str(query);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_url_is_rewritten() {
+        assert_eq!(
+            replace_database("postgres://u@127.0.0.1:5/postgres", "t_x"),
+            "postgres://u@127.0.0.1:5/t_x"
+        );
+        assert_eq!(
+            replace_database("postgres://u@h:5/db?sslmode=disable", "t"),
+            "postgres://u@h:5/t?sslmode=disable"
+        );
+        assert_eq!(
+            replace_database("postgres://u@h:5", "t"),
+            "postgres://u@h:5/t"
+        );
+    }
+}

@@ -1,0 +1,301 @@
+//! The write API: outbox rows on the caller's connection or transaction.
+//!
+//! Every function takes any SeaORM [`ConnectionTrait`]. Pass the transaction
+//! that changes your model, and the outbox row exists if and only if that
+//! transaction commits.
+//!
+//! ```no_run
+//! # outbox_core::registry! { OrganizationScope = 0 { OrganizationUpdate = 1 } }
+//! use outbox_seaorm::{write_region, OutboxMessage};
+//! use sea_orm::TransactionTrait;
+//!
+//! # async fn run(db: &sea_orm::DatabaseConnection) -> Result<(), Box<dyn std::error::Error>> {
+//! let txn = db.begin().await?;
+//! // ... update the organization with `&txn` ...
+//! let written = write_region(
+//!     &txn,
+//!     OutboxMessage::new(OutboxCategory::OrganizationUpdate, 42, 42)
+//!         .with_payload(serde_json::json!({ "name": "Acme" })),
+//! )
+//! .await?;
+//! txn.commit().await?;
+//! println!("wrote row {} on shard {}", written.id, written.shard);
+//! # Ok(()) }
+//! ```
+
+use chrono::Utc;
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Value};
+use serde::Serialize;
+
+use outbox_core::{Category, OutboxKind, Scope, ShardKey};
+
+use crate::store::{statement, table};
+use crate::time;
+
+/// Rows per insert statement (8–9 bind values each, within every backend's
+/// parameter limit).
+const ROWS_PER_STATEMENT: usize = 1000;
+
+/// One outbox message to write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutboxMessage<C> {
+    /// What the message means; its scope is the shard scope.
+    pub category: C,
+    /// The shard identifier within the category's scope (e.g. organization id).
+    pub shard_identifier: i64,
+    /// The object; messages with the same category and object coalesce. Use a
+    /// unique value per message to opt out of coalescing.
+    pub object_identifier: i64,
+    /// What the receiver needs.
+    pub payload: Option<serde_json::Value>,
+}
+
+impl<C: Category> OutboxMessage<C> {
+    /// A message without payload.
+    pub fn new(category: C, shard_identifier: i64, object_identifier: i64) -> Self {
+        Self {
+            category,
+            shard_identifier,
+            object_identifier,
+            payload: None,
+        }
+    }
+
+    /// Sets the payload.
+    pub fn with_payload(mut self, payload: serde_json::Value) -> Self {
+        self.payload = Some(payload);
+        self
+    }
+
+    /// Sets the payload from any serializable value.
+    ///
+    /// # Errors
+    ///
+    /// [`WriteError::Payload`] when `payload` does not serialize to JSON.
+    pub fn with_payload_of<T: Serialize>(self, payload: &T) -> Result<Self, WriteError> {
+        let payload = serde_json::to_value(payload).map_err(|source| WriteError::Payload {
+            category: self.category.name(),
+            source,
+        })?;
+        Ok(self.with_payload(payload))
+    }
+
+    /// The region-outbox shard of this message.
+    pub fn region_shard(&self) -> ShardKey {
+        ShardKey::region(self.category.scope(), self.shard_identifier)
+    }
+
+    /// The control-outbox shard of this message for `region_name`.
+    pub fn control_shard(&self, region_name: &str) -> ShardKey {
+        ShardKey::control(region_name, self.category.scope(), self.shard_identifier)
+    }
+}
+
+/// A row that was written (visible to others once the transaction commits).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WrittenRow {
+    /// The row id.
+    pub id: i64,
+    /// Its shard: what a flush after commit drains.
+    pub shard: ShardKey,
+    /// Its category name.
+    pub category: &'static str,
+}
+
+/// A write that did not happen. Nothing was written; with a transaction, roll
+/// it back (or let it drop).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// The database refused the insert.
+    #[error("could not write outbox rows: {0}")]
+    Database(#[from] DbErr),
+    /// The category is retired; retired categories are kept only so their
+    /// numbers are never reused.
+    #[error("outbox category {category} is retired and may no longer be written")]
+    RetiredCategory {
+        /// The category name.
+        category: &'static str,
+    },
+    /// A control message needs a target region.
+    #[error("outbox category {category}: a control-outbox row needs a non-empty region name")]
+    EmptyRegionName {
+        /// The category name.
+        category: &'static str,
+    },
+    /// The payload did not serialize.
+    #[error("outbox payload of {category} does not serialize to JSON: {source}")]
+    Payload {
+        /// The category name.
+        category: &'static str,
+        /// The serializer's error.
+        source: serde_json::Error,
+    },
+    /// The connection is neither PostgreSQL nor SQLite.
+    #[error(transparent)]
+    UnsupportedBackend(#[from] crate::store::UnsupportedBackend),
+}
+
+/// Writes one region-outbox row on `db` (your transaction).
+///
+/// # Errors
+///
+/// [`WriteError`]; nothing is written on error.
+#[tracing::instrument(name = "outbox.write_region", skip_all, fields(category = %message.category), err)]
+pub async fn write_region<C: Category, Db: ConnectionTrait>(
+    db: &Db,
+    message: OutboxMessage<C>,
+) -> Result<WrittenRow, WriteError> {
+    let mut rows = insert(db, OutboxKind::Region, vec![(None, message)]).await?;
+    rows.pop()
+        .ok_or_else(|| WriteError::Database(DbErr::RecordNotInserted))
+}
+
+/// Writes many region-outbox rows on `db`, in order; returns them in the same
+/// order.
+///
+/// # Errors
+///
+/// [`WriteError`]; with a transaction, nothing is written on error.
+#[tracing::instrument(name = "outbox.write_region_many", skip_all, err)]
+pub async fn write_region_many<C: Category, Db: ConnectionTrait>(
+    db: &Db,
+    messages: impl IntoIterator<Item = OutboxMessage<C>>,
+) -> Result<Vec<WrittenRow>, WriteError> {
+    let rows = messages.into_iter().map(|m| (None, m)).collect();
+    insert(db, OutboxKind::Region, rows).await
+}
+
+/// Writes one control-outbox row per region in `region_names` on `db`.
+///
+/// # Errors
+///
+/// [`WriteError`]; with a transaction, nothing is written on error.
+#[tracing::instrument(name = "outbox.write_control", skip_all, fields(category = %message.category), err)]
+pub async fn write_control<C: Category, Db: ConnectionTrait>(
+    db: &Db,
+    region_names: impl IntoIterator<Item = impl Into<String>>,
+    message: OutboxMessage<C>,
+) -> Result<Vec<WrittenRow>, WriteError> {
+    let rows = region_names
+        .into_iter()
+        .map(|region| (Some(region.into()), message.clone()))
+        .collect();
+    insert(db, OutboxKind::Control, rows).await
+}
+
+/// Writes many control-outbox rows, each with its target region.
+///
+/// # Errors
+///
+/// [`WriteError`]; with a transaction, nothing is written on error.
+#[tracing::instrument(name = "outbox.write_control_many", skip_all, err)]
+pub async fn write_control_many<C: Category, Db: ConnectionTrait>(
+    db: &Db,
+    messages: impl IntoIterator<Item = (String, OutboxMessage<C>)>,
+) -> Result<Vec<WrittenRow>, WriteError> {
+    let rows = messages
+        .into_iter()
+        .map(|(region, message)| (Some(region), message))
+        .collect();
+    insert(db, OutboxKind::Control, rows).await
+}
+
+async fn insert<C: Category, Db: ConnectionTrait>(
+    db: &Db,
+    kind: OutboxKind,
+    rows: Vec<(Option<String>, OutboxMessage<C>)>,
+) -> Result<Vec<WrittenRow>, WriteError> {
+    let backend = db.get_database_backend();
+    if !matches!(backend, DbBackend::Postgres | DbBackend::Sqlite) {
+        return Err(crate::store::UnsupportedBackend(backend).into());
+    }
+    for (region, message) in &rows {
+        if message.category.is_retired() {
+            return Err(WriteError::RetiredCategory {
+                category: message.category.name(),
+            });
+        }
+        if kind == OutboxKind::Control && region.as_deref().is_none_or(str::is_empty) {
+            return Err(WriteError::EmptyRegionName {
+                category: message.category.name(),
+            });
+        }
+    }
+    let now = Utc::now();
+    let mut written = Vec::with_capacity(rows.len());
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        let (sql, values) = insert_statement(backend, kind, chunk, now);
+        let results = db.query_all_raw(statement(backend, &sql, values)).await?;
+        let mut ids = results
+            .iter()
+            .map(|row| row.try_get::<i64>("", "id"))
+            .collect::<Result<Vec<i64>, DbErr>>()?;
+        // Ids of one statement are assigned in VALUES order.
+        ids.sort_unstable();
+        if ids.len() != chunk.len() {
+            return Err(WriteError::Database(DbErr::RecordNotInserted));
+        }
+        for (id, (region, message)) in ids.into_iter().zip(chunk) {
+            let shard = match region {
+                Some(region) => message.control_shard(region),
+                None => message.region_shard(),
+            };
+            metrics::counter!(outbox_core::metrics::SAVED, "category" => message.category.name(), "kind" => kind.as_str())
+                .increment(1);
+            written.push(WrittenRow {
+                id,
+                shard,
+                category: message.category.name(),
+            });
+        }
+    }
+    Ok(written)
+}
+
+fn insert_statement<C: Category>(
+    backend: DbBackend,
+    kind: OutboxKind,
+    rows: &[(Option<String>, OutboxMessage<C>)],
+    now: chrono::DateTime<Utc>,
+) -> (String, Vec<Value>) {
+    let control = kind == OutboxKind::Control;
+    let mut sql = format!(
+        "INSERT INTO {} ({}shard_scope, shard_identifier, category, object_identifier, payload, \
+         scheduled_from, scheduled_for, date_added) VALUES ",
+        table(kind),
+        if control { "region_name, " } else { "" }
+    );
+    let mut values = vec![
+        time::bind(backend, now),
+        time::bind(backend, outbox_core::the_past()),
+    ];
+    for (i, (region, message)) in rows.iter().enumerate() {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push('(');
+        if control {
+            values.push(Value::from(region.clone().unwrap_or_default()));
+            sql.push_str(&format!("${}, ", values.len()));
+        }
+        let payload = match backend {
+            // JSON text in a `json_text` column.
+            DbBackend::Sqlite => Value::String(message.payload.as_ref().map(|p| p.to_string())),
+            _ => Value::Json(message.payload.clone().map(Box::new)),
+        };
+        for value in [
+            Value::from(message.category.scope().value()),
+            Value::from(message.shard_identifier),
+            Value::from(message.category.value()),
+            Value::from(message.object_identifier),
+            payload,
+        ] {
+            values.push(value);
+            sql.push_str(&format!("${}, ", values.len()));
+        }
+        sql.push_str("$1, $2, $1)");
+    }
+    sql.push_str(" RETURNING id");
+    (sql, values)
+}
