@@ -16,7 +16,7 @@
 //! - [`Drainer`] runs it all: [`Drainer::drain_shard`] is the synchronous flush
 //!   after a commit, [`Drainer::drain_due`] one round of the background drain.
 //!
-//! Databases live in `outbox-seaorm`; this crate ships [`MemoryStore`] (feature
+//! Databases live in `outbox-seaorm`; this crate ships `MemoryStore` (feature
 //! `test-utils`) for fast tests.
 //!
 //! ```

@@ -142,7 +142,7 @@ pub const fn check_category_flag(flag: &str) -> bool {
 /// Declares the outbox scopes and their categories; generates `OutboxScope` and
 /// `OutboxCategory`.
 ///
-/// See the [module documentation](crate::registry) for the syntax and what the
+/// See the [module documentation](mod@crate::registry) for the syntax and what the
 /// compiler rejects.
 #[macro_export]
 macro_rules! registry {

@@ -1,1 +1,188 @@
-fn main() {}
+//! Drain throughput and write overhead on PostgreSQL, as ratios to a floor
+//! measured in the same run.
+//!
+//! Run with `cargo bench -p outbox-seaorm --bench drain`.
+//!
+//! Uses `DATABASE_URL` when set; otherwise starts a throwaway cluster with
+//! PostgreSQL's default durability (fsync on) under the system temp directory
+//! and removes it afterwards. Prints, for 20,000 pre-filled messages drained by
+//! one worker with a no-op receiver:
+//!
+//! - the floor: a bare loop of `DELETE … WHERE id IN (SELECT … LIMIT 500 FOR
+//!   UPDATE SKIP LOCKED) RETURNING …` through the same driver;
+//! - (a) 20,000 messages over 20,000 shards, (b) over 100 shards, (c) 20,000
+//!   updates of 1,000 objects (coalescing), each with its ratio to the floor;
+//! - the write overhead: a model row inserted in its own transaction with its
+//!   outbox row vs without, as a ratio.
+
+#![allow(missing_docs, clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use outbox_core::{DrainConfig, Drainer, HandlerError, OutboxKind, Receivers};
+use outbox_seaorm::testing::{start_cluster_at, stop_cluster_at, TestDatabase};
+use outbox_seaorm::{write_region, write_region_many, OutboxMessage, SeaOrmStore};
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
+use serde_json::json;
+
+outbox_core::registry! {
+    BenchScope = 0 {
+        BenchUpdate = 1,
+    }
+}
+
+const MESSAGES: i64 = 20_000;
+
+async fn fill(db: &DatabaseConnection, shards: i64, objects_per_shard: Option<i64>) {
+    db.execute_unprepared("TRUNCATE region_outbox; TRUNCATE outbox_shard_claim")
+        .await
+        .unwrap();
+    let messages: Vec<OutboxMessage<OutboxCategory>> = (0..MESSAGES)
+        .map(|n| {
+            let shard = n % shards;
+            let object = match objects_per_shard {
+                Some(objects) => (n / shards) % objects,
+                None => n,
+            };
+            OutboxMessage::new(OutboxCategory::BenchUpdate, shard, object)
+                .with_payload(json!({ "n": n, "name": "some payload of a realistic size" }))
+        })
+        .collect();
+    for chunk in messages.chunks(5_000) {
+        write_region_many(db, chunk.to_vec()).await.unwrap();
+    }
+    db.execute_unprepared("VACUUM ANALYZE region_outbox")
+        .await
+        .unwrap();
+}
+
+async fn floor(db: &DatabaseConnection) -> Duration {
+    fill(db, MESSAGES, None).await;
+    let sql = "DELETE FROM region_outbox WHERE id IN (SELECT id FROM region_outbox ORDER BY id \
+               LIMIT 500 FOR UPDATE SKIP LOCKED) RETURNING id, shard_scope, shard_identifier, \
+               category, object_identifier, payload";
+    let started = Instant::now();
+    loop {
+        let rows = db
+            .query_all_raw(Statement::from_string(db.get_database_backend(), sql))
+            .await
+            .unwrap();
+        if rows.is_empty() {
+            break;
+        }
+    }
+    started.elapsed()
+}
+
+async fn drain(db: &DatabaseConnection, shards: i64, objects: Option<i64>) -> (Duration, usize) {
+    fill(db, shards, objects).await;
+    let receivers = Receivers::new().on(OutboxCategory::BenchUpdate, |_message| async {
+        Ok::<_, HandlerError>(())
+    });
+    let drainer = Drainer::new(SeaOrmStore::new(db.clone()).unwrap(), receivers)
+        .with_config(DrainConfig::default());
+    let started = Instant::now();
+    let mut deliveries = 0;
+    loop {
+        let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+        deliveries += report.deliveries;
+        if report.is_empty() {
+            break;
+        }
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(
+        drainer
+            .store()
+            .pending_count(OutboxKind::Region)
+            .await
+            .unwrap(),
+        0
+    );
+    (elapsed, deliveries)
+}
+
+async fn write_overhead(db: &DatabaseConnection) -> (Duration, Duration) {
+    db.execute_unprepared(
+        "CREATE TABLE IF NOT EXISTS bench_model (id bigserial PRIMARY KEY, organization_id bigint NOT NULL, name text NOT NULL)",
+    )
+    .await
+    .unwrap();
+    let insert = |n: i64| {
+        Statement::from_sql_and_values(
+            db.get_database_backend(),
+            "INSERT INTO bench_model (organization_id, name) VALUES ($1, $2)",
+            [n.into(), format!("model {n}").into()],
+        )
+    };
+    let rounds = 2_000;
+    let mut without = Duration::ZERO;
+    let mut with = Duration::ZERO;
+    // Interleave the two so that noise hits both alike.
+    for n in 0..rounds {
+        let started = Instant::now();
+        let txn = db.begin().await.unwrap();
+        txn.execute_raw(insert(n)).await.unwrap();
+        txn.commit().await.unwrap();
+        without += started.elapsed();
+
+        let started = Instant::now();
+        let txn = db.begin().await.unwrap();
+        txn.execute_raw(insert(n)).await.unwrap();
+        write_region(
+            &txn,
+            OutboxMessage::new(OutboxCategory::BenchUpdate, n, n).with_payload(json!({ "n": n })),
+        )
+        .await
+        .unwrap();
+        txn.commit().await.unwrap();
+        with += started.elapsed();
+    }
+    (without, with)
+}
+
+fn rate(messages: i64, elapsed: Duration) -> f64 {
+    messages as f64 / elapsed.as_secs_f64()
+}
+
+#[tokio::main]
+async fn main() {
+    let own_cluster = std::env::var("DATABASE_URL").is_err();
+    let dir = std::env::temp_dir().join(format!("outbox-bench-pg-{}", std::process::id()));
+    let admin = match std::env::var("DATABASE_URL") {
+        Ok(url) => url,
+        Err(_) => start_cluster_at(&dir, true).unwrap(),
+    };
+    let database = TestDatabase::postgres_on(&admin, "bench").await.unwrap();
+    let db = &database.db;
+
+    let floor = floor(db).await;
+    let floor_rate = rate(MESSAGES, floor);
+    println!("PostgreSQL drain of {MESSAGES} pre-filled messages, one worker, no-op receiver");
+    println!(
+        "  floor (DELETE ... LIMIT 500 FOR UPDATE SKIP LOCKED RETURNING): {floor_rate:>9.0} msgs/s"
+    );
+    for (label, shards, objects) in [
+        ("(a) 20,000 shards, 1 message each     ", MESSAGES, None),
+        ("(b) 100 shards, 200 messages each     ", 100, None),
+        ("(c) 1,000 objects x 20 updates (coalescing)", 100, Some(10)),
+    ] {
+        let (elapsed, deliveries) = drain(db, shards, objects).await;
+        let msgs = rate(MESSAGES, elapsed);
+        println!(
+            "  {label}: {msgs:>9.0} msgs/s  ({:.2}x floor, {deliveries} deliveries)",
+            msgs / floor_rate
+        );
+    }
+    let (without, with) = write_overhead(db).await;
+    println!(
+        "write overhead: model insert + outbox row vs model insert alone, one transaction each: {:.3}x ({:.0} vs {:.0} us per transaction)",
+        with.as_secs_f64() / without.as_secs_f64(),
+        with.as_secs_f64() * 1e6 / 2_000.0,
+        without.as_secs_f64() * 1e6 / 2_000.0,
+    );
+    db.clone().close().await.unwrap();
+    if own_cluster {
+        stop_cluster_at(&dir).unwrap();
+    }
+}

@@ -1,5 +1,7 @@
 //! The rules of ARCHITECTURE.md against real PostgreSQL and SQLite.
 
+#![allow(clippy::unwrap_used, missing_docs)]
+
 mod common;
 
 use std::sync::atomic::Ordering;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend};
 use sea_orm_migration::MigratorTrait;
 
-pub use postgres::{admin_url, stop_test_cluster};
+pub use postgres::{admin_url, cluster_dir, start_cluster_at, stop_cluster_at, stop_test_cluster};
 
 /// A test database could not be prepared.
 #[derive(Debug, thiserror::Error)]
@@ -46,7 +46,16 @@ impl TestDatabase {
     ///
     /// [`TestDbError`] when no server can be reached or started.
     pub async fn postgres(label: &str) -> Result<Self, TestDbError> {
-        let admin = admin_url()?;
+        Self::postgres_on(&admin_url()?, label).await
+    }
+
+    /// A fresh PostgreSQL database named after `label` on the server at `admin`.
+    ///
+    /// # Errors
+    ///
+    /// [`TestDbError`] when the server cannot be reached.
+    pub async fn postgres_on(admin: &str, label: &str) -> Result<Self, TestDbError> {
+        let admin = admin.to_owned();
         let name = database_name(label);
         let admin_db = connect(&admin, 1).await?;
         admin_db

@@ -40,7 +40,16 @@ pub fn cluster_dir() -> PathBuf {
 ///
 /// [`TestDbError`] when `pg_ctl stop` fails.
 pub fn stop_test_cluster() -> Result<(), TestDbError> {
-    let dir = cluster_dir();
+    stop_cluster_at(&cluster_dir())
+}
+
+/// Stops the cluster in `dir` (if running) and deletes it.
+///
+/// # Errors
+///
+/// [`TestDbError`] when the folder cannot be removed.
+pub fn stop_cluster_at(dir: &Path) -> Result<(), TestDbError> {
+    let dir = dir.to_path_buf();
     let data = dir.join("data");
     if data.join("PG_VERSION").exists() {
         let pg_ctl = binary("pg_ctl")?;
@@ -56,17 +65,29 @@ pub fn stop_test_cluster() -> Result<(), TestDbError> {
 }
 
 fn start_cluster() -> Result<String, TestDbError> {
-    let dir = cluster_dir();
+    start_cluster_at(&cluster_dir(), false)
+}
+
+/// Starts (or reuses) a throwaway cluster in `dir` and returns its admin URL.
+///
+/// `durable = false` turns fsync and synchronous commit off, for fast tests;
+/// `durable = true` keeps PostgreSQL's defaults, for benchmarks.
+///
+/// # Errors
+///
+/// [`TestDbError`] when the binaries are missing or the server does not start.
+pub fn start_cluster_at(dir: &Path, durable: bool) -> Result<String, TestDbError> {
+    let dir = dir.to_path_buf();
     fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
     let lock_path = dir.join("lock");
     let lock = File::create(&lock_path).map_err(|e| io_error(&lock_path, e))?;
     lock.lock_exclusive().map_err(|e| io_error(&lock_path, e))?;
-    let result = ensure_running(&dir);
+    let result = ensure_running(&dir, durable);
     let _ = FileExt::unlock(&lock);
     result
 }
 
-fn ensure_running(dir: &Path) -> Result<String, TestDbError> {
+fn ensure_running(dir: &Path, durable: bool) -> Result<String, TestDbError> {
     let data = dir.join("data");
     let socket = dir.join("socket");
     let port_file = dir.join("port");
@@ -98,9 +119,14 @@ fn ensure_running(dir: &Path) -> Result<String, TestDbError> {
     }
     let port = free_port()?;
     let pg_ctl = binary("pg_ctl")?;
+    let speed = if durable {
+        ""
+    } else {
+        " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    };
     let options = format!(
         "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=400 \
-         -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=256MB",
+         -c shared_buffers=256MB{speed}",
         socket.display()
     );
     run_as_postgres(

@@ -1,6 +1,6 @@
 //! Shared test fixtures: a registry, a recording receiver, both backends.
 
-#![allow(dead_code, missing_docs)]
+#![allow(dead_code, missing_docs, clippy::unwrap_used)]
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
