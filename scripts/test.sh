@@ -35,5 +35,5 @@ if [ "$(id -u)" -eq 0 ]; then chmod 755 "$OUTBOX_TEST_PG_DIR"; fi
 log=$(mktemp /tmp/outbox-test-log.XXXXXX)
 cargo test --workspace --locked "$@" 2>&1 | tee "$log"
 # One closing line for the whole run (cargo prints one per test binary).
-awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "all tests: %d passed, %d failed, %d ignored\n", p, f, i }' "$log"
+awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
 rm -f "$log"
