@@ -25,7 +25,7 @@ const POSTGRES_UP: &[&str] = &[
         scheduled_for timestamptz NOT NULL DEFAULT '2016-08-01 00:00:00+00',
         date_added timestamptz NOT NULL DEFAULT now()
     )",
-    "CREATE INDEX region_outbox_due ON region_outbox (scheduled_for)",
+    "CREATE INDEX region_outbox_due ON region_outbox (scheduled_for, id)",
     "CREATE INDEX region_outbox_shard ON region_outbox (shard_scope, shard_identifier, id)",
     "CREATE INDEX region_outbox_group ON region_outbox (shard_scope, shard_identifier, category, object_identifier)",
     "CREATE TABLE control_outbox (
@@ -40,7 +40,7 @@ const POSTGRES_UP: &[&str] = &[
         scheduled_for timestamptz NOT NULL DEFAULT '2016-08-01 00:00:00+00',
         date_added timestamptz NOT NULL DEFAULT now()
     )",
-    "CREATE INDEX control_outbox_due ON control_outbox (scheduled_for)",
+    "CREATE INDEX control_outbox_due ON control_outbox (scheduled_for, id)",
     "CREATE INDEX control_outbox_shard ON control_outbox (region_name, shard_scope, shard_identifier, id)",
     "CREATE INDEX control_outbox_group ON control_outbox (region_name, shard_scope, shard_identifier, category, object_identifier)",
     "CREATE UNLOGGED TABLE outbox_shard_claim (
@@ -71,7 +71,7 @@ const SQLITE_UP: &[&str] = &[
         scheduled_for timestamp_text NOT NULL,
         date_added timestamp_text NOT NULL
     )",
-    "CREATE INDEX region_outbox_due ON region_outbox (scheduled_for)",
+    "CREATE INDEX region_outbox_due ON region_outbox (scheduled_for, id)",
     "CREATE INDEX region_outbox_shard ON region_outbox (shard_scope, shard_identifier, id)",
     "CREATE INDEX region_outbox_group ON region_outbox (shard_scope, shard_identifier, category, object_identifier)",
     "CREATE TABLE control_outbox (
@@ -86,7 +86,7 @@ const SQLITE_UP: &[&str] = &[
         scheduled_for timestamp_text NOT NULL,
         date_added timestamp_text NOT NULL
     )",
-    "CREATE INDEX control_outbox_due ON control_outbox (scheduled_for)",
+    "CREATE INDEX control_outbox_due ON control_outbox (scheduled_for, id)",
     "CREATE INDEX control_outbox_shard ON control_outbox (region_name, shard_scope, shard_identifier, id)",
     "CREATE INDEX control_outbox_group ON control_outbox (region_name, shard_scope, shard_identifier, category, object_identifier)",
     "CREATE TABLE outbox_shard_claim (

@@ -79,8 +79,8 @@ async fn drain(db: &DatabaseConnection, shards: i64, objects: Option<i64>) -> (D
     let receivers = Receivers::new().on(OutboxCategory::BenchUpdate, |_message| async {
         Ok::<_, HandlerError>(())
     });
-    let drainer = Drainer::new(SeaOrmStore::new(db.clone()).unwrap(), receivers)
-        .with_config(DrainConfig::default());
+    let drainer =
+        Drainer::new(SeaOrmStore::new(db.clone()).unwrap(), receivers).with_config(config());
     let started = Instant::now();
     let mut deliveries = 0;
     loop {
@@ -100,6 +100,17 @@ async fn drain(db: &DatabaseConnection, shards: i64, objects: Option<i64>) -> (D
         0
     );
     (elapsed, deliveries)
+}
+
+/// The drain's tuning: defaults, or `OUTBOX_BENCH_SHARDS_PER_CLAIM` to explore.
+fn config() -> DrainConfig {
+    match std::env::var("OUTBOX_BENCH_SHARDS_PER_CLAIM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        Some(shards) => DrainConfig::default().shards_per_claim(shards),
+        None => DrainConfig::default(),
+    }
 }
 
 async fn write_overhead(db: &DatabaseConnection) -> (Duration, Duration) {

@@ -4,8 +4,8 @@ use crate::backoff::BackoffPolicy;
 
 /// Default rows read per shard per round: 500.
 pub const DEFAULT_BATCH_SIZE: usize = 500;
-/// Default shards claimed per background round: 256.
-pub const DEFAULT_SHARDS_PER_CLAIM: usize = 256;
+/// Default shards claimed per background round: 512.
+pub const DEFAULT_SHARDS_PER_CLAIM: usize = 512;
 /// Default shards delivered at once within a round: 16.
 pub const DEFAULT_CONCURRENCY: usize = 16;
 /// Default claim lease: 30 s.
@@ -14,8 +14,8 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 pub const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default rows a claim works through before yielding its shard: 10,000.
 pub const DEFAULT_MAX_ROWS_PER_CLAIM: usize = 10_000;
-/// Default ids per delete statement: 500.
-pub const DEFAULT_DELETE_CHUNK: usize = 500;
+/// Default ids per delete statement: 1,000.
+pub const DEFAULT_DELETE_CHUNK: usize = 1_000;
 /// Default time a synchronous flush waits for a shard held elsewhere: 5 s.
 pub const DEFAULT_SYNC_WAIT: Duration = Duration::from_secs(5);
 
@@ -56,7 +56,7 @@ impl DrainConfig {
         self
     }
 
-    /// Shards claimed per background round (at least 1). Default: 256.
+    /// Shards claimed per background round (at least 1). Default: 512.
     pub fn shards_per_claim(mut self, shards: usize) -> Self {
         self.shards_per_claim = shards.max(1);
         self
@@ -90,7 +90,7 @@ impl DrainConfig {
         self
     }
 
-    /// Ids per delete statement (bounded deletes; at least 1). Default: 500.
+    /// Ids per delete statement (bounded deletes; at least 1). Default: 1,000.
     pub fn delete_chunk(mut self, ids: usize) -> Self {
         self.delete_chunk = ids.max(1);
         self

@@ -45,6 +45,8 @@ pub(crate) struct Queries {
     pub(crate) fence: String,
     pub(crate) delete_rows: String,
     pub(crate) release_all: String,
+    /// PostgreSQL only: fence, release and delete a finished round at once.
+    pub(crate) release_all_and_delete: String,
     pub(crate) release_some: String,
     pub(crate) backoff_claim: String,
     pub(crate) backoff_rows: String,

@@ -32,6 +32,7 @@ pub(crate) fn queries(kind: OutboxKind) -> Queries {
         delete_rows: r(include_str!("queries/postgres/delete_rows.sql")),
         release_all: r(include_str!("queries/postgres/release_all.sql")),
         release_some: r(include_str!("queries/postgres/release_some.sql")),
+        release_all_and_delete: r(include_str!("queries/postgres/release_all_and_delete.sql")),
         backoff_claim: r(include_str!("queries/postgres/backoff_claim.sql")),
         backoff_rows: r(include_str!("queries/postgres/backoff_rows.sql")),
         shard_depths: r(include_str!("queries/postgres/shard_depths.sql")),
@@ -71,8 +72,17 @@ pub(crate) fn claim_due_values(backend: DbBackend, request: &ClaimRequest) -> Ve
         Value::from(request.token),
         Value::from(request.owner.clone()),
         time::bind(backend, request.lease_until),
+        Value::from(
+            request
+                .limit
+                .saturating_mul(CANDIDATE_ROWS_PER_SHARD)
+                .min(i64::MAX as usize) as i64,
+        ),
     ]
 }
+
+/// Due rows scanned per shard asked for when looking for claimable shards.
+const CANDIDATE_ROWS_PER_SHARD: usize = 4;
 
 pub(crate) fn claims_from_rows(
     rows: &[sea_orm::QueryResult],
@@ -185,12 +195,18 @@ pub(crate) fn row_from_result(
     })
 }
 
-/// Applies a round in one transaction, fenced by the claim token.
-pub(crate) async fn commit<Db: TransactionTrait>(
+/// Applies a round atomically, fenced by the claim token: in one statement
+/// when every shard of the round ends and its ids fit one delete chunk (the
+/// common case), else in one transaction.
+pub(crate) async fn commit<Db: TransactionTrait + ConnectionTrait>(
     db: &Db,
     queries: &Queries,
     batch: &CommitBatch,
 ) -> Result<CommitOutcome, StoreError> {
+    let ids: usize = batch.shards.iter().map(|s| s.delete_ids.len()).sum();
+    if ids <= batch.delete_chunk && batch.shards.iter().all(|s| s.end == ShardEnd::Release) {
+        return commit_finished_round(db, queries, batch).await;
+    }
     let txn = db.begin().await.map_err(db_error("begin a commit"))?;
     let owned = fence(&txn, BACKEND, queries, batch).await?;
     let (mut outcome, owned_shards) = split_owned(batch, &owned);
@@ -248,6 +264,49 @@ pub(crate) async fn commit<Db: TransactionTrait>(
     txn.commit()
         .await
         .map_err(db_error("commit a drain round"))?;
+    Ok(outcome)
+}
+
+async fn commit_finished_round<Db: ConnectionTrait>(
+    db: &Db,
+    queries: &Queries,
+    batch: &CommitBatch,
+) -> Result<CommitOutcome, StoreError> {
+    let ids: Vec<i64> = batch
+        .shards
+        .iter()
+        .flat_map(|s| s.delete_ids.iter().copied())
+        .collect();
+    let rows = db
+        .query_all_raw(statement(
+            BACKEND,
+            &queries.release_all_and_delete,
+            vec![
+                Value::from(batch.kind.as_i16()),
+                Value::from(batch.token),
+                time::bind(BACKEND, batch.now),
+                Value::from(ids),
+            ],
+        ))
+        .await
+        .map_err(db_error("commit a drain round"))?;
+    let mut owned = HashSet::with_capacity(rows.len());
+    let mut deleted = 0;
+    for row in &rows {
+        let op = db_error("commit a drain round");
+        let region: String = row.try_get("", "region_name").map_err(&op)?;
+        let scope: i32 = row.try_get("", "shard_scope").map_err(&op)?;
+        let identifier: i64 = row.try_get("", "shard_identifier").map_err(&op)?;
+        deleted = row.try_get::<i64>("", "deleted").map_err(&op)?;
+        owned.insert(ShardKey::from_raw(
+            batch.kind,
+            scope,
+            identifier,
+            Some(region),
+        ));
+    }
+    let (mut outcome, _) = split_owned(batch, &owned);
+    outcome.deleted = deleted.max(0) as u64;
     Ok(outcome)
 }
 

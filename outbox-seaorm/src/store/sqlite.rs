@@ -36,6 +36,7 @@ pub(crate) fn queries(kind: OutboxKind) -> Queries {
         delete_rows: r(include_str!("queries/sqlite/delete_rows.sql")),
         release_all: r(include_str!("queries/sqlite/release_all.sql")),
         release_some: r(include_str!("queries/sqlite/release_one.sql")),
+        release_all_and_delete: String::new(),
         backoff_claim: r(include_str!("queries/sqlite/backoff_claim.sql")),
         backoff_rows: r(include_str!("queries/sqlite/backoff_rows.sql")),
         shard_depths: r(include_str!("queries/sqlite/shard_depths.sql")),

@@ -1,22 +1,28 @@
 -- Claims up to $4 due shards nobody holds, oldest first, in one statement
 -- (SQLite runs it under its single-writer lock).
--- $1 now, $2 highest id considered, $3 kind, $4 limit, $5 token, $6 owner, $7 lease end.
-WITH due AS (
+-- $1 now, $2 highest id considered, $3 kind, $4 limit, $5 token, $6 owner, $7 lease end,
+-- $8 rows scanned for candidate shards.
+WITH candidates AS (
+    -- The oldest due rows of shards nobody holds, in index order: a bounded
+    -- scan ($8 rows), never an aggregate over the whole backlog.
     SELECT {region_select} AS region_name, o.shard_scope, o.shard_identifier,
-           min(o.scheduled_for) AS first_due, min(o.id) AS first_id
+           o.scheduled_for, o.id
     FROM {table} o
     WHERE o.scheduled_for <= $1 AND o.id <= $2
-    GROUP BY {region_group} o.shard_scope, o.shard_identifier
-), free AS (
-    SELECT d.region_name, d.shard_scope, d.shard_identifier
-    FROM due d
-    WHERE NOT EXISTS (
+      AND NOT EXISTS (
         SELECT 1 FROM outbox_shard_claim c
-        WHERE c.kind = $3 AND c.region_name = d.region_name
-          AND c.shard_scope = d.shard_scope AND c.shard_identifier = d.shard_identifier
+        WHERE c.kind = $3 AND c.region_name = {region_select}
+          AND c.shard_scope = o.shard_scope AND c.shard_identifier = o.shard_identifier
           AND c.lease_until > $1
-    )
-    ORDER BY d.first_due, d.first_id
+      )
+    ORDER BY o.scheduled_for, o.id
+    LIMIT $8
+), free AS (
+    SELECT region_name, shard_scope, shard_identifier,
+           min(scheduled_for) AS first_due, min(id) AS first_id
+    FROM candidates
+    GROUP BY region_name, shard_scope, shard_identifier
+    ORDER BY first_due, first_id
     LIMIT $4
 )
 INSERT INTO outbox_shard_claim AS c

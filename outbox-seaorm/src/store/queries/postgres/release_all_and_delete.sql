@@ -1,0 +1,21 @@
+-- The common round, in one statement: every claim of the round ends, so drop
+-- the live ones and delete the delivered rows of exactly those shards. A claim
+-- that expired or was taken is not returned and its rows are not deleted.
+-- $1 kind, $2 token, $3 now, $4 ids.
+WITH owned AS (
+    DELETE FROM outbox_shard_claim
+    WHERE kind = $1 AND token = $2 AND owner IS NOT NULL AND lease_until > $3
+    RETURNING region_name, shard_scope, shard_identifier
+), deleted AS (
+    DELETE FROM {table} o
+    WHERE o.id = ANY($4::bigint[])
+      AND EXISTS (
+        SELECT 1 FROM owned w
+        WHERE w.region_name = {region_select}
+          AND w.shard_scope = o.shard_scope AND w.shard_identifier = o.shard_identifier
+      )
+    RETURNING 1
+)
+SELECT w.region_name, w.shard_scope, w.shard_identifier,
+       (SELECT count(*) FROM deleted) AS deleted
+FROM owned w
