@@ -36,6 +36,7 @@ struct State {
     next_id: i64,
     rows: HashMap<OutboxKind, BTreeMap<i64, StoredRow>>,
     leases: HashMap<ShardKey, Lease>,
+    skip_before_failing: u32,
     fail_next: u32,
 }
 
@@ -128,10 +129,22 @@ impl MemoryStore {
 
     /// Makes the next `count` store calls fail, as a lost database would.
     pub fn fail_next_calls(&self, count: u32) {
-        self.lock().fail_next = count;
+        self.fail_calls(0, count);
+    }
+
+    /// Lets `skip` store calls through, then fails the `count` after them
+    /// (the database going away in the middle of a round).
+    pub fn fail_calls(&self, skip: u32, count: u32) {
+        let mut state = self.lock();
+        state.skip_before_failing = skip;
+        state.fail_next = count;
     }
 
     fn check_failure(state: &mut State, operation: &'static str) -> Result<(), StoreError> {
+        if state.skip_before_failing > 0 {
+            state.skip_before_failing -= 1;
+            return Ok(());
+        }
         if state.fail_next > 0 {
             state.fail_next -= 1;
             return Err(StoreError::database(

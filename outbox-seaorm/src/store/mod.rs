@@ -9,14 +9,18 @@
 pub mod postgres;
 pub mod sqlite;
 
+use std::collections::HashSet;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, Value};
 
 use outbox_core::{
-    ClaimRequest, CommitBatch, CommitOutcome, OutboxKind, ShardClaim, ShardDepth, ShardRead, Store,
-    StoreError, StoredRow,
+    ClaimRequest, CommitBatch, CommitOutcome, OutboxKind, ShardClaim, ShardCommit, ShardDepth,
+    ShardEnd, ShardKey, ShardRead, Store, StoreError, StoredRow,
 };
+
+use crate::time;
 
 /// A [`Store`] over PostgreSQL or SQLite through SeaORM.
 ///
@@ -318,4 +322,189 @@ pub(crate) fn common_queries(kind: OutboxKind) -> [String; 3] {
         format!("SELECT min(date_added) AS oldest FROM {table}"),
         format!("SELECT max(id) AS max_id FROM {table}"),
     ]
+}
+
+// Helpers shared by both backends.
+
+/// Due rows scanned per shard asked for when looking for claimable shards.
+const CANDIDATE_ROWS_PER_SHARD: usize = 4;
+
+pub(crate) fn claim_due_values(backend: DbBackend, request: &ClaimRequest) -> Vec<Value> {
+    vec![
+        time::bind(backend, request.now),
+        Value::from(request.up_to_id.unwrap_or(i64::MAX)),
+        Value::from(request.kind.as_i16()),
+        Value::from(request.limit.min(i64::MAX as usize) as i64),
+        Value::from(request.token),
+        Value::from(request.owner.clone()),
+        time::bind(backend, request.lease_until),
+        Value::from(
+            request
+                .limit
+                .saturating_mul(CANDIDATE_ROWS_PER_SHARD)
+                .min(i64::MAX as usize) as i64,
+        ),
+    ]
+}
+
+pub(crate) fn claims_from_rows(
+    rows: &[sea_orm::QueryResult],
+    request: &ClaimRequest,
+) -> Result<Vec<ShardClaim>, StoreError> {
+    rows.iter()
+        .map(|row| {
+            let op = db_error("read a claim");
+            let region: String = row.try_get("", "region_name").map_err(&op)?;
+            let scope: i32 = row.try_get("", "shard_scope").map_err(&op)?;
+            let identifier: i64 = row.try_get("", "shard_identifier").map_err(&op)?;
+            let shard = ShardKey::from_raw(request.kind, scope, identifier, Some(region));
+            claim_from_row(row, shard, request)
+        })
+        .collect()
+}
+
+pub(crate) fn claim_shard_values(
+    backend: DbBackend,
+    request: &ClaimRequest,
+    shard: &ShardKey,
+) -> Vec<Value> {
+    vec![
+        Value::from(request.kind.as_i16()),
+        Value::from(shard.region_name().unwrap_or("").to_owned()),
+        Value::from(shard.scope()),
+        Value::from(shard.identifier()),
+        Value::from(request.token),
+        Value::from(request.owner.clone()),
+        time::bind(backend, request.lease_until),
+        time::bind(backend, request.now),
+    ]
+}
+
+/// Decodes the common columns of an outbox row.
+pub(crate) fn row_from_result(
+    row: &sea_orm::QueryResult,
+    backend: DbBackend,
+    shard: ShardKey,
+) -> Result<StoredRow, StoreError> {
+    let op = db_error("read outbox rows");
+    Ok(StoredRow {
+        id: row.try_get("", "id").map_err(&op)?,
+        shard,
+        category: row.try_get("", "category").map_err(&op)?,
+        object_identifier: row.try_get("", "object_identifier").map_err(&op)?,
+        payload: row.try_get("", "payload").map_err(&op)?,
+        scheduled_from: time::get(row, backend, "scheduled_from")?,
+        scheduled_for: time::get(row, backend, "scheduled_for")?,
+        date_added: time::get(row, backend, "date_added")?,
+    })
+}
+
+/// Renews this round's live claims, returning the shards still owned.
+pub(crate) async fn fence<Db: ConnectionTrait>(
+    txn: &Db,
+    backend: DbBackend,
+    queries: &Queries,
+    batch: &CommitBatch,
+) -> Result<HashSet<ShardKey>, StoreError> {
+    let rows = txn
+        .query_all_raw(statement(
+            backend,
+            &queries.fence,
+            vec![
+                Value::from(batch.kind.as_i16()),
+                Value::from(batch.token),
+                time::bind(backend, batch.now),
+                time::bind(backend, batch.renew_until),
+            ],
+        ))
+        .await
+        .map_err(db_error("check claims"))?;
+    rows.iter()
+        .map(|row| {
+            let op = db_error("check claims");
+            let region: String = row.try_get("", "region_name").map_err(&op)?;
+            let scope: i32 = row.try_get("", "shard_scope").map_err(&op)?;
+            let identifier: i64 = row.try_get("", "shard_identifier").map_err(&op)?;
+            Ok(ShardKey::from_raw(
+                batch.kind,
+                scope,
+                identifier,
+                Some(region),
+            ))
+        })
+        .collect()
+}
+
+/// Splits a batch into the owned shards and an outcome listing the lost ones.
+pub(crate) fn split_owned<'b>(
+    batch: &'b CommitBatch,
+    owned: &HashSet<ShardKey>,
+) -> (CommitOutcome, Vec<&'b ShardCommit>) {
+    let mut outcome = CommitOutcome::default();
+    let mut kept = Vec::with_capacity(batch.shards.len());
+    for shard in &batch.shards {
+        if owned.contains(&shard.shard) {
+            kept.push(shard);
+        } else {
+            outcome.lost.push(shard.shard.clone());
+        }
+    }
+    (outcome, kept)
+}
+
+/// Turns a failed shard's claim into its backoff and reschedules its rows.
+pub(crate) async fn apply_backoff<Db: ConnectionTrait>(
+    txn: &Db,
+    backend: DbBackend,
+    queries: &Queries,
+    batch: &CommitBatch,
+    shard: &ShardCommit,
+) -> Result<(), StoreError> {
+    let ShardEnd::Backoff {
+        retry_at,
+        delay,
+        error,
+    } = &shard.end
+    else {
+        return Ok(());
+    };
+    let region = shard.shard.region_name().unwrap_or("").to_owned();
+    let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+    let mut error = error.clone();
+    if error.len() > 2000 {
+        let mut cut = 2000;
+        while !error.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        error.truncate(cut);
+    }
+    txn.execute_raw(statement(
+        backend,
+        &queries.backoff_claim,
+        vec![
+            Value::from(batch.kind.as_i16()),
+            Value::from(batch.token),
+            Value::from(region.clone()),
+            Value::from(shard.shard.scope()),
+            Value::from(shard.shard.identifier()),
+            time::bind(backend, *retry_at),
+            Value::from(delay_ms),
+            Value::from(error),
+        ],
+    ))
+    .await
+    .map_err(db_error("record a shard's backoff"))?;
+    let mut values = vec![
+        Value::from(shard.shard.scope()),
+        Value::from(shard.shard.identifier()),
+        time::bind(backend, *retry_at),
+        time::bind(backend, batch.now),
+    ];
+    if batch.kind == OutboxKind::Control {
+        values.push(Value::from(region));
+    }
+    txn.execute_raw(statement(backend, &queries.backoff_rows, values))
+        .await
+        .map_err(db_error("reschedule a shard"))?;
+    Ok(())
 }

@@ -15,11 +15,10 @@ use outbox_core::{
     StoredRow,
 };
 
-use super::postgres::{
-    apply_backoff, claim_due_values, claim_shard_values, claims_from_rows, fence, row_from_result,
-    split_owned,
+use super::{
+    apply_backoff, claim_due_values, claim_from_row, claim_shard_values, claims_from_rows,
+    common_queries, db_error, fence, render, row_from_result, split_owned, statement, Queries,
 };
-use super::{claim_from_row, common_queries, db_error, render, statement, Queries};
 
 const BACKEND: DbBackend = DbBackend::Sqlite;
 

@@ -1,0 +1,285 @@
+//! Engine behaviour on bad input and misbehaving receivers, over `MemoryStore`.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_core::{
+    DeliveryError, DrainConfig, Drainer, FlushError, HandlerError, ManualClock, MemoryStore,
+    Message, OutboxKind, PayloadError, Receivers, ShardKey, Store,
+};
+use serde_json::json;
+
+outbox_core::registry! {
+    OrgScope = 0 (shard_field = "organization_id") {
+        OrgUpdate = 1,
+        OrgRename = 2,
+        OrgRetired = 3 (retired),
+    }
+    UserScope = 1 (shard_field = "user_id") {
+        UserUpdate = 10,
+    }
+}
+
+fn org(id: i64) -> ShardKey {
+    ShardKey::region(OutboxScope::OrgScope, id)
+}
+
+fn ok_receivers() -> Receivers<OutboxCategory> {
+    Receivers::new()
+        .discard(OutboxCategory::OrgUpdate)
+        .discard(OutboxCategory::OrgRename)
+        .discard(OutboxCategory::UserUpdate)
+}
+
+#[tokio::test]
+async fn a_panicking_receiver_is_a_typed_failure_that_loses_nothing() {
+    let store = MemoryStore::new();
+    store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
+    store.write(&org(2), OutboxCategory::OrgRename, 2, None);
+    let receivers = ok_receivers().on(
+        OutboxCategory::OrgUpdate,
+        |_m: Message<OutboxCategory>| async {
+            if true {
+                panic!("receiver bug");
+            }
+            Ok::<_, HandlerError>(())
+        },
+    );
+    let drainer = Drainer::new(store.clone(), receivers);
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.failures.len(), 1);
+    assert!(
+        matches!(&report.failures[0].error, DeliveryError::Panicked(text) if text == "receiver bug")
+    );
+    assert_eq!(report.deliveries, 1, "the other shard is delivered");
+    assert_eq!(
+        store.rows(OutboxKind::Region).len(),
+        1,
+        "the failed row stays"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_receiver_times_out_and_its_shard_backs_off() {
+    let store = MemoryStore::new();
+    store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
+    let receivers = ok_receivers().on(
+        OutboxCategory::OrgUpdate,
+        |_m: Message<OutboxCategory>| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok::<_, HandlerError>(())
+        },
+    );
+    let config = DrainConfig::default().delivery_timeout(Duration::from_secs(2));
+    let drainer = Drainer::new(store.clone(), receivers).with_config(config);
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert!(
+        matches!(report.failures[0].error, DeliveryError::Timeout(t) if t == Duration::from_secs(2))
+    );
+    assert_eq!(store.rows(OutboxKind::Region).len(), 1);
+    assert!(store.rows(OutboxKind::Region)[0].scheduled_for > chrono::Utc::now());
+}
+
+#[tokio::test]
+async fn missing_receiver_and_scope_mismatch_hold_the_shard_with_clear_errors() {
+    let store = MemoryStore::new();
+    store.write(&org(1), OutboxCategory::UserUpdate, 1, None); // user category in an org shard
+    store.write(&org(2), OutboxCategory::OrgRename, 2, None);
+    let receivers = Receivers::new().discard(OutboxCategory::UserUpdate);
+    let drainer = Drainer::new(store.clone(), receivers);
+    let mut report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    report.failures.sort_by_key(|f| f.shard.identifier());
+    assert!(matches!(
+        report.failures[0].error,
+        DeliveryError::ScopeMismatch {
+            category: "UserUpdate",
+            expected_scope: 1,
+            row_scope: 0
+        }
+    ));
+    assert!(matches!(
+        report.failures[1].error,
+        DeliveryError::NoReceiver {
+            category: "OrgRename"
+        }
+    ));
+    assert!(report.failures[1]
+        .error
+        .to_string()
+        .contains("Receivers::on"));
+    assert_eq!(store.rows(OutboxKind::Region).len(), 2);
+}
+
+#[tokio::test]
+async fn a_receiver_flushing_its_own_shard_defers_instead_of_deadlocking() {
+    let store = MemoryStore::new();
+    let first = store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
+    let drainer_slot: Arc<Mutex<Option<Drainer<OutboxCategory>>>> = Arc::default();
+    let deferred = Arc::new(Mutex::new(Vec::new()));
+    let receivers = ok_receivers().on(OutboxCategory::OrgUpdate, {
+        let (store, slot, deferred) = (store.clone(), drainer_slot.clone(), deferred.clone());
+        move |message: Message<OutboxCategory>| {
+            let (store, slot, deferred) = (store.clone(), slot.clone(), deferred.clone());
+            async move {
+                // The receiver writes to its own shard and another, then flushes both.
+                let same = store.write(&message.shard, OutboxCategory::OrgRename, 9, None);
+                let other = store.write(&org(2), OutboxCategory::OrgRename, 9, None);
+                let drainer = slot.lock().unwrap().clone().unwrap();
+                let same = drainer.drain_shard(&message.shard, Some(same)).await?;
+                let other = drainer.drain_shard(&org(2), Some(other)).await?;
+                deferred
+                    .lock()
+                    .unwrap()
+                    .push((same.deferred, other.deliveries));
+                Ok::<_, HandlerError>(())
+            }
+        }
+    });
+    let drainer = Drainer::new(store.clone(), receivers)
+        .with_config(DrainConfig::default().sync_wait(Duration::from_millis(100)));
+    *drainer_slot.lock().unwrap() = Some(drainer.clone());
+    let report = drainer.drain_shard(&org(1), Some(first)).await.unwrap();
+    assert_eq!(report.deliveries, 1);
+    assert_eq!(
+        *deferred.lock().unwrap(),
+        vec![(1, 1)],
+        "own shard deferred, other shard flushed"
+    );
+    // The deferred row is still there for the background drain.
+    assert_eq!(store.rows(OutboxKind::Region).len(), 1);
+    drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert!(store.rows(OutboxKind::Region).is_empty());
+}
+
+#[tokio::test]
+async fn a_database_lost_mid_round_loses_nothing_and_its_claims_expire() {
+    let clock = ManualClock::starting_now();
+    let store = MemoryStore::new();
+    store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
+    let drainer = Drainer::new(store.clone(), ok_receivers()).with_clock(clock.clone());
+    // The claim goes through, then the database goes away.
+    store.fail_calls(1, 1);
+    let error = drainer.drain_due(OutboxKind::Region).await.unwrap_err();
+    assert!(error.to_string().contains("read outbox rows"), "{error}");
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 1);
+    // The orphaned claim holds the shard for its lease only.
+    assert_eq!(
+        drainer.drain_due(OutboxKind::Region).await.unwrap().shards,
+        0
+    );
+    clock.advance(drainer.config().lease_duration() + Duration::from_secs(1));
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.deliveries, 1);
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_sync_flush_reports_a_busy_shard() {
+    let clock = ManualClock::starting_now();
+    let store = MemoryStore::new();
+    let id = store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
+    let request = outbox_core::ClaimRequest {
+        kind: OutboxKind::Region,
+        now: outbox_core::Clock::now(&clock),
+        lease_until: outbox_core::Clock::now(&clock) + chrono::Duration::seconds(30),
+        token: 7,
+        owner: "someone else".into(),
+        limit: 1,
+        up_to_id: None,
+    };
+    assert!(store
+        .claim_shard(&request, &org(1))
+        .await
+        .unwrap()
+        .is_some());
+    let drainer = Drainer::new(store.clone(), ok_receivers())
+        .with_clock(clock.clone())
+        .with_config(DrainConfig::default().sync_wait(Duration::from_millis(30)));
+    let error = drainer.drain_shard(&org(1), Some(id)).await.unwrap_err();
+    assert!(matches!(error, FlushError::ShardBusy { .. }), "{error}");
+    assert!(error.to_string().contains("left to the background drain"));
+}
+
+#[test]
+fn receivers_report_missing_and_duplicate_registrations() {
+    let receivers = Receivers::<OutboxCategory>::new()
+        .discard(OutboxCategory::OrgUpdate)
+        .discard(OutboxCategory::OrgUpdate);
+    assert_eq!(
+        receivers.missing(),
+        vec![OutboxCategory::OrgRename, OutboxCategory::UserUpdate]
+    );
+    assert_eq!(
+        receivers.missing_in(&[OutboxScope::UserScope]),
+        vec![OutboxCategory::UserUpdate]
+    );
+    let error = receivers.ensure_complete().unwrap_err();
+    assert_eq!(error.missing, vec!["OrgRename", "UserUpdate"]);
+    assert_eq!(error.duplicates, vec!["OrgUpdate"]);
+    let text = error.to_string();
+    assert!(
+        text.contains("no receiver for [OrgRename, UserUpdate]")
+            && text.contains("registered twice: [OrgUpdate]"),
+        "{text}"
+    );
+    assert!(
+        ok_receivers().ensure_complete().is_ok(),
+        "retired categories need no receiver"
+    );
+}
+
+#[tokio::test]
+async fn payload_decoding_errors_are_typed() {
+    let store = MemoryStore::new();
+    store.write(
+        &org(1),
+        OutboxCategory::OrgUpdate,
+        1,
+        Some(json!({ "name": 5 })),
+    );
+    store.write(&org(2), OutboxCategory::OrgUpdate, 2, None);
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Rename {
+        name: String,
+    }
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let receivers = ok_receivers().on(OutboxCategory::OrgUpdate, {
+        let errors = errors.clone();
+        move |message: Message<OutboxCategory>| {
+            let errors = errors.clone();
+            async move {
+                let error = message.payload_as::<Rename>().unwrap_err();
+                let malformed = matches!(error, PayloadError::Malformed { .. });
+                errors.lock().unwrap().push((malformed, error.to_string()));
+                Err::<(), HandlerError>(error.into())
+            }
+        }
+    });
+    Drainer::new(store.clone(), receivers)
+        .drain_due(OutboxKind::Region)
+        .await
+        .unwrap();
+    let mut errors = errors.lock().unwrap().clone();
+    errors.sort();
+    assert!(!errors[0].0 && errors[0].1.contains("has no payload"));
+    assert!(
+        errors[1].0 && errors[1].1.contains("::Rename`: invalid type"),
+        "{}",
+        errors[1].1
+    );
+    assert_eq!(store.rows(OutboxKind::Region).len(), 2, "nothing lost");
+}
+
+#[test]
+fn retired_categories_are_known_but_flagged() {
+    use outbox_core::Category;
+    assert!(OutboxCategory::OrgRetired.is_retired());
+    assert_eq!(OutboxCategory::try_from(3), Ok(OutboxCategory::OrgRetired));
+    assert_eq!(
+        OutboxCategory::try_from(4),
+        Err(outbox_core::UnknownCategory(4))
+    );
+}
