@@ -40,6 +40,7 @@
 //! outbox rows only through this crate's functions. Use WAL mode
 //! (`journal_mode=WAL`) when several connections write.
 
+pub mod entity;
 pub mod store;
 #[cfg(feature = "test-utils")]
 pub mod testing;

@@ -780,7 +780,67 @@ async fn cascading_receivers_drain_until_idle_or_hit_the_limit(backend: DbBacken
     );
 }
 
+async fn entities_show_rows_and_a_failing_shards_backoff(backend: DbBackend) {
+    use outbox_seaorm::entity::{control_outbox, outbox_shard_claim, region_outbox};
+    use sea_orm::EntityTrait;
+    let t = database(backend, "entities").await;
+    let row = write_region(
+        &t.db,
+        org(OutboxCategory::OrganizationUpdate, 3, 4, json!({ "a": 1 })),
+    )
+    .await
+    .unwrap();
+    write_control(
+        &t.db,
+        ["us"],
+        OutboxMessage::new(OutboxCategory::UserUpdate, 5, 6),
+    )
+    .await
+    .unwrap();
+    let stored = region_outbox::Entity::find_by_id(row.id)
+        .one(&t.db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            stored.shard_scope,
+            stored.shard_identifier,
+            stored.category,
+            stored.object_identifier
+        ),
+        (0, 3, 1, 4)
+    );
+    assert_eq!(stored.payload, Some(json!({ "a": 1 })));
+    assert_eq!(stored.scheduled_for, outbox_core::the_past());
+    let control = control_outbox::Entity::find().all(&t.db).await.unwrap();
+    assert_eq!(control[0].region_name, "us");
+
+    let recorder = Recorder::new();
+    recorder.fail_when(|_| true);
+    Drainer::new(t.store(), recorder.receivers())
+        .drain_due(OutboxKind::Region)
+        .await
+        .unwrap();
+    let claims = outbox_shard_claim::Entity::find().all(&t.db).await.unwrap();
+    assert_eq!(claims.len(), 1);
+    assert_eq!(
+        (
+            claims[0].owner.as_deref(),
+            claims[0].attempts,
+            claims[0].last_backoff_ms
+        ),
+        (None, 1, Some(1000))
+    );
+    assert!(claims[0]
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("receiver refused"));
+}
+
 on_both_backends!(
+    entities_show_rows_and_a_failing_shards_backoff,
     rolled_back_transaction_writes_no_row,
     committed_transaction_writes_exactly_its_rows,
     groups_are_delivered_in_order_of_their_lowest_id,

@@ -153,6 +153,24 @@ impl<C: Category> Drainer<C> {
         self.clock.now()
     }
 
+    /// How long the oldest pending row of `kind` has waited, by this
+    /// drainer's clock; `None` when nothing is pending.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn oldest_pending_age(
+        &self,
+        kind: OutboxKind,
+    ) -> Result<Option<Duration>, StoreError> {
+        let oldest = self.store.oldest_pending(kind).await?;
+        Ok(oldest.map(|oldest| {
+            (self.clock.now() - oldest)
+                .to_std()
+                .unwrap_or(Duration::ZERO)
+        }))
+    }
+
     /// One background round over `kind`: claims up to `shards_per_claim` due
     /// shards and works through them. Delivery failures are in the report;
     /// only a store failure is an error.

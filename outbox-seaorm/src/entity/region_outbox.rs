@@ -1,0 +1,34 @@
+//! The `region_outbox` table.
+
+use sea_orm::entity::prelude::*;
+
+/// A pending region-outbox row.
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+#[sea_orm(table_name = "region_outbox")]
+pub struct Model {
+    /// Order within the shard; the coalescing winner is the highest id.
+    #[sea_orm(primary_key)]
+    pub id: i64,
+    /// `OutboxScope` value.
+    pub shard_scope: i32,
+    /// E.g. the organization id.
+    pub shard_identifier: i64,
+    /// `OutboxCategory` value.
+    pub category: i32,
+    /// E.g. the model's id.
+    pub object_identifier: i64,
+    /// What the receiver needs.
+    pub payload: Option<Json>,
+    /// When `scheduled_for` was last set.
+    pub scheduled_from: DateTimeUtc,
+    /// When the row is due.
+    pub scheduled_for: DateTimeUtc,
+    /// When the row was written.
+    pub date_added: DateTimeUtc,
+}
+
+/// No relations.
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}
