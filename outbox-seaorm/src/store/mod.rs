@@ -4,6 +4,7 @@
 //! backend module of its database: [`postgres`] batches across shards with
 //! arrays and `LATERAL`, [`sqlite`] relies on SQLite's single writer and runs
 //! cheap per-shard statements. Both expose the same functions; the SQL lives in
+//! `queries/common/<name>.sql` when both backends run it, else in
 //! `queries/<backend>/<name>.sql`.
 
 pub mod postgres;
@@ -74,15 +75,16 @@ impl SeaOrmStore {
     /// [`UnsupportedBackend`] for a database other than PostgreSQL or SQLite.
     pub fn new(db: DatabaseConnection) -> Result<Self, UnsupportedBackend> {
         let backend = db.get_database_backend();
-        let render = match backend {
-            DbBackend::Postgres => postgres::queries,
-            DbBackend::Sqlite => sqlite::queries,
-            other => return Err(UnsupportedBackend(other)),
-        };
+        if !matches!(backend, DbBackend::Postgres | DbBackend::Sqlite) {
+            return Err(UnsupportedBackend(backend));
+        }
         Ok(Self {
             db,
             backend,
-            queries: std::sync::Arc::new([render(OutboxKind::Region), render(OutboxKind::Control)]),
+            queries: std::sync::Arc::new([
+                Queries::render(OutboxKind::Region, backend),
+                Queries::render(OutboxKind::Control, backend),
+            ]),
         })
     }
 
@@ -95,6 +97,50 @@ impl SeaOrmStore {
         match kind {
             OutboxKind::Region => &self.queries[0],
             OutboxKind::Control => &self.queries[1],
+        }
+    }
+}
+
+impl Queries {
+    /// Renders the statements of `kind` for `backend`: the shared ones from
+    /// `queries/common/`, the rest from the backend's folder.
+    fn render(kind: OutboxKind, backend: DbBackend) -> Self {
+        let postgres = backend == DbBackend::Postgres;
+        let region_literal = if postgres { "''::text" } else { "''" };
+        let r = |template: &str| render(template, kind, region_literal);
+        let table = table(kind);
+        let (read_rows, delete_rows, release_some, release_all_and_delete) = if postgres {
+            (
+                include_str!("queries/postgres/read_rows.sql"),
+                include_str!("queries/postgres/delete_rows.sql"),
+                include_str!("queries/postgres/release_some.sql"),
+                include_str!("queries/postgres/release_all_and_delete.sql"),
+            )
+        } else {
+            (
+                include_str!("queries/sqlite/read_rows.sql"),
+                include_str!("queries/sqlite/delete_rows.sql"),
+                include_str!("queries/sqlite/release_one.sql"),
+                "",
+            )
+        };
+        Self {
+            kind,
+            claim_due: r(include_str!("queries/common/claim_due.sql")),
+            claim_shard: r(include_str!("queries/common/claim_shard.sql")),
+            read_rows: r(read_rows),
+            fence: r(include_str!("queries/common/fence.sql")),
+            delete_rows: r(delete_rows),
+            release_all: r(include_str!("queries/common/release_all.sql")),
+            release_some: r(release_some),
+            release_all_and_delete: r(release_all_and_delete),
+            backoff_claim: r(include_str!("queries/common/backoff_claim.sql")),
+            backoff_rows: r(include_str!("queries/common/backoff_rows.sql")),
+            shard_depths: r(include_str!("queries/common/shard_depths.sql")),
+            has_due: r(include_str!("queries/common/has_due.sql")),
+            pending_count: format!("SELECT count(*) AS n FROM {table}"),
+            oldest_pending: format!("SELECT min(date_added) AS oldest FROM {table}"),
+            max_id: format!("SELECT max(id) AS max_id FROM {table}"),
         }
     }
 }
@@ -312,16 +358,6 @@ impl Store for SeaOrmStore {
             None => Ok(None),
         }
     }
-}
-
-/// Statements shared by both backends.
-pub(crate) fn common_queries(kind: OutboxKind) -> [String; 3] {
-    let table = table(kind);
-    [
-        format!("SELECT count(*) AS n FROM {table}"),
-        format!("SELECT min(date_added) AS oldest FROM {table}"),
-        format!("SELECT max(id) AS max_id FROM {table}"),
-    ]
 }
 
 // Helpers shared by both backends.

@@ -10,41 +10,17 @@ use std::collections::HashSet;
 use sea_orm::{ConnectionTrait, DbBackend, TransactionSession, TransactionTrait, Value};
 
 use outbox_core::{
-    ClaimRequest, CommitBatch, CommitOutcome, OutboxKind, ShardClaim, ShardCommit, ShardEnd,
-    ShardKey, ShardRead, StoreError, StoredRow,
+    ClaimRequest, CommitBatch, CommitOutcome, ShardClaim, ShardCommit, ShardEnd, ShardKey,
+    ShardRead, StoreError, StoredRow,
 };
 
 use super::{
     apply_backoff, claim_due_values, claim_from_row, claim_shard_values, claims_from_rows,
-    common_queries, db_error, fence, render, row_from_result, split_owned, statement, Queries,
+    db_error, fence, row_from_result, split_owned, statement, Queries,
 };
 use crate::time;
 
 const BACKEND: DbBackend = DbBackend::Postgres;
-
-/// Renders the statements of `kind`.
-pub(crate) fn queries(kind: OutboxKind) -> Queries {
-    let r = |template: &str| render(template, kind, "''::text");
-    let [pending_count, oldest_pending, max_id] = common_queries(kind);
-    Queries {
-        kind,
-        claim_due: r(include_str!("queries/postgres/claim_due.sql")),
-        claim_shard: r(include_str!("queries/postgres/claim_shard.sql")),
-        read_rows: r(include_str!("queries/postgres/read_rows.sql")),
-        fence: r(include_str!("queries/postgres/fence.sql")),
-        delete_rows: r(include_str!("queries/postgres/delete_rows.sql")),
-        release_all: r(include_str!("queries/postgres/release_all.sql")),
-        release_some: r(include_str!("queries/postgres/release_some.sql")),
-        release_all_and_delete: r(include_str!("queries/postgres/release_all_and_delete.sql")),
-        backoff_claim: r(include_str!("queries/postgres/backoff_claim.sql")),
-        backoff_rows: r(include_str!("queries/postgres/backoff_rows.sql")),
-        shard_depths: r(include_str!("queries/postgres/shard_depths.sql")),
-        has_due: r(include_str!("queries/postgres/has_due.sql")),
-        pending_count,
-        oldest_pending,
-        max_id,
-    }
-}
 
 /// Claims due shards in one statement.
 pub(crate) async fn claim_due<Db: ConnectionTrait>(

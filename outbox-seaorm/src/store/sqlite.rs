@@ -17,34 +17,10 @@ use outbox_core::{
 
 use super::{
     apply_backoff, claim_due_values, claim_from_row, claim_shard_values, claims_from_rows,
-    common_queries, db_error, fence, render, row_from_result, split_owned, statement, Queries,
+    db_error, fence, row_from_result, split_owned, statement, Queries,
 };
 
 const BACKEND: DbBackend = DbBackend::Sqlite;
-
-/// Renders the statements of `kind`.
-pub(crate) fn queries(kind: OutboxKind) -> Queries {
-    let r = |template: &str| render(template, kind, "''");
-    let [pending_count, oldest_pending, max_id] = common_queries(kind);
-    Queries {
-        kind,
-        claim_due: r(include_str!("queries/sqlite/claim_due.sql")),
-        claim_shard: r(include_str!("queries/sqlite/claim_shard.sql")),
-        read_rows: r(include_str!("queries/sqlite/read_rows.sql")),
-        fence: r(include_str!("queries/sqlite/fence.sql")),
-        delete_rows: r(include_str!("queries/sqlite/delete_rows.sql")),
-        release_all: r(include_str!("queries/sqlite/release_all.sql")),
-        release_some: r(include_str!("queries/sqlite/release_one.sql")),
-        release_all_and_delete: String::new(),
-        backoff_claim: r(include_str!("queries/sqlite/backoff_claim.sql")),
-        backoff_rows: r(include_str!("queries/sqlite/backoff_rows.sql")),
-        shard_depths: r(include_str!("queries/sqlite/shard_depths.sql")),
-        has_due: r(include_str!("queries/sqlite/has_due.sql")),
-        pending_count,
-        oldest_pending,
-        max_id,
-    }
-}
 
 /// Claims due shards in one statement.
 pub(crate) async fn claim_due<Db: ConnectionTrait>(

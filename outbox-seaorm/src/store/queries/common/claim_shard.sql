@@ -6,4 +6,4 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, 0)
 ON CONFLICT (kind, region_name, shard_scope, shard_identifier) DO UPDATE
     SET token = EXCLUDED.token, owner = EXCLUDED.owner, lease_until = EXCLUDED.lease_until
     WHERE c.lease_until <= $8 OR c.owner IS NULL
-RETURNING c.last_backoff_ms, c.attempts
+RETURNING last_backoff_ms, attempts

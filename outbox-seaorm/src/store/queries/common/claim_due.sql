@@ -1,4 +1,5 @@
--- Claims up to $4 due shards nobody holds, oldest first, in one statement.
+-- Claims up to $4 due shards nobody holds, oldest first, in one statement
+-- (PostgreSQL and SQLite; SQLite runs it under its single writer).
 -- $1 now, $2 highest id considered, $3 kind, $4 limit, $5 token, $6 owner, $7 lease end,
 -- $8 rows scanned for candidate shards.
 -- Two workers racing for a shard: the second waits on the first's insert, then
@@ -30,8 +31,9 @@ INSERT INTO outbox_shard_claim AS c
     (kind, region_name, shard_scope, shard_identifier, token, owner, lease_until, attempts)
 SELECT $3, f.region_name, f.shard_scope, f.shard_identifier, $5, $6, $7, 0
 FROM free f
+WHERE true -- SQLite: keeps ON CONFLICT from parsing as a join constraint
 ORDER BY f.region_name, f.shard_scope, f.shard_identifier
 ON CONFLICT (kind, region_name, shard_scope, shard_identifier) DO UPDATE
     SET token = EXCLUDED.token, owner = EXCLUDED.owner, lease_until = EXCLUDED.lease_until
     WHERE c.lease_until <= $1
-RETURNING c.region_name, c.shard_scope, c.shard_identifier, c.last_backoff_ms, c.attempts
+RETURNING region_name, shard_scope, shard_identifier, last_backoff_ms, attempts
