@@ -10,8 +10,10 @@
 //!
 //! - the floor: a bare loop of `DELETE … WHERE id IN (SELECT … LIMIT 500 FOR
 //!   UPDATE SKIP LOCKED) RETURNING …` through the same driver;
-//! - (a) 20,000 messages over 20,000 shards, (b) over 100 shards, (c) 20,000
-//!   updates of 1,000 objects (coalescing), each with its ratio to the floor;
+//! - (a) 20,000 messages over 20,000 shards (also with two drain tasks), (b)
+//!   over 100 shards, (c) 20,000 updates of 1,000 objects (coalescing), each
+//!   with its ratio to the floor, in messages per second and in WAL bytes per
+//!   message;
 //! - the write overhead: a model row inserted in its own transaction with its
 //!   outbox row vs without, as a ratio.
 
@@ -56,11 +58,37 @@ async fn fill(db: &DatabaseConnection, shards: i64, objects_per_shard: Option<i6
         .unwrap();
 }
 
-async fn floor(db: &DatabaseConnection) -> Duration {
+async fn wal_position(db: &DatabaseConnection) -> String {
+    let row = db
+        .query_one_raw(Statement::from_string(
+            db.get_database_backend(),
+            "SELECT pg_current_wal_insert_lsn()::text AS lsn",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    row.try_get("", "lsn").unwrap()
+}
+
+async fn wal_since(db: &DatabaseConnection, start: &str) -> i64 {
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            db.get_database_backend(),
+            "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::bigint AS bytes",
+            [start.into()],
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    row.try_get("", "bytes").unwrap()
+}
+
+async fn floor(db: &DatabaseConnection) -> (Duration, i64) {
     fill(db, MESSAGES, None).await;
     let sql = "DELETE FROM region_outbox WHERE id IN (SELECT id FROM region_outbox ORDER BY id \
                LIMIT 500 FOR UPDATE SKIP LOCKED) RETURNING id, shard_scope, shard_identifier, \
                category, object_identifier, payload";
+    let wal = wal_position(db).await;
     let started = Instant::now();
     loop {
         let rows = db
@@ -71,26 +99,44 @@ async fn floor(db: &DatabaseConnection) -> Duration {
             break;
         }
     }
-    started.elapsed()
+    (started.elapsed(), wal_since(db, &wal).await)
 }
 
-async fn drain(db: &DatabaseConnection, shards: i64, objects: Option<i64>) -> (Duration, usize) {
+async fn drain(
+    db: &DatabaseConnection,
+    shards: i64,
+    objects: Option<i64>,
+    tasks: usize,
+) -> (Duration, usize, i64) {
     fill(db, shards, objects).await;
     let receivers = Receivers::new().on(OutboxCategory::BenchUpdate, |_message| async {
         Ok::<_, HandlerError>(())
     });
     let drainer =
         Drainer::new(SeaOrmStore::new(db.clone()).unwrap(), receivers).with_config(config());
+    let wal = wal_position(db).await;
     let started = Instant::now();
+    let loops: Vec<_> = (0..tasks)
+        .map(|_| {
+            let drainer = drainer.clone();
+            tokio::spawn(async move {
+                let mut deliveries = 0;
+                loop {
+                    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+                    deliveries += report.deliveries;
+                    if report.is_empty() {
+                        return deliveries;
+                    }
+                }
+            })
+        })
+        .collect();
     let mut deliveries = 0;
-    loop {
-        let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
-        deliveries += report.deliveries;
-        if report.is_empty() {
-            break;
-        }
+    for drain_loop in loops {
+        deliveries += drain_loop.await.unwrap();
     }
     let elapsed = started.elapsed();
+    let wal = wal_since(db, &wal).await;
     assert_eq!(
         drainer
             .store()
@@ -99,7 +145,7 @@ async fn drain(db: &DatabaseConnection, shards: i64, objects: Option<i64>) -> (D
             .unwrap(),
         0
     );
-    (elapsed, deliveries)
+    (elapsed, deliveries, wal)
 }
 
 /// The drain's tuning: defaults, or `OUTBOX_BENCH_SHARDS_PER_CLAIM` to explore.
@@ -152,6 +198,11 @@ async fn write_overhead(db: &DatabaseConnection) -> (Duration, Duration) {
     (without, with)
 }
 
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 fn rate(messages: i64, elapsed: Duration) -> f64 {
     messages as f64 / elapsed.as_secs_f64()
 }
@@ -167,22 +218,55 @@ async fn main() {
     let database = TestDatabase::postgres_on(&admin, "bench").await.unwrap();
     let db = &database.db;
 
-    let floor = floor(db).await;
-    let floor_rate = rate(MESSAGES, floor);
-    println!("PostgreSQL drain of {MESSAGES} pre-filled messages, one worker, no-op receiver");
+    // Each figure is the median of REPEATS runs; the floor is measured right
+    // before each scenario run so that both see the same machine.
+    const REPEATS: usize = 3;
+    let scenarios = [
+        ("(a) 20,000 shards, 1 message each", MESSAGES, None, 1),
+        ("(a') the same, 2 drain tasks", MESSAGES, None, 2),
+        ("(b) 100 shards, 200 messages each", 100, None, 1),
+        (
+            "(c) 1,000 objects x 20 updates (coalescing)",
+            100,
+            Some(10),
+            1,
+        ),
+    ];
+    let mut floors = Vec::new();
+    let mut floor_wal = Vec::new();
+    let mut results = vec![Vec::new(); scenarios.len()];
+    let mut wal = vec![Vec::new(); scenarios.len()];
+    let mut deliveries = vec![0; scenarios.len()];
+    for _ in 0..REPEATS {
+        for (i, (_, shards, objects, tasks)) in scenarios.iter().enumerate() {
+            let (elapsed, bytes) = floor(db).await;
+            floors.push(rate(MESSAGES, elapsed));
+            floor_wal.push(bytes as f64 / MESSAGES as f64);
+            let (elapsed, delivered, bytes) = drain(db, *shards, *objects, *tasks).await;
+            results[i].push(rate(MESSAGES, elapsed));
+            wal[i].push(bytes as f64 / MESSAGES as f64);
+            deliveries[i] = delivered;
+        }
+    }
+    let floor_rate = median(&mut floors);
+    let floor_wal = median(&mut floor_wal);
     println!(
-        "  floor (DELETE ... LIMIT 500 FOR UPDATE SKIP LOCKED RETURNING): {floor_rate:>9.0} msgs/s"
+        "PostgreSQL drain of {MESSAGES} pre-filled messages, one process, no-op receiver \
+         (median of {REPEATS} runs)"
     );
-    for (label, shards, objects) in [
-        ("(a) 20,000 shards, 1 message each     ", MESSAGES, None),
-        ("(b) 100 shards, 200 messages each     ", 100, None),
-        ("(c) 1,000 objects x 20 updates (coalescing)", 100, Some(10)),
-    ] {
-        let (elapsed, deliveries) = drain(db, shards, objects).await;
-        let msgs = rate(MESSAGES, elapsed);
+    println!(
+        "  floor (DELETE ... LIMIT 500 FOR UPDATE SKIP LOCKED RETURNING): {floor_rate:>7.0} msgs/s, \
+         {floor_wal:>5.0} WAL bytes/msg"
+    );
+    for (i, (label, _, _, _)) in scenarios.iter().enumerate() {
+        let msgs = median(&mut results[i]);
+        let bytes = median(&mut wal[i]);
         println!(
-            "  {label}: {msgs:>9.0} msgs/s  ({:.2}x floor, {deliveries} deliveries)",
-            msgs / floor_rate
+            "  {label:<44}: {msgs:>7.0} msgs/s ({:.2}x floor), {bytes:>5.0} WAL bytes/msg ({:.2}x floor), \
+             {} deliveries",
+            msgs / floor_rate,
+            bytes / floor_wal,
+            deliveries[i]
         );
     }
     let (without, with) = write_overhead(db).await;

@@ -4,6 +4,10 @@
 -- $8 rows scanned for candidate shards.
 -- Two workers racing for a shard: the second waits on the first's insert, then
 -- its ON CONFLICT ... WHERE sees a live lease and skips the shard.
+-- Never read the claimed shards' rows in this same statement: its snapshot
+-- predates the claim, so it can still see rows that another worker delivered
+-- and deleted just before the claim was granted (they would be delivered
+-- again, out of order). The engine reads them in a separate statement.
 WITH candidates AS (
     -- The oldest due rows of shards nobody holds, in index order: a bounded
     -- scan ($8 rows), never an aggregate over the whole backlog.
