@@ -1,16 +1,71 @@
 //! # outbox-axum
 //!
-//! The Axum integration of the outbox: a tower layer that gives each request a
-//! transaction and an outbox context and flushes the touched shards after the
-//! commit, the `Tx` extractor, and the background drain spawned at startup.
+//! The Axum side of the outbox. Mount one layer and extract one type, and your
+//! writes become reliable side effects:
 //!
-//! **Status:** this crate is being built (issue 3). It exports nothing yet; until
-//! then, open a transaction yourself, write with
-//! [`outbox_seaorm::write_region`], commit, and call
-//! [`outbox_core::Drainer::drain_shard`] with the rows you wrote, as the
-//! `example-app` crate does.
+//! - [`OutboxLayer`] gives each request a transaction (begun lazily) and an
+//!   outbox context, commits after a successful response, rolls back
+//!   otherwise, and flushes the shards the request wrote *before* the response
+//!   leaves, so a client that sees its response can read the replicated effect.
+//! - [`Tx`] is the request's transaction, usable wherever SeaORM takes a
+//!   `ConnectionTrait`; [`OutboxCtx`], [`defer_flush`] and [`deferred`] opt
+//!   rows out of the synchronous flush (`flush = false`).
+//! - [`OutboxWorker`] spawns the background drain at startup: it refuses to
+//!   start when a category has no receiver, wakes on in-process commits and
+//!   PostgreSQL `NOTIFY`, polls as a fallback, survives the database going
+//!   away, and shuts down gracefully.
+//!
+//! ```no_run
+//! outbox_core::registry! {
+//!     OrganizationScope = 0 (shard_field = "organization_id") {
+//!         OrganizationUpdate = 1,
+//!     }
+//! }
+//! use axum::{extract::Path, routing::put, Router};
+//! use outbox_axum::{OutboxWorker, Tx};
+//! use outbox_core::{HandlerError, Message, Receivers};
+//! use outbox_seaorm::{write_region, OutboxMessage};
+//!
+//! async fn rename(tx: Tx, Path(id): Path<i64>) -> Result<&'static str, axum::http::StatusCode> {
+//!     // ... update the organization with `&tx` ...
+//!     write_region(&tx, OutboxMessage::new(OutboxCategory::OrganizationUpdate, id, id))
+//!         .await
+//!         .map_err(|_| axum::http::StatusCode::INTERNAL_SERVER_ERROR)?;
+//!     Ok("renamed") // committed, then flushed: the receiver has run
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let db = sea_orm::Database::connect("sqlite://app.sqlite?mode=rwc").await?;
+//!     let receivers = Receivers::new().on(OutboxCategory::OrganizationUpdate, |msg: Message<OutboxCategory>| async move {
+//!         println!("replicate organization {}", msg.object_identifier);
+//!         Ok::<_, HandlerError>(())
+//!     });
+//!     let worker = OutboxWorker::builder(db.clone(), receivers).spawn()?;
+//!     let app = Router::new()
+//!         .route("/organizations/{id}", put(rename))
+//!         .layer(worker.layer());
+//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//!     axum::serve(listener, app)
+//!         .with_graceful_shutdown(async { let _ = tokio::signal::ctrl_c().await; })
+//!         .await?;
+//!     worker.shutdown().await;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Outside HTTP (a job), use the same context API:
+//! [`OutboxContext::scope`](outbox_core::OutboxContext::scope) around the
+//! transaction, then [`OutboxContext::flush`](outbox_core::OutboxContext::flush)
+//! after the commit.
 
-#[doc(no_inline)]
-pub use outbox_core;
-#[doc(no_inline)]
-pub use outbox_seaorm;
+mod context;
+pub mod layer;
+mod slot;
+mod tx;
+pub mod worker;
+
+pub use context::{defer_flush, deferred, OutboxCtx};
+pub use layer::{OnFlushFailure, Outbox, OutboxLayer, ResponseFuture};
+pub use tx::{Tx, TxRejection};
+pub use worker::{OutboxWaker, OutboxWorker, OutboxWorkerBuilder, WorkerError, WorkerHandle};

@@ -54,6 +54,7 @@
 pub mod backoff;
 pub mod clock;
 pub mod coalesce;
+pub mod context;
 pub mod drain;
 pub mod kill_switch;
 #[cfg(feature = "test-utils")]
@@ -70,6 +71,7 @@ pub mod testing;
 pub use backoff::BackoffPolicy;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use coalesce::{coalesce, CoalescingGroup};
+pub use context::{FlushOutcome, OutboxContext};
 pub use drain::{DeliveryError, DrainConfig, DrainReport, Drainer, FlushError, ShardFailure};
 pub use kill_switch::KillSwitch;
 #[cfg(feature = "test-utils")]

@@ -41,6 +41,7 @@
 //! (`journal_mode=WAL`) when several connections write.
 
 pub mod entity;
+pub mod listener;
 pub mod store;
 #[cfg(feature = "test-utils")]
 pub mod testing;

@@ -2,7 +2,9 @@
 //!
 //! Every function takes any SeaORM [`ConnectionTrait`]. Pass the transaction
 //! that changes your model, and the outbox row exists if and only if that
-//! transaction commits.
+//! transaction commits. Every row written is noted in the current
+//! [`OutboxContext`](outbox_core::OutboxContext), if any, so that it can be
+//! flushed right after the commit.
 //!
 //! ```no_run
 //! # outbox_core::registry! { OrganizationScope = 0 { OrganizationUpdate = 1 } }
@@ -241,6 +243,7 @@ async fn insert<C: Category, Db: ConnectionTrait>(
                 Some(region) => message.control_shard(region),
                 None => message.region_shard(),
             };
+            outbox_core::OutboxContext::note(&shard, id);
             metrics::counter!(outbox_core::metrics::SAVED, "category" => message.category.name(), "kind" => kind.as_str())
                 .increment(1);
             written.push(WrittenRow {

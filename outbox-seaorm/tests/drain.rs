@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -306,7 +305,7 @@ async fn failing_receiver_backs_off_its_whole_shard(backend: DbBackend) {
         let retry = drainer.drain_due(OutboxKind::Region).await.unwrap();
         assert_eq!(retry.failures.len(), 1);
     }
-    assert_eq!(recorder.calls.load(Ordering::SeqCst), 1 + 1 + 5);
+    assert_eq!(recorder.calls(), 1 + 1 + 5);
 
     recorder.stop_failing();
     clock.advance(Duration::from_secs(8));
@@ -335,7 +334,7 @@ async fn parallel_drains_never_share_a_shard(backend: DbBackend) {
     }
     write_region_many(&t.db, messages).await.unwrap();
     let recorder = Recorder::new();
-    recorder.yield_inside.store(true, Ordering::Relaxed);
+    recorder.yield_inside(true);
     let config = DrainConfig::default()
         .shards_per_claim(8)
         .batch_size(3)
@@ -368,7 +367,7 @@ async fn parallel_drains_never_share_a_shard(backend: DbBackend) {
     for task in tasks {
         task.await.unwrap();
     }
-    assert_eq!(recorder.overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(recorder.overlaps(), 0);
     assert_eq!(
         t.store().pending_count(OutboxKind::Region).await.unwrap(),
         0

@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::{database, OutboxCategory, Recorder};
@@ -42,7 +41,7 @@ async fn four_drains_over_a_thousand_shards_lose_nothing_and_keep_order() {
     }
 
     let recorder = Recorder::new();
-    recorder.yield_inside.store(true, Ordering::Relaxed);
+    recorder.yield_inside(true);
     recorder.fail_when(|_| rand::rng().random_bool(0.10));
     let config = DrainConfig::default()
         .shards_per_claim(64)
@@ -87,7 +86,7 @@ async fn four_drains_over_a_thousand_shards_lose_nothing_and_keep_order() {
         "drained within the time bound"
     );
     assert_eq!(
-        recorder.overlaps.load(Ordering::SeqCst),
+        recorder.overlaps(),
         0,
         "a shard was delivered by two workers at once"
     );

@@ -1,0 +1,94 @@
+//! `OutboxLayer`: a transaction and an outbox context per request, the commit,
+//! and the synchronous flush after it.
+//!
+//! For every request the layer:
+//!
+//! 1. inserts a slot for the request's transaction (begun lazily, by the first
+//!    [`Tx`](crate::Tx) extraction) and opens an
+//!    [`OutboxContext`](outbox_core::OutboxContext) around the handler, so that
+//!    every outbox row written during the request is noted;
+//! 2. after the handler, commits when the response is a success (by default:
+//!    not 4xx or 5xx; see [`OutboxLayer::commit_when`]) and rolls back otherwise;
+//! 3. after the commit, flushes each shard the request wrote, up to the
+//!    highest id it wrote, *before* the response goes out, so a client that
+//!    gets its response can read the replicated effect;
+//! 4. wakes the background drain (in-process, and with `NOTIFY` on
+//!    PostgreSQL) when rows were left to it.
+//!
+//! # When nothing is committed
+//!
+//! - The response is a 4xx or 5xx (or fails your `commit_when` predicate).
+//! - The handler panics: the transaction is rolled back and the panic resumes.
+//! - The client disconnects before the response: the request future is dropped,
+//!   and with it the transaction, which rolls back.
+//! - A `Tx` is still alive when the response is ready (moved into a spawned
+//!   task): the layer answers 500 instead of reporting a success it cannot
+//!   commit; the transaction rolls back when that `Tx` is dropped.
+//! - The commit itself fails: the layer answers 500.
+//!
+//! # Flush failures
+//!
+//! The rows are committed, so nothing is lost: the background drain delivers
+//! them after the shard's backoff. What the client hears is
+//! [`OnFlushFailure`]: by default the handler's response, with an
+//! `outbox-flush: deferred` header; or a status of your choice.
+//!
+//! # `flush = false`
+//!
+//! [`OutboxCtx::defer_flush`](crate::OutboxCtx::defer_flush) in a handler, or
+//! [`defer_flush`](crate::defer_flush) as a route middleware, leaves every row
+//! of the request to the background drain; [`deferred`](crate::deferred)
+//! defers only the rows written inside it.
+//!
+//! # Ordering
+//!
+//! Add `OutboxLayer` with `.layer(...)` *after* the routes (it must wrap the
+//! handlers that use `Tx`), and keep layers that turn errors into successes
+//! (say, an error-mapping layer that answers 200) *outside* it, or the layer
+//! sees the success and commits.
+//!
+//! ```text
+//!         requests
+//!            |
+//!            v
+//!   +---------------------+
+//!   | TraceLayer, …        |
+//!   | +-----------------+ |
+//!   | | OutboxLayer     | |  begins lazily; commits or rolls back; flushes
+//!   | | +-------------+ | |
+//!   | | |  handler    | | |  Tx, OutboxCtx
+//!   | | +-------------+ | |
+//!   | +-----------------+ |
+//!   +---------------------+
+//! ```
+//!
+//! # Example
+//!
+//! ```no_run
+//! outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
+//! use axum::{routing::post, Router};
+//! use outbox_axum::{OutboxLayer, Tx};
+//! use outbox_core::{Drainer, Receivers};
+//! use outbox_seaorm::{write_region, OutboxMessage, SeaOrmStore};
+//!
+//! async fn rename(tx: Tx) -> Result<&'static str, axum::http::StatusCode> {
+//!     write_region(&tx, OutboxMessage::new(OutboxCategory::OrgUpdate, 1, 1))
+//!         .await
+//!         .map_err(|_| axum::http::StatusCode::INTERNAL_SERVER_ERROR)?;
+//!     Ok("renamed")
+//! }
+//!
+//! # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), Box<dyn std::error::Error>> {
+//! let receivers = Receivers::new().discard(OutboxCategory::OrgUpdate);
+//! let drainer = Drainer::new(SeaOrmStore::new(db.clone())?, receivers);
+//! let app: Router = Router::new()
+//!     .route("/rename", post(rename))
+//!     .layer(OutboxLayer::new(db, drainer));
+//! # Ok(()) }
+//! ```
+
+mod future;
+mod service;
+
+pub use future::ResponseFuture;
+pub use service::{OnFlushFailure, Outbox, OutboxLayer};

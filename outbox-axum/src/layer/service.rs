@@ -1,0 +1,290 @@
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures::FutureExt;
+use sea_orm::DatabaseConnection;
+use tower::{Layer, Service};
+
+use outbox_core::{Category, Drainer};
+
+use super::future::ResponseFuture;
+use crate::slot::RequestHandle;
+use crate::worker::OutboxWaker;
+
+type CommitPredicate = Arc<dyn Fn(&Response) -> bool + Send + Sync>;
+
+/// What the client hears when the synchronous flush after a commit fails.
+/// The rows are committed either way; the background drain delivers them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnFlushFailure {
+    /// The handler's response, with the header `outbox-flush: deferred`.
+    /// Default.
+    #[default]
+    KeepResponse,
+    /// This status, with the header `outbox-flush: deferred` and a body saying
+    /// the change was saved and its side effects are delayed.
+    Respond(StatusCode),
+}
+
+/// The header set when a flush failed and delivery was left to the drain.
+pub const FLUSH_HEADER: &str = "outbox-flush";
+
+struct Shared<C: Category> {
+    db: DatabaseConnection,
+    drainer: Drainer<C>,
+    commit_when: CommitPredicate,
+    on_flush_failure: OnFlushFailure,
+    waker: Option<OutboxWaker>,
+}
+
+/// A [`Layer`] that gives every request a transaction and an outbox context;
+/// see the [module documentation](crate::layer).
+pub struct OutboxLayer<C: Category> {
+    shared: Arc<Shared<C>>,
+}
+
+impl<C: Category> Clone for OutboxLayer<C> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<C: Category> std::fmt::Debug for OutboxLayer<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutboxLayer")
+            .field("on_flush_failure", &self.shared.on_flush_failure)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Category> OutboxLayer<C> {
+    /// A layer over `db` that flushes through `drainer`.
+    pub fn new(db: DatabaseConnection, drainer: Drainer<C>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                db,
+                drainer,
+                commit_when: Arc::new(is_success),
+                on_flush_failure: OnFlushFailure::default(),
+                waker: None,
+            }),
+        }
+    }
+
+    fn map(self, change: impl FnOnce(&mut Shared<C>)) -> Self {
+        let mut shared = match Arc::try_unwrap(self.shared) {
+            Ok(shared) => shared,
+            Err(shared) => Shared {
+                db: shared.db.clone(),
+                drainer: shared.drainer.clone(),
+                commit_when: shared.commit_when.clone(),
+                on_flush_failure: shared.on_flush_failure,
+                waker: shared.waker.clone(),
+            },
+        };
+        change(&mut shared);
+        Self {
+            shared: Arc::new(shared),
+        }
+    }
+
+    /// Commits when `predicate` holds for the response. Default: the status
+    /// is neither 4xx nor 5xx.
+    pub fn commit_when(
+        self,
+        predicate: impl Fn(&Response) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.map(|shared| shared.commit_when = Arc::new(predicate))
+    }
+
+    /// What to answer when the flush after a commit fails. Default:
+    /// [`OnFlushFailure::KeepResponse`].
+    pub fn on_flush_failure(self, policy: OnFlushFailure) -> Self {
+        self.map(|shared| shared.on_flush_failure = policy)
+    }
+
+    /// Wakes this background drain when a request leaves rows to it.
+    /// Default: none (the drain finds them at its next poll).
+    pub fn waker(self, waker: OutboxWaker) -> Self {
+        self.map(|shared| shared.waker = Some(waker))
+    }
+}
+
+fn is_success(response: &Response) -> bool {
+    let status = response.status();
+    !status.is_client_error() && !status.is_server_error()
+}
+
+impl<S, C: Category> Layer<S> for OutboxLayer<C> {
+    type Service = Outbox<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Outbox {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The service of [`OutboxLayer`].
+pub struct Outbox<S, C: Category> {
+    inner: S,
+    shared: Arc<Shared<C>>,
+}
+
+impl<S: Clone, C: Category> Clone for Outbox<S, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S, C: Category> std::fmt::Debug for Outbox<S, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox").finish_non_exhaustive()
+    }
+}
+
+impl<S, C> Service<Request> for Outbox<S, C>
+where
+    S: Service<Request, Response = Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    C: Category,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request) -> Self::Future {
+        // The clone is ready-less; keep the ready one for this call.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let shared = self.shared.clone();
+        let handle = RequestHandle::new(shared.db.clone());
+        request.extensions_mut().insert(handle.clone());
+        ResponseFuture {
+            inner: Box::pin(run(inner, request, handle, shared)),
+        }
+    }
+}
+
+async fn run<S, C>(
+    mut inner: S,
+    request: Request,
+    handle: RequestHandle,
+    shared: Arc<Shared<C>>,
+) -> Result<Response, S::Error>
+where
+    S: Service<Request, Response = Response>,
+    C: Category,
+{
+    let state = handle.0;
+    let context = state.context.clone();
+    let outcome = AssertUnwindSafe(context.scope(inner.call(request)))
+        .catch_unwind()
+        .await;
+    let response = match outcome {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => {
+            roll_back(&state.transaction).await;
+            return Err(error);
+        }
+        Err(panic) => {
+            roll_back(&state.transaction).await;
+            std::panic::resume_unwind(panic);
+        }
+    };
+
+    let Ok(mut slot) = state.transaction.clone().try_lock_owned() else {
+        context.clear();
+        tracing::error!(
+            "the request's `Tx` was still alive when the response was ready (moved into a \
+             spawned task?); nothing was committed"
+        );
+        return Ok((
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal error: the request's transaction was still in use when its response was \
+             ready, so nothing was committed",
+        )
+            .into_response());
+    };
+    let transaction = slot.take();
+    drop(slot);
+
+    if !(shared.commit_when)(&response) {
+        if let Some(transaction) = transaction {
+            if let Err(error) = transaction.rollback().await {
+                tracing::warn!(%error, "rolling back the request's transaction failed");
+            }
+        }
+        context.clear();
+        return Ok(response);
+    }
+    if let Some(transaction) = transaction {
+        if let Err(error) = transaction.commit().await {
+            context.clear();
+            tracing::error!(%error, "committing the request's transaction failed");
+            return Ok((
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal error: the change could not be saved",
+            )
+                .into_response());
+        }
+    }
+
+    let mut response = response;
+    if !context.is_flush_deferred() {
+        let flushed = context.flush(&shared.drainer).await;
+        if !flushed.errors.is_empty() {
+            for error in &flushed.errors {
+                tracing::warn!(%error, "flush after commit failed; the background drain will deliver");
+            }
+            response = apply_flush_failure(response, shared.on_flush_failure);
+        }
+    }
+    if let Some(waker) = &shared.waker {
+        for kind in context.deferred_kinds() {
+            waker.wake(kind).await;
+        }
+    }
+    Ok(response)
+}
+
+async fn roll_back(slot: &tokio::sync::Mutex<Option<sea_orm::DatabaseTransaction>>) {
+    if let Ok(mut slot) = slot.try_lock() {
+        if let Some(transaction) = slot.take() {
+            if let Err(error) = transaction.rollback().await {
+                tracing::warn!(%error, "rolling back the request's transaction failed");
+            }
+        }
+    }
+}
+
+fn apply_flush_failure(response: Response, policy: OnFlushFailure) -> Response {
+    let mut response = match policy {
+        OnFlushFailure::KeepResponse => response,
+        OnFlushFailure::Respond(status) => (
+            status,
+            "the change was saved; its side effects are delayed and will be delivered",
+        )
+            .into_response(),
+    };
+    response
+        .headers_mut()
+        .insert(FLUSH_HEADER, HeaderValue::from_static("deferred"));
+    response
+}

@@ -1,0 +1,30 @@
+//! The per-request slot that the layer inserts and `Tx` borrows.
+
+use std::sync::Arc;
+
+use sea_orm::{DatabaseConnection, DatabaseTransaction};
+use tokio::sync::Mutex;
+
+use outbox_core::OutboxContext;
+
+/// What one request shares between the layer and its extractors.
+pub(crate) struct RequestState {
+    pub(crate) db: DatabaseConnection,
+    /// The request's transaction, begun on the first `Tx` extraction.
+    pub(crate) transaction: Arc<Mutex<Option<DatabaseTransaction>>>,
+    pub(crate) context: OutboxContext,
+}
+
+/// The request extension (extensions must be `Clone`).
+#[derive(Clone)]
+pub(crate) struct RequestHandle(pub(crate) Arc<RequestState>);
+
+impl RequestHandle {
+    pub(crate) fn new(db: DatabaseConnection) -> Self {
+        Self(Arc::new(RequestState {
+            db,
+            transaction: Arc::new(Mutex::new(None)),
+            context: OutboxContext::new(),
+        }))
+    }
+}

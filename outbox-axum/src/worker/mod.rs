@@ -1,0 +1,367 @@
+//! The background drain, spawned at startup.
+//!
+//! It delivers what the synchronous flush did not: rows of requests that
+//! opted out (`flush = false`), rows whose flush failed, retries after backoff,
+//! rows written outside any request. Each kind gets its drain loop(s):
+//!
+//! - after a round that did work, the next starts at once;
+//! - when idle, a loop sleeps until woken: by an in-process commit (the
+//!   layer's [`OutboxWaker`]), by PostgreSQL `NOTIFY` from another process, or
+//!   by its poll interval, whichever comes first;
+//! - when the database goes away, rounds fail and the loop retries with
+//!   doubling delays (100 ms up to 30 s); the connection pool and the
+//!   `LISTEN` connection reconnect by themselves, no operator needed;
+//! - on shutdown it stops claiming, lets the rounds in flight finish (bounded
+//!   by [`OutboxWorkerBuilder::shutdown_timeout`]), and returns; a round cut
+//!   off at the bound leaves claims that expire after their lease.
+//!
+//! ```no_run
+//! outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
+//! use axum::Router;
+//! use outbox_axum::OutboxWorker;
+//! use outbox_core::Receivers;
+//!
+//! # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), Box<dyn std::error::Error>> {
+//! let receivers = Receivers::new().discard(OutboxCategory::OrgUpdate);
+//! let worker = OutboxWorker::builder(db.clone(), receivers).spawn()?;
+//! let app: Router = Router::new().layer(worker.layer());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! axum::serve(listener, app)
+//!     .with_graceful_shutdown(async { let _ = tokio::signal::ctrl_c().await; })
+//!     .await?;
+//! worker.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod waker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sea_orm::DatabaseConnection;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use outbox_core::{
+    Category, Clock, DrainConfig, Drainer, IncompleteReceivers, KillSwitch, OutboxKind, Receivers,
+};
+use outbox_seaorm::listener::{OutboxListener, Wakeup};
+use outbox_seaorm::{SeaOrmStore, UnsupportedBackend};
+
+pub use waker::OutboxWaker;
+
+use crate::layer::OutboxLayer;
+
+/// Default time an idle drain waits before looking again: 1 s.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Default bound on a graceful shutdown: 10 s.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default drain loops per kind: 1 (each delivers many shards at once).
+pub const DEFAULT_LOOPS_PER_KIND: usize = 1;
+const FIRST_ERROR_DELAY: Duration = Duration::from_millis(100);
+const MAX_ERROR_DELAY: Duration = Duration::from_secs(30);
+
+/// Why the worker did not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// A live category has no receiver: its rows would hold their shards.
+    #[error(transparent)]
+    IncompleteReceivers(#[from] IncompleteReceivers),
+    /// The database is not PostgreSQL or SQLite.
+    #[error(transparent)]
+    UnsupportedBackend(#[from] UnsupportedBackend),
+}
+
+/// Builds and spawns the background drain.
+pub struct OutboxWorkerBuilder<C: Category> {
+    db: DatabaseConnection,
+    receivers: Receivers<C>,
+    config: DrainConfig,
+    poll_interval: Duration,
+    shutdown_timeout: Duration,
+    kinds: Vec<OutboxKind>,
+    loops_per_kind: usize,
+    listen: bool,
+    kill_switch: KillSwitch,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+/// The background drain.
+pub struct OutboxWorker;
+
+impl OutboxWorker {
+    /// A builder over `db` delivering to `receivers`.
+    pub fn builder<C: Category>(
+        db: DatabaseConnection,
+        receivers: Receivers<C>,
+    ) -> OutboxWorkerBuilder<C> {
+        OutboxWorkerBuilder {
+            db,
+            receivers,
+            config: DrainConfig::default(),
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            kinds: OutboxKind::ALL.to_vec(),
+            loops_per_kind: DEFAULT_LOOPS_PER_KIND,
+            listen: true,
+            kill_switch: KillSwitch::new(),
+            clock: None,
+        }
+    }
+}
+
+impl<C: Category> OutboxWorkerBuilder<C> {
+    /// The drain's tuning (batch size, shards per claim, concurrency, lease,
+    /// delivery timeout, backoff). Default: [`DrainConfig::default`].
+    pub fn drain_config(mut self, config: DrainConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// How long an idle drain waits before looking again when nothing wakes
+    /// it. Default: 1 s.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The bound on a graceful shutdown. Default: 10 s.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// The outbox kinds this worker drains. Default: both.
+    pub fn kinds(mut self, kinds: impl IntoIterator<Item = OutboxKind>) -> Self {
+        self.kinds = kinds.into_iter().collect();
+        self
+    }
+
+    /// Drain loops per kind (at least 1). Default: 1.
+    pub fn loops_per_kind(mut self, loops: usize) -> Self {
+        self.loops_per_kind = loops.max(1);
+        self
+    }
+
+    /// Whether to `LISTEN` for wake-ups on PostgreSQL. Turn it off behind
+    /// PgBouncer in transaction pooling mode. Default: on.
+    pub fn listen(mut self, listen: bool) -> Self {
+        self.listen = listen;
+        self
+    }
+
+    /// Shares an operator kill switch with the drain. Default: none skipped.
+    pub fn kill_switch(mut self, kill_switch: KillSwitch) -> Self {
+        self.kill_switch = kill_switch;
+        self
+    }
+
+    /// The clock of the drain (tests). Default: the system clock.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Starts the drain loops (and the `LISTEN` task on PostgreSQL).
+    ///
+    /// # Errors
+    ///
+    /// [`WorkerError::IncompleteReceivers`] when a live category has no
+    /// receiver, naming it; [`WorkerError::UnsupportedBackend`] for a database
+    /// other than PostgreSQL or SQLite.
+    pub fn spawn(self) -> Result<WorkerHandle<C>, WorkerError> {
+        self.receivers.ensure_complete()?;
+        let store = SeaOrmStore::new(self.db.clone())?;
+        let mut drainer = Drainer::new(store, self.receivers)
+            .with_config(self.config)
+            .with_kill_switch(self.kill_switch);
+        if let Some(clock) = self.clock {
+            drainer = drainer.with_clock(SharedClock(clock));
+        }
+        let waker = OutboxWaker::new().with_notify(self.db.clone());
+        let (stop, stopped) = watch::channel(false);
+        let mut tasks = Vec::new();
+        for &kind in &self.kinds {
+            for _ in 0..self.loops_per_kind {
+                tasks.push(tokio::spawn(drain_loop(
+                    drainer.clone(),
+                    kind,
+                    waker.clone(),
+                    self.poll_interval,
+                    stopped.clone(),
+                )));
+            }
+        }
+        if self.listen {
+            tasks.push(tokio::spawn(listen_loop(
+                self.db.clone(),
+                waker.clone(),
+                stopped.clone(),
+            )));
+        }
+        tracing::info!(kinds = ?self.kinds, loops = tasks.len(), "outbox worker started");
+        Ok(WorkerHandle {
+            db: self.db,
+            drainer,
+            waker,
+            stop,
+            tasks,
+            shutdown_timeout: self.shutdown_timeout,
+        })
+    }
+}
+
+struct SharedClock(Arc<dyn Clock>);
+
+impl Clock for SharedClock {
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.0.now()
+    }
+}
+
+/// A running background drain.
+pub struct WorkerHandle<C: Category> {
+    db: DatabaseConnection,
+    drainer: Drainer<C>,
+    waker: OutboxWaker,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    shutdown_timeout: Duration,
+}
+
+impl<C: Category> std::fmt::Debug for WorkerHandle<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerHandle")
+            .field("tasks", &self.tasks.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Category> WorkerHandle<C> {
+    /// An [`OutboxLayer`] sharing this worker's drainer and waker: mount it on
+    /// the router.
+    pub fn layer(&self) -> OutboxLayer<C> {
+        OutboxLayer::new(self.db.clone(), self.drainer.clone()).waker(self.waker.clone())
+    }
+
+    /// The drainer (for flushes outside HTTP, inspection, tests).
+    pub fn drainer(&self) -> &Drainer<C> {
+        &self.drainer
+    }
+
+    /// The waker of this worker's loops.
+    pub fn waker(&self) -> &OutboxWaker {
+        &self.waker
+    }
+
+    /// Stops claiming, lets the rounds in flight finish within the shutdown
+    /// timeout, and returns. Wire it after
+    /// `axum::serve(..).with_graceful_shutdown(..)` returns.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let mut tasks = self.tasks;
+        let all = futures::future::join_all(tasks.iter_mut());
+        if tokio::time::timeout(self.shutdown_timeout, all)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                timeout = ?self.shutdown_timeout,
+                "outbox worker did not stop in time; its claims expire after their lease"
+            );
+            for task in &tasks {
+                task.abort();
+            }
+        }
+        tracing::info!("outbox worker stopped");
+    }
+}
+
+async fn drain_loop<C: Category>(
+    drainer: Drainer<C>,
+    kind: OutboxKind,
+    waker: OutboxWaker,
+    poll_interval: Duration,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut error_delay = FIRST_ERROR_DELAY;
+    loop {
+        if *stopped.borrow() {
+            return;
+        }
+        // Registered before the round, so a wake-up during it is not lost.
+        let notified = waker.notified(kind);
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let wait = match drainer.drain_due(kind).await {
+            Ok(report) => {
+                error_delay = FIRST_ERROR_DELAY;
+                if !report.is_empty() {
+                    continue;
+                }
+                poll_interval
+            }
+            Err(error) => {
+                tracing::warn!(%error, kind = kind.as_str(), retry_in = ?error_delay, "outbox drain round failed");
+                let wait = error_delay;
+                error_delay = (error_delay * 2).min(MAX_ERROR_DELAY);
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stopped.changed() => {}
+                }
+                continue;
+            }
+        };
+        tokio::select! {
+            _ = &mut notified => {}
+            _ = tokio::time::sleep(wait) => {}
+            _ = stopped.changed() => {}
+        }
+    }
+}
+
+async fn listen_loop(
+    db: DatabaseConnection,
+    waker: OutboxWaker,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut error_delay = FIRST_ERROR_DELAY;
+    loop {
+        if *stopped.borrow() {
+            return;
+        }
+        let mut listener = match OutboxListener::connect(&db).await {
+            Ok(Some(listener)) => listener,
+            Ok(None) => return, // not PostgreSQL: polling and in-process wake-ups only
+            Err(error) => {
+                tracing::warn!(%error, retry_in = ?error_delay, "outbox LISTEN connection failed");
+                tokio::select! {
+                    _ = tokio::time::sleep(error_delay) => {}
+                    _ = stopped.changed() => {}
+                }
+                error_delay = (error_delay * 2).min(MAX_ERROR_DELAY);
+                continue;
+            }
+        };
+        error_delay = FIRST_ERROR_DELAY;
+        loop {
+            let wakeup = tokio::select! {
+                wakeup = listener.recv() => wakeup,
+                _ = stopped.changed() => return,
+            };
+            match wakeup {
+                Ok(Wakeup::Notified(kind)) => waker.wake_local(kind),
+                Ok(Wakeup::Reconnected) => {
+                    for kind in OutboxKind::ALL {
+                        waker.wake_local(kind);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "outbox LISTEN connection lost; reconnecting");
+                    break;
+                }
+            }
+        }
+    }
+}

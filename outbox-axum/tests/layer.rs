@@ -1,0 +1,199 @@
+//! `OutboxLayer` through a real router, on PostgreSQL and SQLite.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod support;
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use futures::FutureExt;
+use outbox_axum::{OnFlushFailure, OutboxWorker};
+use outbox_core::OutboxKind;
+use sea_orm::DbBackend;
+use support::{send, OutboxCategory, TestApp};
+use tower::ServiceExt;
+
+async fn success_commits_and_flushes_before_the_response(backend: DbBackend) {
+    let app = TestApp::new(backend, "layer_success").await;
+    let (status, body, flush) = send(app.app(), "/widgets/7/a").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(flush, None);
+    // The receiver ran before the response was returned.
+    let deliveries = app.recorder.deliveries();
+    assert_eq!(deliveries.len(), 1);
+    assert!(deliveries[0].synchronous);
+    assert_eq!(deliveries[0].object.to_string(), body);
+    assert_eq!(app.widgets().await, 1);
+    assert_eq!(app.pending().await, 0);
+}
+
+async fn client_and_server_errors_roll_back_everything(backend: DbBackend) {
+    let app = TestApp::new(backend, "layer_errors").await;
+    for code in [400, 404, 409, 500, 503] {
+        let (status, _, _) = send(app.app(), &format!("/status/{code}/7/w{code}")).await;
+        assert_eq!(status.as_u16(), code);
+    }
+    assert_eq!(app.widgets().await, 0);
+    assert_eq!(app.pending().await, 0);
+    assert!(app.recorder.deliveries().is_empty());
+    // A 3xx is not an error: it commits.
+    let (status, _, _) = send(app.app(), "/status/303/7/redirect").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(app.widgets().await, 1);
+}
+
+async fn a_panicking_handler_commits_nothing(backend: DbBackend) {
+    let app = TestApp::new(backend, "layer_panic").await;
+    let request = Request::post("/panic/7/p").body(Body::empty()).unwrap();
+    let outcome = std::panic::AssertUnwindSafe(app.app().oneshot(request))
+        .catch_unwind()
+        .await;
+    assert!(outcome.is_err(), "the panic resumes after the rollback");
+    assert_eq!(app.widgets().await, 0);
+    assert_eq!(app.pending().await, 0);
+    assert!(app.recorder.deliveries().is_empty());
+}
+
+async fn a_dropped_request_commits_nothing(backend: DbBackend) {
+    let app = TestApp::new(backend, "layer_drop").await;
+    let request = Request::post("/hang/7/h").body(Body::empty()).unwrap();
+    let call = tokio::spawn(app.app().oneshot(request));
+    app.signals.entered.notified().await; // the handler has written
+    call.abort(); // the client went away
+    let _ = call.await;
+    // The dropped transaction rolls back when its connection returns to the pool.
+    let mut widgets = 1;
+    for _ in 0..100 {
+        widgets = app.widgets().await;
+        if widgets == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(widgets, 0);
+    assert_eq!(app.pending().await, 0);
+    assert!(app.recorder.deliveries().is_empty());
+}
+
+async fn flush_false_leaves_rows_for_the_background_drain(backend: DbBackend) {
+    let app = TestApp::new(backend, "layer_flush_false").await;
+    let worker = OutboxWorker::builder(app.db.db.clone(), app.recorder.receivers())
+        .poll_interval(Duration::from_secs(3600))
+        .spawn()
+        .unwrap();
+    let router = app.routes().layer(worker.layer());
+    let (status, _, _) = send(router.clone(), "/bulk/7/b1").await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _, _) = send(router, "/ctx-deferred/8/b2").await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(app.widgets().await, 2);
+    // Not flushed synchronously; the worker, woken by the commit (its poll
+    // interval is an hour), delivers them.
+    assert!(app.recorder.deliveries().iter().all(|d| !d.synchronous));
+    assert!(
+        app.recorder.wait_for(2, Duration::from_secs(20)).await,
+        "background drain delivered"
+    );
+    assert!(app.recorder.deliveries().iter().all(|d| !d.synchronous));
+    worker.shutdown().await; // lets the round in flight commit its deletes
+    assert_eq!(app.pending().await, 0);
+}
+
+async fn nested_deferral_defers_only_the_inner_rows(backend: DbBackend) {
+    let app = TestApp::new(backend, "layer_nested").await;
+    let (status, _, _) = send(app.app(), "/nested/7/n").await;
+    assert_eq!(status, StatusCode::CREATED);
+    let deliveries = app.recorder.deliveries();
+    assert_eq!(deliveries.len(), 1);
+    assert_eq!(deliveries[0].category, OutboxCategory::OrganizationUpdate);
+    assert_eq!(
+        app.pending().await,
+        1,
+        "the audit row waits for the background drain"
+    );
+    let report = app.drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.deliveries, 1);
+    assert_eq!(
+        app.recorder.deliveries()[1].category,
+        OutboxCategory::OrganizationAudit
+    );
+}
+
+async fn a_transaction_still_held_is_an_error_not_a_silent_rollback(backend: DbBackend) {
+    let app = TestApp::new(backend, "layer_leak").await;
+    let (status, body, _) = send(app.app(), "/leak/7/l").await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(body.contains("still in use"), "{body}");
+    tokio::time::sleep(Duration::from_millis(500)).await; // the spawned task drops `Tx`
+    assert_eq!(app.widgets().await, 0);
+    assert!(app.recorder.deliveries().is_empty());
+}
+
+async fn a_failed_flush_keeps_the_commit_and_says_so(backend: DbBackend) {
+    let app = TestApp::new(backend, "layer_flush_failure").await;
+    app.recorder.fail_when(|_| true);
+    let (status, _, flush) = send(app.app(), "/widgets/7/f1").await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "default: the handler's response"
+    );
+    assert_eq!(flush.as_deref(), Some("deferred"));
+    let router = app.routes().layer(
+        app.layer()
+            .on_flush_failure(OnFlushFailure::Respond(StatusCode::ACCEPTED)),
+    );
+    let (status, body, flush) = send(router, "/widgets/8/f2").await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert!(body.contains("saved"), "{body}");
+    assert_eq!(flush.as_deref(), Some("deferred"));
+    assert_eq!(app.widgets().await, 2, "both changes committed");
+    assert_eq!(app.pending().await, 2, "their rows wait for the drain");
+}
+
+async fn the_commit_predicate_is_configurable(backend: DbBackend) {
+    let app = TestApp::new(backend, "layer_predicate").await;
+    let router = app.routes().layer(
+        app.layer()
+            .commit_when(|response| response.status() == StatusCode::CREATED),
+    );
+    let (status, _, _) = send(router.clone(), "/status/200/7/ok").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(app.widgets().await, 0, "200 is not CREATED: rolled back");
+    send(router, "/widgets/7/created").await;
+    assert_eq!(app.widgets().await, 1);
+}
+
+async fn tx_without_the_layer_is_a_typed_rejection(backend: DbBackend) {
+    let app = TestApp::new(backend, "layer_missing").await;
+    let (status, body, _) = send(app.routes(), "/widgets/7/x").await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(body.contains("add `.layer(OutboxLayer::new"), "{body}");
+    assert_eq!(app.widgets().await, 0);
+}
+
+async fn a_conflict_answered_by_the_handler_rolls_back_the_outbox_too(backend: DbBackend) {
+    let app = TestApp::new(backend, "layer_conflict").await;
+    send(app.app(), "/widgets/7/same").await;
+    let (status, _, _) = send(app.app(), "/widgets/7/same").await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(app.widgets().await, 1);
+    assert_eq!(app.recorder.deliveries().len(), 1);
+    assert_eq!(app.pending().await, 0);
+}
+
+on_both_backends!(
+    success_commits_and_flushes_before_the_response,
+    client_and_server_errors_roll_back_everything,
+    a_panicking_handler_commits_nothing,
+    a_dropped_request_commits_nothing,
+    flush_false_leaves_rows_for_the_background_drain,
+    nested_deferral_defers_only_the_inner_rows,
+    a_transaction_still_held_is_an_error_not_a_silent_rollback,
+    a_failed_flush_keeps_the_commit_and_says_so,
+    the_commit_predicate_is_configurable,
+    tx_without_the_layer_is_a_typed_rejection,
+    a_conflict_answered_by_the_handler_rolls_back_the_outbox_too,
+);
