@@ -38,7 +38,7 @@ mod waker;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sea_orm::DatabaseConnection;
+use sea_orm::{DatabaseConnection, DbBackend};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -181,6 +181,10 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         }
         let waker = OutboxWaker::new().with_notify(self.db.clone());
         let (stop, stopped) = watch::channel(false);
+        let listens = self.listen && self.db.get_database_backend() == DbBackend::Postgres;
+        let parts = self.kinds.len() * self.loops_per_kind + usize::from(listens);
+        let (ready_tx, ready) = watch::channel(0usize);
+        let ready_tx = Arc::new(ready_tx);
         let mut tasks = Vec::new();
         for &kind in &self.kinds {
             for _ in 0..self.loops_per_kind {
@@ -190,14 +194,16 @@ impl<C: Category> OutboxWorkerBuilder<C> {
                     waker.clone(),
                     self.poll_interval,
                     stopped.clone(),
+                    ready_tx.clone(),
                 )));
             }
         }
-        if self.listen {
+        if listens {
             tasks.push(tokio::spawn(listen_loop(
                 self.db.clone(),
                 waker.clone(),
                 stopped.clone(),
+                ready_tx.clone(),
             )));
         }
         tracing::info!(kinds = ?self.kinds, loops = tasks.len(), "outbox worker started");
@@ -208,6 +214,8 @@ impl<C: Category> OutboxWorkerBuilder<C> {
             stop,
             tasks,
             shutdown_timeout: self.shutdown_timeout,
+            ready,
+            parts,
         })
     }
 }
@@ -228,6 +236,8 @@ pub struct WorkerHandle<C: Category> {
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     shutdown_timeout: Duration,
+    ready: watch::Receiver<usize>,
+    parts: usize,
 }
 
 impl<C: Category> std::fmt::Debug for WorkerHandle<C> {
@@ -253,6 +263,15 @@ impl<C: Category> WorkerHandle<C> {
     /// The waker of this worker's loops.
     pub fn waker(&self) -> &OutboxWaker {
         &self.waker
+    }
+
+    /// Waits until every drain loop has gone idle once (found nothing due)
+    /// and, on PostgreSQL, the `LISTEN` connection is up: from then on, a
+    /// commit's wake-up is not missed. Readiness probes and tests use it.
+    pub async fn ready(&self) {
+        let mut ready = self.ready.clone();
+        let parts = self.parts;
+        let _ = ready.wait_for(|count| *count >= parts).await;
     }
 
     /// Stops claiming, lets the rounds in flight finish within the shutdown
@@ -284,8 +303,10 @@ async fn drain_loop<C: Category>(
     waker: OutboxWaker,
     poll_interval: Duration,
     mut stopped: watch::Receiver<bool>,
+    ready: Arc<watch::Sender<usize>>,
 ) {
     let mut error_delay = FIRST_ERROR_DELAY;
+    let mut announced = false;
     loop {
         if *stopped.borrow() {
             return;
@@ -313,6 +334,10 @@ async fn drain_loop<C: Category>(
                 continue;
             }
         };
+        if !announced {
+            announced = true;
+            ready.send_modify(|count| *count += 1);
+        }
         tokio::select! {
             _ = &mut notified => {}
             _ = tokio::time::sleep(wait) => {}
@@ -325,8 +350,10 @@ async fn listen_loop(
     db: DatabaseConnection,
     waker: OutboxWaker,
     mut stopped: watch::Receiver<bool>,
+    ready: Arc<watch::Sender<usize>>,
 ) {
     let mut error_delay = FIRST_ERROR_DELAY;
+    let mut announced = false;
     loop {
         if *stopped.borrow() {
             return;
@@ -345,6 +372,14 @@ async fn listen_loop(
             }
         };
         error_delay = FIRST_ERROR_DELAY;
+        if !announced {
+            announced = true;
+            ready.send_modify(|count| *count += 1);
+        }
+        // Rows committed while we were not listening get no notification.
+        for kind in OutboxKind::ALL {
+            waker.wake_local(kind);
+        }
         loop {
             let wakeup = tokio::select! {
                 wakeup = listener.recv() => wakeup,

@@ -17,7 +17,10 @@ use std::time::Duration;
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend};
 use sea_orm_migration::MigratorTrait;
 
-pub use postgres::{admin_url, cluster_dir, start_cluster_at, stop_cluster_at, stop_test_cluster};
+pub use postgres::{
+    admin_url, cluster_dir, restart_cluster_at, start_cluster_at, stop_cluster_at,
+    stop_test_cluster,
+};
 
 /// A test database could not be prepared.
 #[derive(Debug, thiserror::Error)]

@@ -64,6 +64,27 @@ pub fn stop_cluster_at(dir: &Path) -> Result<(), TestDbError> {
     fs::remove_dir_all(&dir).map_err(|e| TestDbError(format!("{}: {e}", dir.display())))
 }
 
+/// Restarts the cluster in `dir` (`pg_ctl restart`, fast shutdown): every
+/// connection to it is cut, as when a database server restarts.
+///
+/// # Errors
+///
+/// [`TestDbError`] when `pg_ctl` fails.
+pub fn restart_cluster_at(dir: &Path) -> Result<(), TestDbError> {
+    let pg_ctl = binary("pg_ctl")?;
+    run_as_postgres(
+        Command::new(pg_ctl)
+            .arg("restart")
+            .arg("-D")
+            .arg(dir.join("data"))
+            // The log file keeps the server off our pipes (or `output()`
+            // would wait for them to close, forever).
+            .arg("-l")
+            .arg(dir.join("server.log"))
+            .args(["-m", "fast", "-w", "-t", "60"]),
+    )
+}
+
 fn start_cluster() -> Result<String, TestDbError> {
     start_cluster_at(&cluster_dir(), false)
 }

@@ -1,0 +1,248 @@
+//! The background drain: start-up checks, wake-ups, outages, shutdown.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_axum::{OutboxWorker, WorkerError};
+use outbox_core::{HandlerError, Message, OutboxContext, OutboxKind, Receivers, Store};
+use outbox_seaorm::testing::{restart_cluster_at, start_cluster_at, stop_cluster_at, TestDatabase};
+use outbox_seaorm::{listener, write_region, OutboxMessage};
+use sea_orm::{DbBackend, TransactionTrait};
+use support::{OutboxCategory, Recorder, TestApp};
+
+fn message(org: i64, object: i64) -> OutboxMessage<OutboxCategory> {
+    OutboxMessage::new(OutboxCategory::OrganizationUpdate, org, object)
+}
+
+#[tokio::test]
+async fn the_worker_refuses_to_start_with_a_category_unhandled() {
+    let db = TestDatabase::sqlite("worker_refuses").await.unwrap();
+    let receivers = Receivers::new().discard(OutboxCategory::OrganizationUpdate);
+    let error = OutboxWorker::builder(db.db.clone(), receivers)
+        .spawn()
+        .unwrap_err();
+    assert!(matches!(error, WorkerError::IncompleteReceivers(_)));
+    let text = error.to_string();
+    assert!(
+        text.contains("no receiver for [OrganizationAudit]"),
+        "{text}"
+    );
+}
+
+async fn polling_finds_rows_nobody_announced(backend: DbBackend) {
+    let app = TestApp::new(backend, "worker_poll").await;
+    let worker = OutboxWorker::builder(app.db.db.clone(), app.recorder.receivers())
+        .listen(false)
+        .poll_interval(Duration::from_millis(50))
+        .spawn()
+        .unwrap();
+    worker.ready().await;
+    // Written outside any context, with no wake-up at all.
+    write_region(&app.db.db, message(1, 1)).await.unwrap();
+    assert!(app.recorder.wait_for(1, Duration::from_secs(20)).await);
+    worker.shutdown().await;
+}
+
+async fn a_job_outside_http_uses_the_same_context(backend: DbBackend) {
+    let app = TestApp::new(backend, "worker_job").await;
+    let context = OutboxContext::new();
+    context
+        .scope(async {
+            let txn = app.db.db.begin().await.unwrap();
+            write_region(&txn, message(3, 1)).await.unwrap();
+            write_region(&txn, message(4, 1)).await.unwrap();
+            txn.commit().await.unwrap();
+        })
+        .await;
+    let flushed = context.flush(&app.drainer).await;
+    assert!(flushed.errors.is_empty());
+    assert_eq!(flushed.report.deliveries, 2);
+    assert!(app.recorder.deliveries().iter().all(|d| d.synchronous));
+}
+
+async fn graceful_shutdown_lets_deliveries_in_flight_finish(backend: DbBackend) {
+    let app = TestApp::new(backend, "worker_shutdown").await;
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let recorder = app.recorder.clone();
+    let receivers = Receivers::new()
+        .on(OutboxCategory::OrganizationUpdate, {
+            let entered = entered.clone();
+            move |message: Message<OutboxCategory>| {
+                let (entered, recorder) = (entered.clone(), recorder.clone());
+                async move {
+                    entered.notify_one();
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    recorder.handle(message).await
+                }
+            }
+        })
+        .discard(OutboxCategory::OrganizationAudit);
+    let worker = OutboxWorker::builder(app.db.db.clone(), receivers)
+        .poll_interval(Duration::from_millis(20))
+        .shutdown_timeout(Duration::from_secs(10))
+        .spawn()
+        .unwrap();
+    write_region(&app.db.db, message(1, 1)).await.unwrap();
+    entered.notified().await;
+    worker.shutdown().await;
+    assert_eq!(
+        app.recorder.deliveries().len(),
+        1,
+        "the delivery in flight finished"
+    );
+    assert_eq!(app.pending().await, 0, "and its round committed");
+    // Nothing claims after shutdown.
+    write_region(&app.db.db, message(1, 2)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(app.pending().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn notify_wakes_a_worker_of_another_process() {
+    let app = TestApp::new(DbBackend::Postgres, "worker_notify").await;
+    let worker = OutboxWorker::builder(app.db.db.clone(), app.recorder.receivers())
+        .poll_interval(Duration::from_secs(3600))
+        .spawn()
+        .unwrap();
+    worker.ready().await;
+    // Another "process": its own pool, a deferred write, NOTIFY at commit.
+    let other = app.db.connect_again(2).await.unwrap();
+    let txn = other.begin().await.unwrap();
+    write_region(&txn, message(9, 1)).await.unwrap();
+    listener::notify(&txn, OutboxKind::Region).await.unwrap();
+    txn.commit().await.unwrap();
+    assert!(
+        app.recorder.wait_for(1, Duration::from_secs(20)).await,
+        "woken by NOTIFY (the poll interval is an hour)"
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_worker_recovers_after_postgres_restarts() {
+    let dir = std::env::temp_dir().join(format!("outbox-restart-{}", std::process::id()));
+    let admin = start_cluster_at(&dir, false).unwrap();
+    let db = TestDatabase::postgres_on(&admin, "restart").await.unwrap();
+    let recorder = Recorder::new();
+    let worker = OutboxWorker::builder(db.db.clone(), recorder.receivers())
+        .poll_interval(Duration::from_millis(50))
+        .spawn()
+        .unwrap();
+    write_region(&db.db, message(1, 1)).await.unwrap();
+    assert!(recorder.wait_for(1, Duration::from_secs(20)).await);
+
+    let restart_dir = dir.clone();
+    tokio::task::spawn_blocking(move || restart_cluster_at(&restart_dir).unwrap())
+        .await
+        .unwrap();
+    // Writes resume once the server is back (the pool reconnects).
+    let mut written = 0;
+    for attempt in 0..200 {
+        if write_region(&db.db, message(1 + attempt % 3, 100 + attempt))
+            .await
+            .is_ok()
+        {
+            written += 1;
+            if written == 5 {
+                break;
+            }
+        } else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert_eq!(written, 5);
+    assert!(
+        recorder.wait_for(6, Duration::from_secs(60)).await,
+        "the drain recovered by itself and delivered everything"
+    );
+    worker.shutdown().await;
+    assert_eq!(
+        db.store().pending_count(OutboxKind::Region).await.unwrap(),
+        0
+    );
+    db.db.close().await.unwrap();
+    stop_cluster_at(&dir).unwrap();
+}
+
+async fn a_receiver_that_writes_outboxes_cascades_without_deadlock(backend: DbBackend) {
+    let app = TestApp::new(backend, "worker_cascade").await;
+    let db = app.db.db.clone();
+    let drainer_slot: Arc<std::sync::Mutex<Option<outbox_core::Drainer<OutboxCategory>>>> =
+        Arc::default();
+    let recorder = app.recorder.clone();
+    // Each update writes an audit row on its own shard and on another, in a
+    // job-style context, and flushes both right away.
+    let receivers = Receivers::new()
+        .on(OutboxCategory::OrganizationUpdate, {
+            let (db, slot, recorder) = (db.clone(), drainer_slot.clone(), recorder.clone());
+            move |message: Message<OutboxCategory>| {
+                let (db, slot, recorder) = (db.clone(), slot.clone(), recorder.clone());
+                async move {
+                    let context = OutboxContext::new();
+                    context
+                        .scope(async {
+                            let txn = db.begin().await?;
+                            let org = message.shard_identifier();
+                            write_region(
+                                &txn,
+                                OutboxMessage::new(OutboxCategory::OrganizationAudit, org, 1),
+                            )
+                            .await?;
+                            write_region(
+                                &txn,
+                                OutboxMessage::new(OutboxCategory::OrganizationAudit, org + 1, 1),
+                            )
+                            .await?;
+                            txn.commit().await?;
+                            Ok::<_, HandlerError>(())
+                        })
+                        .await?;
+                    let drainer = slot.lock().unwrap().clone().unwrap();
+                    let flushed = context.flush(&drainer).await;
+                    assert!(flushed.errors.is_empty(), "{:?}", flushed.errors);
+                    assert_eq!(
+                        flushed.report.deferred, 1,
+                        "its own shard is deferred, not deadlocked"
+                    );
+                    recorder.handle(message).await
+                }
+            }
+        })
+        .on(OutboxCategory::OrganizationAudit, {
+            let recorder = recorder.clone();
+            move |message: Message<OutboxCategory>| {
+                let recorder = recorder.clone();
+                async move { recorder.handle(message).await }
+            }
+        });
+    let drainer =
+        outbox_core::Drainer::from_shared(app.drainer.store().clone(), Arc::new(receivers));
+    *drainer_slot.lock().unwrap() = Some(drainer.clone());
+    let row = write_region(&app.db.db, message(10, 1)).await.unwrap();
+    let report = tokio::time::timeout(
+        Duration::from_secs(30),
+        drainer.drain_shard(&row.shard, Some(row.id)),
+    )
+    .await
+    .expect("no deadlock")
+    .unwrap();
+    assert_eq!(report.deliveries, 1);
+    // The deferred audit row on the same shard is still there; the other was flushed.
+    assert_eq!(app.pending().await, 1);
+    outbox_core::testing::drain_until_idle(&drainer, &[OutboxKind::Region])
+        .await
+        .unwrap();
+    assert_eq!(app.pending().await, 0);
+    assert_eq!(app.recorder.deliveries().len(), 3);
+}
+
+on_both_backends!(
+    polling_finds_rows_nobody_announced,
+    a_job_outside_http_uses_the_same_context,
+    graceful_shutdown_lets_deliveries_in_flight_finish,
+    a_receiver_that_writes_outboxes_cascades_without_deadlock,
+);
