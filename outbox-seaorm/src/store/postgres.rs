@@ -114,6 +114,11 @@ pub(crate) async fn commit<Db: TransactionTrait + ConnectionTrait>(
         return commit_finished_round(db, queries, batch).await;
     }
     let txn = db.begin().await.map_err(db_error("begin a commit"))?;
+    // Deletes need not be durable: one lost in a crash is a delivery made
+    // again (at least once). This transaction only; no fsync wait.
+    txn.execute_unprepared("SET LOCAL synchronous_commit = off")
+        .await
+        .map_err(db_error("begin a commit"))?;
     let owned = fence(&txn, BACKEND, queries, batch).await?;
     let (mut outcome, owned_shards) = split_owned(batch, &owned);
 

@@ -1,8 +1,13 @@
 -- The common round, in one statement: every claim of the round ends, so drop
 -- the live ones and delete the delivered rows of exactly those shards. A claim
 -- that expired or was taken is not returned and its rows are not deleted.
+-- The commit does not wait for the WAL flush (synchronous_commit off, for
+-- this statement's transaction only): a delete lost in a crash only means a
+-- delivery made again, which handlers already accept (at least once).
 -- $1 kind, $2 token, $3 now, $4 ids.
-WITH owned AS (
+WITH relaxed AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+), owned AS (
     DELETE FROM outbox_shard_claim
     WHERE kind = $1 AND token = $2 AND owner IS NOT NULL AND lease_until > $3
     RETURNING region_name, shard_scope, shard_identifier
@@ -17,5 +22,6 @@ WITH owned AS (
     RETURNING 1
 )
 SELECT w.region_name, w.shard_scope, w.shard_identifier,
-       (SELECT count(*) FROM deleted) AS deleted
+       (SELECT count(*) FROM deleted) AS deleted,
+       (SELECT setting FROM relaxed) AS synchronous_commit
 FROM owned w

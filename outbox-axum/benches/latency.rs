@@ -1,0 +1,221 @@
+//! Background-path latency (NOTIFY vs polling) and request throughput with
+//! `OutboxLayer` vs a hand-written transaction, on PostgreSQL.
+//!
+//! Run with `cargo bench -p outbox-axum --bench latency`.
+//!
+//! Uses `DATABASE_URL` when set; otherwise starts a throwaway cluster with
+//! PostgreSQL's default durability (fsync on) and removes it afterwards.
+
+#![allow(missing_docs, clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{Request, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use outbox_axum::{OutboxLayer, OutboxWorker, Tx};
+use outbox_core::{Drainer, HandlerError, Message, OutboxKind, Receivers};
+use outbox_seaorm::testing::{start_cluster_at, stop_cluster_at, TestDatabase};
+use outbox_seaorm::{listener, write_region, OutboxMessage, SeaOrmStore};
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
+use tower::ServiceExt;
+
+outbox_core::registry! {
+    BenchScope = 0 {
+        BenchUpdate = 1,
+    }
+}
+
+const LATENCY_MESSAGES: usize = 2_000;
+const REQUESTS: usize = 2_000;
+const CONCURRENCY: usize = 8;
+
+type Commits = Arc<Mutex<HashMap<i64, Instant>>>;
+
+/// Sends messages from "another process" (its own pool) at a steady pace,
+/// each committed with a NOTIFY, and returns commit-to-receiver latencies.
+async fn latency(db: &TestDatabase, listen: bool, poll: Duration) -> Vec<Duration> {
+    let commits: Commits = Arc::default();
+    let latencies: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let receivers = Receivers::new().on(OutboxCategory::BenchUpdate, {
+        let (commits, latencies) = (commits.clone(), latencies.clone());
+        move |message: Message<OutboxCategory>| {
+            let received = Instant::now();
+            let committed = commits.lock().unwrap().get(&message.id).copied();
+            if let Some(committed) = committed {
+                latencies
+                    .lock()
+                    .unwrap()
+                    .push(received.saturating_duration_since(committed));
+            }
+            async { Ok::<_, HandlerError>(()) }
+        }
+    });
+    let worker = OutboxWorker::builder(db.db.clone(), receivers)
+        .listen(listen)
+        .poll_interval(poll)
+        .kinds([OutboxKind::Region])
+        .spawn()
+        .unwrap();
+    worker.ready().await;
+    let writer = db.connect_again(2).await.unwrap();
+    let mut pace = tokio::time::interval(Duration::from_millis(2));
+    for n in 0..LATENCY_MESSAGES as i64 {
+        pace.tick().await;
+        let txn = writer.begin().await.unwrap();
+        let row = write_region(
+            &txn,
+            OutboxMessage::new(OutboxCategory::BenchUpdate, n % 50, n),
+        )
+        .await
+        .unwrap();
+        listener::notify(&txn, OutboxKind::Region).await.unwrap();
+        // Recorded just before the commit so the receiver always finds it;
+        // the commit's own time is part of the latency.
+        commits.lock().unwrap().insert(row.id, Instant::now());
+        txn.commit().await.unwrap();
+    }
+    while latencies.lock().unwrap().len() < LATENCY_MESSAGES {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.shutdown().await;
+    writer.close().await.unwrap();
+    let mut latencies = latencies.lock().unwrap().clone();
+    latencies.sort();
+    latencies
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
+}
+
+async fn with_layer(tx: Tx, Path(n): Path<i64>) -> StatusCode {
+    tx.execute_raw(Statement::from_sql_and_values(
+        tx.get_database_backend(),
+        "INSERT INTO widgets (organization_id, name) VALUES ($1, $2)",
+        [n.into(), format!("w{n}").into()],
+    ))
+    .await
+    .unwrap();
+    write_region(
+        &tx,
+        OutboxMessage::new(OutboxCategory::BenchUpdate, n % 50, n),
+    )
+    .await
+    .unwrap();
+    StatusCode::CREATED
+}
+
+async fn hand_written(State(db): State<DatabaseConnection>, Path(n): Path<i64>) -> StatusCode {
+    let txn = db.begin().await.unwrap();
+    txn.execute_raw(Statement::from_sql_and_values(
+        txn.get_database_backend(),
+        "INSERT INTO widgets (organization_id, name) VALUES ($1, $2)",
+        [n.into(), format!("w{n}").into()],
+    ))
+    .await
+    .unwrap();
+    txn.commit().await.unwrap();
+    StatusCode::CREATED
+}
+
+async fn throughput(app: Router, offset: i64) -> f64 {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for task in 0..CONCURRENCY {
+        let app = app.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (task..REQUESTS).step_by(CONCURRENCY) {
+                let uri = format!("/widgets/{}", offset + i as i64);
+                let response = app
+                    .clone()
+                    .oneshot(Request::post(uri).body(Body::empty()).unwrap())
+                    .await
+                    .unwrap();
+                assert_eq!(response.status(), StatusCode::CREATED);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    REQUESTS as f64 / started.elapsed().as_secs_f64()
+}
+
+#[tokio::main]
+async fn main() {
+    let own_cluster = std::env::var("DATABASE_URL").is_err();
+    let dir = std::env::temp_dir().join(format!("outbox-bench-axum-{}", std::process::id()));
+    let admin = match std::env::var("DATABASE_URL") {
+        Ok(url) => url,
+        Err(_) => start_cluster_at(&dir, true).unwrap(),
+    };
+    let db = TestDatabase::postgres_on(&admin, "bench_axum")
+        .await
+        .unwrap();
+
+    println!(
+        "PostgreSQL commit-to-receiver latency, background path, {LATENCY_MESSAGES} messages \
+         committed every 2 ms from another connection pool"
+    );
+    for (label, listen, poll) in [
+        ("NOTIFY (poll fallback 1 s)", true, Duration::from_secs(1)),
+        ("polling only, every 1 s   ", false, Duration::from_secs(1)),
+        (
+            "polling only, every 100 ms",
+            false,
+            Duration::from_millis(100),
+        ),
+    ] {
+        let latencies = latency(&db, listen, poll).await;
+        println!(
+            "  {label}: p50 {:>8.2} ms   p99 {:>8.2} ms",
+            percentile(&latencies, 0.50).as_secs_f64() * 1e3,
+            percentile(&latencies, 0.99).as_secs_f64() * 1e3,
+        );
+    }
+
+    db.db
+        .execute_unprepared(
+            "CREATE TABLE widgets (id bigserial PRIMARY KEY, organization_id bigint NOT NULL, name text NOT NULL)",
+        )
+        .await
+        .unwrap();
+    let receivers = Receivers::new().on(
+        OutboxCategory::BenchUpdate,
+        |_m: Message<OutboxCategory>| async { Ok::<_, HandlerError>(()) },
+    );
+    let drainer = Drainer::new(SeaOrmStore::new(db.db.clone()).unwrap(), receivers);
+    let layered = Router::new()
+        .route("/widgets/{n}", post(with_layer))
+        .layer(OutboxLayer::new(db.db.clone(), drainer));
+    let plain = Router::new()
+        .route("/widgets/{n}", post(hand_written))
+        .with_state(db.db.clone());
+    // Alternate, and keep the median of three, so that noise hits both alike.
+    let mut ratios = Vec::new();
+    let mut rates = Vec::new();
+    for round in 0..3i64 {
+        let base = throughput(plain.clone(), round * 10 * REQUESTS as i64).await;
+        let with = throughput(layered.clone(), (round * 10 + 5) * REQUESTS as i64).await;
+        ratios.push(with / base);
+        rates.push((with, base));
+    }
+    let mut order: Vec<usize> = (0..ratios.len()).collect();
+    order.sort_by(|a, b| ratios[*a].total_cmp(&ratios[*b]));
+    let median = order[order.len() / 2];
+    println!(
+        "request throughput, {REQUESTS} requests, {CONCURRENCY} concurrent, median of 3: \
+         OutboxLayer (insert + outbox row + synchronous flush) {:.0} req/s vs hand-written \
+         transaction without outbox {:.0} req/s: {:.2}x",
+        rates[median].0, rates[median].1, ratios[median]
+    );
+    db.db.close().await.unwrap();
+    if own_cluster {
+        stop_cluster_at(&dir).unwrap();
+    }
+}
