@@ -184,6 +184,26 @@ async fn a_conflict_answered_by_the_handler_rolls_back_the_outbox_too(backend: D
     assert_eq!(app.pending().await, 0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_commit_answers_500_and_delivers_nothing() {
+    use sea_orm::ConnectionTrait;
+    let app = TestApp::new(DbBackend::Postgres, "layer_commit_fails").await;
+    app.db
+        .db
+        .execute_unprepared(
+            "CREATE TABLE checked_at_commit (v int, CONSTRAINT one_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)",
+        )
+        .await
+        .unwrap();
+    let (status, body, _) = send(app.app(), "/commit-fails/7/c").await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(body.contains("could not be saved"), "{body}");
+    assert!(!body.contains("one_v"), "no database detail leaks into the body: {body}");
+    assert_eq!(app.widgets().await, 0);
+    assert_eq!(app.pending().await, 0);
+    assert!(app.recorder.deliveries().is_empty());
+}
+
 on_both_backends!(
     success_commits_and_flushes_before_the_response,
     client_and_server_errors_roll_back_everything,

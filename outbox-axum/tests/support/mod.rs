@@ -77,6 +77,7 @@ impl TestApp {
             .route("/ctx-deferred/{org}/{name}", post(create_deferred_by_ctx))
             .route("/nested/{org}/{name}", post(create_with_nested_deferral))
             .route("/leak/{org}/{name}", post(create_and_leak_tx))
+            .route("/commit-fails/{org}/{name}", post(create_then_break_a_deferred_constraint))
             .merge(
                 Router::new()
                     .route("/bulk/{org}/{name}", post(create_widget))
@@ -212,6 +213,16 @@ async fn create_and_leak_tx(tx: Tx, Path((org, name)): Path<(i64, String)>) -> R
         drop(tx);
     });
     StatusCode::OK.into_response()
+}
+
+/// Writes a widget and its outbox row, then violates a constraint that
+/// PostgreSQL checks only at commit (`DEFERRABLE INITIALLY DEFERRED`).
+async fn create_then_break_a_deferred_constraint(tx: Tx, Path((org, name)): Path<(i64, String)>) -> Response {
+    insert_widget(&tx, org, &name).await.unwrap();
+    tx.execute_unprepared("INSERT INTO checked_at_commit (v) VALUES (1), (1)")
+        .await
+        .unwrap();
+    StatusCode::CREATED.into_response()
 }
 
 /// Generates a PostgreSQL and a SQLite test from `async fn name(backend)`.
