@@ -198,13 +198,16 @@ async fn a_failed_commit_answers_500_and_delivers_nothing() {
     let (status, body, _) = send(app.app(), "/commit-fails/7/c").await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(body.contains("could not be saved"), "{body}");
-    assert!(!body.contains("one_v"), "no database detail leaks into the body: {body}");
+    assert!(
+        !body.contains("one_v"),
+        "no database detail leaks into the body: {body}"
+    );
     assert_eq!(app.widgets().await, 0);
     assert_eq!(app.pending().await, 0);
     assert!(app.recorder.deliveries().is_empty());
 }
 
-on_both_backends!(
+outbox_seaorm::on_both_backends!(
     success_commits_and_flushes_before_the_response,
     client_and_server_errors_roll_back_everything,
     a_panicking_handler_commits_nothing,

@@ -240,7 +240,7 @@ async fn a_receiver_that_writes_outboxes_cascades_without_deadlock(backend: DbBa
     assert_eq!(app.recorder.deliveries().len(), 3);
 }
 
-on_both_backends!(
+outbox_seaorm::on_both_backends!(
     polling_finds_rows_nobody_announced,
     a_job_outside_http_uses_the_same_context,
     graceful_shutdown_lets_deliveries_in_flight_finish,

@@ -840,7 +840,7 @@ async fn entities_show_rows_and_a_failing_shards_backoff(backend: DbBackend) {
         .contains("receiver refused"));
 }
 
-on_both_backends!(
+outbox_seaorm::on_both_backends!(
     entities_show_rows_and_a_failing_shards_backoff,
     rolled_back_transaction_writes_no_row,
     committed_transaction_writes_exactly_its_rows,

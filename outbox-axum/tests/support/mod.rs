@@ -77,7 +77,10 @@ impl TestApp {
             .route("/ctx-deferred/{org}/{name}", post(create_deferred_by_ctx))
             .route("/nested/{org}/{name}", post(create_with_nested_deferral))
             .route("/leak/{org}/{name}", post(create_and_leak_tx))
-            .route("/commit-fails/{org}/{name}", post(create_then_break_a_deferred_constraint))
+            .route(
+                "/commit-fails/{org}/{name}",
+                post(create_then_break_a_deferred_constraint),
+            )
             .merge(
                 Router::new()
                     .route("/bulk/{org}/{name}", post(create_widget))
@@ -217,33 +220,13 @@ async fn create_and_leak_tx(tx: Tx, Path((org, name)): Path<(i64, String)>) -> R
 
 /// Writes a widget and its outbox row, then violates a constraint that
 /// PostgreSQL checks only at commit (`DEFERRABLE INITIALLY DEFERRED`).
-async fn create_then_break_a_deferred_constraint(tx: Tx, Path((org, name)): Path<(i64, String)>) -> Response {
+async fn create_then_break_a_deferred_constraint(
+    tx: Tx,
+    Path((org, name)): Path<(i64, String)>,
+) -> Response {
     insert_widget(&tx, org, &name).await.unwrap();
     tx.execute_unprepared("INSERT INTO checked_at_commit (v) VALUES (1), (1)")
         .await
         .unwrap();
     StatusCode::CREATED.into_response()
-}
-
-/// Generates a PostgreSQL and a SQLite test from `async fn name(backend)`.
-#[macro_export]
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(sea_orm::DbBackend::Postgres).await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(sea_orm::DbBackend::Sqlite).await;
-                }
-            )*
-        }
-    };
 }

@@ -1,9 +1,10 @@
 //! The PostgreSQL and SQLite [`Store`] behind one type.
 //!
-//! [`SeaOrmStore`] wraps a SeaORM `DatabaseConnection` and dispatches to the
-//! backend module of its database: [`postgres`] batches across shards with
-//! arrays and `LATERAL`, [`sqlite`] relies on SQLite's single writer and runs
-//! cheap per-shard statements. Both expose the same functions; the SQL lives in
+//! [`SeaOrmStore`] wraps a SeaORM `DatabaseConnection`. Claims are the same
+//! statements on both backends (here); reading and committing differ and live
+//! in the backend modules: [`postgres`] batches across shards with arrays and
+//! `LATERAL`, [`sqlite`] relies on SQLite's single writer and runs cheap
+//! per-shard statements. Both expose the same functions; the SQL lives in
 //! `queries/common/<name>.sql` when both backends run it, else in
 //! `queries/<backend>/<name>.sql`.
 
@@ -227,10 +228,7 @@ pub(crate) fn claim_from_row(
 impl Store for SeaOrmStore {
     async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ShardClaim>, StoreError> {
         let queries = self.queries(request.kind);
-        match self.backend {
-            DbBackend::Postgres => postgres::claim_due(&self.db, queries, request).await,
-            _ => sqlite::claim_due(&self.db, queries, request).await,
-        }
+        claim_due(&self.db, queries, request).await
     }
 
     async fn claim_shard(
@@ -239,10 +237,7 @@ impl Store for SeaOrmStore {
         shard: &outbox_core::ShardKey,
     ) -> Result<Option<ShardClaim>, StoreError> {
         let queries = self.queries(request.kind);
-        match self.backend {
-            DbBackend::Postgres => postgres::claim_shard(&self.db, queries, request, shard).await,
-            _ => sqlite::claim_shard(&self.db, queries, request, shard).await,
-        }
+        claim_shard(&self.db, queries, request, shard).await
     }
 
     async fn read_rows(
@@ -361,6 +356,50 @@ impl Store for SeaOrmStore {
 }
 
 // Helpers shared by both backends.
+
+/// Claims due shards in one statement.
+pub(crate) async fn claim_due<Db: ConnectionTrait>(
+    db: &Db,
+    queries: &Queries,
+    request: &ClaimRequest,
+) -> Result<Vec<ShardClaim>, StoreError> {
+    let values = claim_due_values(db.get_database_backend(), request);
+    let rows = match db
+        .query_all_raw(statement(
+            db.get_database_backend(),
+            &queries.claim_due,
+            values,
+        ))
+        .await
+    {
+        Ok(rows) => rows,
+        // Two claimers that locked shards in different orders: one is chosen
+        // as the deadlock victim. It simply claims nothing this round.
+        Err(error) if error.to_string().contains("deadlock detected") => return Ok(Vec::new()),
+        Err(error) => return Err(StoreError::database("claim due shards", error)),
+    };
+    claims_from_rows(&rows, request)
+}
+
+/// Claims one shard if nobody live holds it.
+pub(crate) async fn claim_shard<Db: ConnectionTrait>(
+    db: &Db,
+    queries: &Queries,
+    request: &ClaimRequest,
+    shard: &ShardKey,
+) -> Result<Option<ShardClaim>, StoreError> {
+    let values = claim_shard_values(db.get_database_backend(), request, shard);
+    let row = db
+        .query_one_raw(statement(
+            db.get_database_backend(),
+            &queries.claim_shard,
+            values,
+        ))
+        .await
+        .map_err(db_error("claim a shard"))?;
+    row.map(|row| claim_from_row(&row, shard.clone(), request))
+        .transpose()
+}
 
 /// Due rows scanned per shard asked for when looking for claimable shards.
 const CANDIDATE_ROWS_PER_SHARD: usize = 4;

@@ -10,53 +10,13 @@ use std::collections::HashSet;
 use sea_orm::{ConnectionTrait, DbBackend, TransactionSession, TransactionTrait, Value};
 
 use outbox_core::{
-    ClaimRequest, CommitBatch, CommitOutcome, ShardClaim, ShardCommit, ShardEnd, ShardKey,
-    ShardRead, StoreError, StoredRow,
+    CommitBatch, CommitOutcome, ShardCommit, ShardEnd, ShardKey, ShardRead, StoreError, StoredRow,
 };
 
-use super::{
-    apply_backoff, claim_due_values, claim_from_row, claim_shard_values, claims_from_rows,
-    db_error, fence, row_from_result, split_owned, statement, Queries,
-};
+use super::{apply_backoff, db_error, fence, row_from_result, split_owned, statement, Queries};
 use crate::time;
 
 const BACKEND: DbBackend = DbBackend::Postgres;
-
-/// Claims due shards in one statement.
-pub(crate) async fn claim_due<Db: ConnectionTrait>(
-    db: &Db,
-    queries: &Queries,
-    request: &ClaimRequest,
-) -> Result<Vec<ShardClaim>, StoreError> {
-    let values = claim_due_values(BACKEND, request);
-    let rows = match db
-        .query_all_raw(statement(BACKEND, &queries.claim_due, values))
-        .await
-    {
-        Ok(rows) => rows,
-        // Two claimers that locked shards in different orders: one is chosen
-        // as the deadlock victim. It simply claims nothing this round.
-        Err(error) if error.to_string().contains("deadlock detected") => return Ok(Vec::new()),
-        Err(error) => return Err(StoreError::database("claim due shards", error)),
-    };
-    claims_from_rows(&rows, request)
-}
-
-/// Claims one shard if nobody live holds it.
-pub(crate) async fn claim_shard<Db: ConnectionTrait>(
-    db: &Db,
-    queries: &Queries,
-    request: &ClaimRequest,
-    shard: &ShardKey,
-) -> Result<Option<ShardClaim>, StoreError> {
-    let values = claim_shard_values(BACKEND, request, shard);
-    let row = db
-        .query_one_raw(statement(BACKEND, &queries.claim_shard, values))
-        .await
-        .map_err(db_error("claim a shard"))?;
-    row.map(|row| claim_from_row(&row, shard.clone(), request))
-        .transpose()
-}
 
 /// Reads a batch of rows of every shard in one query.
 pub(crate) async fn read_rows<Db: ConnectionTrait>(

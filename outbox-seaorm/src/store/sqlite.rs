@@ -10,53 +10,11 @@ use sea_orm::{
     TransactionTrait, Value,
 };
 
-use outbox_core::{
-    ClaimRequest, CommitBatch, OutboxKind, ShardClaim, ShardEnd, ShardKey, ShardRead, StoreError,
-    StoredRow,
-};
+use outbox_core::{CommitBatch, OutboxKind, ShardEnd, ShardRead, StoreError, StoredRow};
 
-use super::{
-    apply_backoff, claim_due_values, claim_from_row, claim_shard_values, claims_from_rows,
-    db_error, fence, row_from_result, split_owned, statement, Queries,
-};
+use super::{apply_backoff, db_error, fence, row_from_result, split_owned, statement, Queries};
 
 const BACKEND: DbBackend = DbBackend::Sqlite;
-
-/// Claims due shards in one statement.
-pub(crate) async fn claim_due<Db: ConnectionTrait>(
-    db: &Db,
-    queries: &Queries,
-    request: &ClaimRequest,
-) -> Result<Vec<ShardClaim>, StoreError> {
-    let rows = db
-        .query_all_raw(statement(
-            BACKEND,
-            &queries.claim_due,
-            claim_due_values(BACKEND, request),
-        ))
-        .await
-        .map_err(db_error("claim due shards"))?;
-    claims_from_rows(&rows, request)
-}
-
-/// Claims one shard if nobody live holds it.
-pub(crate) async fn claim_shard<Db: ConnectionTrait>(
-    db: &Db,
-    queries: &Queries,
-    request: &ClaimRequest,
-    shard: &ShardKey,
-) -> Result<Option<ShardClaim>, StoreError> {
-    let row = db
-        .query_one_raw(statement(
-            BACKEND,
-            &queries.claim_shard,
-            claim_shard_values(BACKEND, request, shard),
-        ))
-        .await
-        .map_err(db_error("claim a shard"))?;
-    row.map(|row| claim_from_row(&row, shard.clone(), request))
-        .transpose()
-}
 
 /// Reads a batch of rows of each shard, one cheap statement per shard.
 pub(crate) async fn read_rows<Db: ConnectionTrait>(

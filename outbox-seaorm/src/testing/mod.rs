@@ -14,7 +14,7 @@ mod postgres;
 
 use std::time::Duration;
 
-use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend};
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
 use sea_orm_migration::MigratorTrait;
 
 pub use postgres::{
@@ -171,6 +171,41 @@ fn replace_database(url: &str, name: &str) -> String {
         out.push_str(query);
     }
     out
+}
+
+/// The backend enum the generated tests pass (re-exported for
+/// [`on_both_backends!`](crate::on_both_backends)).
+pub use sea_orm::DbBackend;
+
+/// Generates, from `async fn name(backend: DbBackend)` test bodies, one
+/// PostgreSQL and one SQLite `#[tokio::test]` each, in modules `postgres` and
+/// `sqlite`. The calling crate needs `tokio` (with `macros` and
+/// `rt-multi-thread`).
+///
+/// ```ignore
+/// async fn commits(backend: outbox_seaorm::testing::DbBackend) { /* ... */ }
+/// outbox_seaorm::on_both_backends!(commits);
+/// ```
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::testing::DbBackend::Postgres).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::testing::DbBackend::Sqlite).await;
+                }
+            )*
+        }
+    };
 }
 
 #[cfg(test)]

@@ -30,26 +30,3 @@ pub async fn database(backend: DbBackend, label: &str) -> TestDatabase {
         .await
         .unwrap_or_else(|e| panic!("{e}"))
 }
-
-/// Generates a PostgreSQL and a SQLite test from `async fn name(backend)`.
-#[macro_export]
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(sea_orm::DbBackend::Postgres).await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(sea_orm::DbBackend::Sqlite).await;
-                }
-            )*
-        }
-    };
-}
