@@ -11,7 +11,7 @@
 //! ```
 //! outbox_core::registry! {
 //!     /// Data owned by an organization; sharded by organization id.
-//!     OrganizationScope = 0 (shard_field = "organization_id") {
+//!     OrganizationScope = 0 (shard_field = "organization_id", owner_table = "organization") {
 //!         /// An organization was created, renamed or deleted.
 //!         OrganizationUpdate = 1,
 //!         /// A member joined, changed role or left.
@@ -33,6 +33,9 @@
 //! assert_eq!(OutboxCategory::AuditLogEvent.name(), "AuditLogEvent");
 //! assert!(OutboxCategory::OrganizationLegacyPing.is_retired());
 //! assert_eq!(OutboxScope::OrganizationScope.shard_field(), Some("organization_id"));
+//! assert_eq!(OutboxScope::OrganizationScope.owner_table(), Some("organization"));
+//! const SCOPE: OutboxScope = OutboxCategory::AuditLogEvent.scope(); // usable in constants
+//! assert_eq!(SCOPE, OutboxScope::AuditLogScope);
 //! ```
 //!
 //! # What the compiler rejects
@@ -87,6 +90,9 @@ pub trait Scope:
     /// The model field that holds this scope's shard identifier, if declared
     /// (for example `organization_id`). Used by the replicated-model derives.
     fn shard_field(self) -> Option<&'static str>;
+    /// The table whose rows are the shards themselves, if declared (for
+    /// example `organization`: an organization's shard is its own id).
+    fn owner_table(self) -> Option<&'static str>;
 }
 
 /// An outbox category: what a message means, and so which receiver handles it.
@@ -149,7 +155,8 @@ macro_rules! registry {
     (
         $(
             $(#[doc = $scope_doc:literal])*
-            $scope:ident = $scope_value:literal $( ( shard_field = $shard_field:literal ) )? {
+            $scope:ident = $scope_value:literal
+                $( ( shard_field = $shard_field:literal $(, owner_table = $owner_table:literal)? ) )? {
                 $(
                     $(#[doc = $category_doc:literal])*
                     $category:ident = $category_value:literal $( ( $flag:ident ) )?
@@ -177,6 +184,43 @@ macro_rules! registry {
             )*)*
         }
 
+        impl OutboxScope {
+            /// The model field holding this scope's shard identifier (usable
+            /// in constants).
+            pub const fn shard_field(self) -> ::core::option::Option<&'static str> {
+                match self {
+                    $(Self::$scope => {
+                        #[allow(unused_mut)]
+                        let mut field = ::core::option::Option::None;
+                        $(field = ::core::option::Option::Some($shard_field);)?
+                        field
+                    })*
+                }
+            }
+
+            /// The table whose own id is this scope's shard identifier (usable
+            /// in constants).
+            pub const fn owner_table(self) -> ::core::option::Option<&'static str> {
+                match self {
+                    $(Self::$scope => {
+                        #[allow(unused_mut)]
+                        let mut table = ::core::option::Option::None;
+                        $($(table = ::core::option::Option::Some($owner_table);)?)?
+                        table
+                    })*
+                }
+            }
+        }
+
+        impl OutboxCategory {
+            /// The one scope this category belongs to (usable in constants).
+            pub const fn scope(self) -> OutboxScope {
+                match self {
+                    $($(Self::$category => OutboxScope::$scope,)*)*
+                }
+            }
+        }
+
         impl $crate::Scope for OutboxScope {
             const ALL: &'static [Self] = &[$(Self::$scope),*];
             fn value(self) -> i32 {
@@ -188,14 +232,10 @@ macro_rules! registry {
                 }
             }
             fn shard_field(self) -> ::core::option::Option<&'static str> {
-                match self {
-                    $(Self::$scope => {
-                        #[allow(unused_mut)]
-                        let mut field = ::core::option::Option::None;
-                        $(field = ::core::option::Option::Some($shard_field);)?
-                        field
-                    })*
-                }
+                OutboxScope::shard_field(self)
+            }
+            fn owner_table(self) -> ::core::option::Option<&'static str> {
+                OutboxScope::owner_table(self)
             }
         }
 
@@ -227,9 +267,7 @@ macro_rules! registry {
                 }
             }
             fn scope(self) -> OutboxScope {
-                match self {
-                    $($(Self::$category => OutboxScope::$scope,)*)*
-                }
+                OutboxCategory::scope(self)
             }
             fn is_retired(self) -> bool {
                 match self {
@@ -264,4 +302,55 @@ macro_rules! registry {
             }
         }
     };
+}
+
+/// Picks the field that holds a model's shard identifier, at compile time:
+/// the primary key when the model's table owns the scope's shards (an
+/// organization is its own shard), else the scope's declared shard field.
+/// Returns its index in `fields`; a missing field fails the build with a
+/// message naming the attribute to add. Used by the replicated-model derives.
+pub const fn infer_shard_field(
+    shard_field: Option<&str>,
+    owner_table: Option<&str>,
+    table: &str,
+    primary_key: &str,
+    fields: &[&str],
+) -> usize {
+    let wanted = match owner_table {
+        Some(owner) if str_eq(owner, table) => primary_key,
+        _ => match shard_field {
+            Some(field) => field,
+            None => panic!(
+                "cannot infer the shard identifier: the category's scope declares no \
+                 shard_field; add #[outbox(shard = <field>)] naming the field that holds it"
+            ),
+        },
+    };
+    let mut i = 0;
+    while i < fields.len() {
+        if str_eq(fields[i], wanted) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!(
+        "cannot infer the shard identifier: this model has no integer field named like the \
+         scope's shard_field; add #[outbox(shard = <field>)] naming the field that holds it"
+    )
+}
+
+/// String equality usable in constants.
+pub const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }

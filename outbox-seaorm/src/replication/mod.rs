@@ -1,0 +1,355 @@
+//! Replicated models: saving or deleting a SeaORM model writes its outbox row in
+//! the same transaction, and a receiver replays the latest state (or a
+//! tombstone) on the other side. Sentry's `ReplicatedRegionModel` /
+//! `ReplicatedControlModel`, in Rust.
+//!
+//! A model takes two parts:
+//!
+//! - `#[derive(ReplicatedRegionModel)]` (or `ReplicatedControlModel`) on the
+//!   entity's `Model`, with `#[outbox(category = ...)]`, implements
+//!   [`ReplicatedModel`]: category, replication version, shard and object
+//!   identifiers. The shard field is inferred from the registry (the scope's
+//!   `shard_field`, or the primary key when the table is the scope's
+//!   `owner_table`); `#[outbox(shard = field)]` names it otherwise.
+//! - You implement [`RegionReplication`] (or [`ControlReplication`]): the
+//!   payload saved with each change, and the two handlers.
+//!
+//! Hooks: `#[outbox(active_model_behavior)]` generates the entity's
+//! `ActiveModelBehavior`, writing the outbox after every save and before every
+//! delete (the delete records `payload_for_update` while the row still
+//! exists). With your own `ActiveModelBehavior`, call the generated
+//! `ActiveModel::outbox_after_save(&model, db)` and
+//! `self.outbox_before_delete(db)` from it.
+//!
+//! SeaORM's hooks run only through `ActiveModelTrait` (`insert`, `update`,
+//! `save`, `delete`). **`insert_many`, `update_many`, `delete_many`,
+//! `Entity::update(..).exec`, `delete_by_id` and raw SQL skip them and write no
+//! outbox**: use the producing helpers of this module ([`bulk_insert`],
+//! [`bulk_update`], [`bulk_delete`]) for bulk changes.
+//!
+//! Delivery: [`ReplicationReceivers::replicate`] registers a model's category
+//! on `Receivers`; at delivery the receiver loads the row by id: present →
+//! `handle_async_replication`, gone → `handle_async_deletion` with the payload
+//! saved at delete time.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use sea_orm::{
+    ActiveModelTrait, ConnectionTrait, DatabaseConnection, DbErr, DeleteMany, EntityTrait,
+    IntoActiveModel, PrimaryKeyTrait, UpdateMany,
+};
+use serde_json::Value;
+
+use outbox_core::{Category, HandlerError, Message, OutboxKind, Receivers};
+
+use crate::write::{write_control_many, write_region_many, OutboxMessage, WriteError};
+
+pub use outbox_seaorm_derive::{ReplicatedControlModel, ReplicatedRegionModel};
+
+/// The primary-key value type of a model's entity.
+pub type PrimaryKeyValue<M> =
+    <<<M as ReplicatedModel>::Table as EntityTrait>::PrimaryKey as PrimaryKeyTrait>::ValueType;
+
+/// What the replicated-model derives implement: the model's identity in the
+/// outbox.
+pub trait ReplicatedModel: Clone + Send + Sync + Sized + 'static {
+    /// The registry's category type.
+    type Category: Category;
+    /// The model's entity.
+    type Table: EntityTrait<Model = Self>;
+    /// Region (`ReplicatedRegionModel`) or control (`ReplicatedControlModel`).
+    const KIND: OutboxKind;
+    /// The category of this model's outbox rows.
+    const CATEGORY: Self::Category;
+    /// The version of the replication; bump it to backfill existing rows.
+    /// Default: 1 (`#[outbox(replication_version = N)]`).
+    const REPLICATION_VERSION: u32 = 1;
+    /// The name of the field holding the shard identifier.
+    const SHARD_FIELD: &'static str;
+    /// The shard identifier of this row (e.g. its organization id).
+    fn shard_identifier(&self) -> i64;
+    /// The object identifier of this row (its primary key).
+    fn object_identifier(&self) -> i64;
+    /// The primary key with this object identifier, if it fits the key type.
+    fn primary_key_of(object_identifier: i64) -> Option<PrimaryKeyValue<Self>>;
+
+    /// What the handlers get (from [`RegionReplication`] or
+    /// [`ControlReplication`]).
+    type Context: Send + Sync + 'static;
+
+    /// Writes the outbox rows of `models` on `db`: [`write_region_outboxes`]
+    /// or [`write_control_outboxes`].
+    fn write_outboxes<'a, C: ConnectionTrait>(
+        db: &'a C,
+        models: &'a [Self],
+    ) -> BoxFuture<'a, Result<(), DbErr>>;
+
+    /// Delivers one message: [`deliver_region`] or [`deliver_control`].
+    fn deliver(
+        db: DatabaseConnection,
+        context: Arc<Self::Context>,
+        message: Message<Self::Category>,
+    ) -> BoxFuture<'static, Result<(), HandlerError>>;
+}
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The side of a region model that you write: its payload and handlers.
+#[async_trait]
+pub trait RegionReplication: ReplicatedModel {
+    /// Data saved with each change; after a delete it is all the deletion
+    /// handler gets. Only the newest payload of an object survives
+    /// coalescing. Default: none.
+    fn payload_for_update(&self) -> Option<Value> {
+        None
+    }
+
+    /// The row exists: replicate its current state. Must be idempotent.
+    async fn handle_async_replication(
+        &self,
+        context: &Self::Context,
+        shard_identifier: i64,
+    ) -> Result<(), HandlerError>;
+
+    /// The row is gone: replicate the deletion (a tombstone). Must be
+    /// idempotent.
+    async fn handle_async_deletion(
+        context: &Self::Context,
+        identifier: i64,
+        shard_identifier: i64,
+        payload: Option<Value>,
+    ) -> Result<(), HandlerError>;
+}
+
+/// The side of a control model that you write: its target regions, payload
+/// and handlers (which get the target region).
+#[async_trait]
+pub trait ControlReplication: ReplicatedModel {
+    /// The regions this row replicates to (one outbox row each).
+    async fn outbox_region_names<C: ConnectionTrait>(&self, db: &C) -> Result<Vec<String>, DbErr>;
+
+    /// Data saved with each change. Default: none.
+    fn payload_for_update(&self) -> Option<Value> {
+        None
+    }
+
+    /// The row exists: replicate it to `region_name`. Must be idempotent.
+    async fn handle_async_replication(
+        &self,
+        context: &Self::Context,
+        region_name: &str,
+        shard_identifier: i64,
+    ) -> Result<(), HandlerError>;
+
+    /// The row is gone: replicate the deletion to `region_name`.
+    async fn handle_async_deletion(
+        context: &Self::Context,
+        region_name: &str,
+        identifier: i64,
+        shard_identifier: i64,
+        payload: Option<Value>,
+    ) -> Result<(), HandlerError>;
+}
+
+fn to_db_error(error: WriteError) -> DbErr {
+    match error {
+        WriteError::Database(error) => error,
+        other => DbErr::Custom(other.to_string()),
+    }
+}
+
+fn message<M: ReplicatedModel>(model: &M, payload: Option<Value>) -> OutboxMessage<M::Category> {
+    OutboxMessage {
+        category: M::CATEGORY,
+        shard_identifier: model.shard_identifier(),
+        object_identifier: model.object_identifier(),
+        payload,
+    }
+}
+
+/// Writes the region outbox rows of `models` on `db` (after a save, or before
+/// a delete).
+///
+/// # Errors
+///
+/// The database's error; with a transaction, nothing is written.
+pub async fn write_region_outboxes<M: RegionReplication, C: ConnectionTrait>(
+    db: &C,
+    models: &[M],
+) -> Result<(), DbErr> {
+    let messages: Vec<_> = models
+        .iter()
+        .map(|model| message(model, model.payload_for_update()))
+        .collect();
+    write_region_many(db, messages).await.map_err(to_db_error)?;
+    Ok(())
+}
+
+/// Writes the control outbox rows of `models`, one per target region.
+///
+/// # Errors
+///
+/// The database's error; with a transaction, nothing is written.
+pub async fn write_control_outboxes<M: ControlReplication, C: ConnectionTrait>(
+    db: &C,
+    models: &[M],
+) -> Result<(), DbErr> {
+    let mut messages = Vec::new();
+    for model in models {
+        let payload = model.payload_for_update();
+        for region in model.outbox_region_names(db).await? {
+            messages.push((region, message(model, payload.clone())));
+        }
+    }
+    write_control_many(db, messages)
+        .await
+        .map_err(to_db_error)?;
+    Ok(())
+}
+
+/// Loads a replicated model by object identifier.
+///
+/// # Errors
+///
+/// The database's error.
+pub async fn find<M: ReplicatedModel, C: ConnectionTrait>(
+    db: &C,
+    object_identifier: i64,
+) -> Result<Option<M>, DbErr> {
+    match M::primary_key_of(object_identifier) {
+        Some(key) => M::Table::find_by_id(key).one(db).await,
+        None => Ok(None),
+    }
+}
+
+/// Inserts many rows with one statement and writes one outbox row per row (or
+/// per row and region) on the same connection: SeaORM's `insert_many`, plus
+/// the outboxes it would skip.
+///
+/// # Errors
+///
+/// The database's error; with a transaction, nothing is written.
+pub async fn bulk_insert<M, A, C>(
+    db: &C,
+    rows: impl IntoIterator<Item = A>,
+) -> Result<Vec<M>, DbErr>
+where
+    M: ReplicatedModel + IntoActiveModel<A>,
+    A: ActiveModelTrait<Entity = M::Table>,
+    C: ConnectionTrait,
+{
+    let inserted = M::Table::insert_many(rows).exec_with_returning(db).await?;
+    M::write_outboxes(db, &inserted).await?;
+    Ok(inserted)
+}
+
+/// Runs an `update_many` and writes the outbox rows of every updated row.
+///
+/// # Errors
+///
+/// The database's error; with a transaction, nothing is written.
+pub async fn bulk_update<M, C>(db: &C, update: UpdateMany<M::Table>) -> Result<Vec<M>, DbErr>
+where
+    M: ReplicatedModel,
+    C: ConnectionTrait,
+{
+    let updated = update.exec_with_returning(db).await?;
+    M::write_outboxes(db, &updated).await?;
+    Ok(updated)
+}
+
+/// Runs a `delete_many` and writes the outbox rows of every deleted row, with
+/// the payload each had.
+///
+/// # Errors
+///
+/// The database's error; with a transaction, nothing is written.
+pub async fn bulk_delete<M, C>(db: &C, delete: DeleteMany<M::Table>) -> Result<Vec<M>, DbErr>
+where
+    M: ReplicatedModel,
+    C: ConnectionTrait,
+{
+    let deleted = delete.exec_with_returning(db).await?;
+    M::write_outboxes(db, &deleted).await?;
+    Ok(deleted)
+}
+
+/// Delivers one region message: load the row, then replicate it, or handle
+/// its deletion when it is gone.
+///
+/// # Errors
+///
+/// The handler's error, or the database's.
+pub async fn deliver_region<M: RegionReplication>(
+    db: DatabaseConnection,
+    context: Arc<M::Context>,
+    message: Message<M::Category>,
+) -> Result<(), HandlerError> {
+    let shard = message.shard_identifier();
+    match find::<M, _>(&db, message.object_identifier).await? {
+        Some(model) => model.handle_async_replication(&context, shard).await,
+        None => {
+            M::handle_async_deletion(&context, message.object_identifier, shard, message.payload)
+                .await
+        }
+    }
+}
+
+/// Delivers one control message for its region: load the row, then replicate
+/// it, or handle its deletion when it is gone.
+///
+/// # Errors
+///
+/// The handler's error, or the database's.
+pub async fn deliver_control<M: ControlReplication>(
+    db: DatabaseConnection,
+    context: Arc<M::Context>,
+    message: Message<M::Category>,
+) -> Result<(), HandlerError> {
+    let shard = message.shard_identifier();
+    let region = message.region_name().unwrap_or_default().to_owned();
+    match find::<M, _>(&db, message.object_identifier).await? {
+        Some(model) => {
+            model
+                .handle_async_replication(&context, &region, shard)
+                .await
+        }
+        None => {
+            M::handle_async_deletion(
+                &context,
+                &region,
+                message.object_identifier,
+                shard,
+                message.payload,
+            )
+            .await
+        }
+    }
+}
+
+/// Registers replicated models on [`Receivers`].
+pub trait ReplicationReceivers<C: Category>: Sized {
+    /// Registers `M`'s category: at delivery, `M` is loaded by id from `db`
+    /// and replicated, or its deletion handled when it is gone.
+    fn replicate<M: ReplicatedModel<Category = C>>(
+        self,
+        db: DatabaseConnection,
+        context: Arc<M::Context>,
+    ) -> Self;
+}
+
+impl<C: Category> ReplicationReceivers<C> for Receivers<C> {
+    fn replicate<M: ReplicatedModel<Category = C>>(
+        self,
+        db: DatabaseConnection,
+        context: Arc<M::Context>,
+    ) -> Self {
+        self.on(M::CATEGORY, move |message: Message<C>| {
+            M::deliver(db.clone(), context.clone(), message)
+        })
+    }
+}
