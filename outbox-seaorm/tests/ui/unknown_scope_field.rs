@@ -1,0 +1,42 @@
+outbox_core::registry! {
+    OrganizationScope = 0 (shard_field = "organization_id", owner_table = "organization") {
+        OrganizationUpdate = 1,
+        ProjectUpdate = 2,
+    }
+    AuditScope = 1 {
+        AuditEvent = 10,
+    }
+}
+
+mod team {
+    use super::OutboxCategory;
+    use sea_orm::entity::prelude::*;
+
+    /// The organization scope's shard_field is `organization_id`; this model
+    /// calls it `org_id`.
+    #[derive(Clone, Debug, PartialEq, DeriveEntityModel, outbox_seaorm::replication::ReplicatedRegionModel)]
+    #[sea_orm(table_name = "team")]
+    #[outbox(category = OutboxCategory::ProjectUpdate)]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i64,
+        pub org_id: i64,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+
+    #[async_trait::async_trait]
+    impl outbox_seaorm::replication::RegionReplication for Model {
+        async fn handle_async_replication(&self, _: &(), _: i64) -> Result<(), outbox_core::HandlerError> {
+            Ok(())
+        }
+        async fn handle_async_deletion(_: &(), _: i64, _: i64, _: Option<serde_json::Value>) -> Result<(), outbox_core::HandlerError> {
+            Ok(())
+        }
+    }
+}
+
+fn main() {}
