@@ -1,36 +1,99 @@
-//! A first look at the outbox on SQLite.
+//! The hybrid-cloud demo: one Control silo and two Region silos.
 //!
-//! Run with `cargo run -p example-app`.
-//!
-//! It creates `./.data/region-us.sqlite`, applies the outbox migrations, and
-//! then, once a second, renames an organization in a transaction that also
-//! writes an outbox row. Even renames are flushed synchronously right after
-//! their commit; odd ones are left to the background drain, which picks them
-//! up within its poll interval. A receiver prints every delivery: several
-//! renames of one organization that wait together are coalesced into the
-//! newest. Stop it with Ctrl-C.
-//!
-//! The full hybrid-cloud demo (a Control silo and two Region silos over HTTP)
-//! replaces this program in a later issue.
+//! Run with `cargo run -p example-app`: all three silos in this process, on
+//! 127.0.0.1:8000 (control), :8001 (`us`) and :8002 (`de`), each with its own
+//! SQLite file under `./.data/` (created and migrated on first run). Ctrl-C
+//! stops them cleanly. `--help` lists the flags (and their environment
+//! variables) that run one silo per process, move the addresses, or point a
+//! silo at PostgreSQL.
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use outbox_core::{Drainer, HandlerError, Message, OutboxKind, Receivers};
-use outbox_seaorm::{write_region, OutboxMessage, SeaOrmStore};
-use sea_orm::{ConnectOptions, Database, TransactionTrait};
-use sea_orm_migration::MigratorTrait;
+use clap::{Parser, ValueEnum};
+use example_app::silo::{self, Role, SiloConfig};
 
-outbox_core::registry! {
-    /// Organization-owned data, sharded by organization id.
-    OrganizationScope = 0 (shard_field = "organization_id") {
-        /// An organization was renamed.
-        OrganizationRename = 1,
-    }
+/// Which silo(s) this process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Which {
+    /// Control and both regions, in this process.
+    All,
+    /// Only the control silo.
+    Control,
+    /// Only the `us` region.
+    Us,
+    /// Only the `de` region.
+    De,
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Rename {
-    name: String,
+/// Hybrid-cloud outbox demo: a Control silo and Region silos `us` and `de`.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Which silo(s) to run.
+    #[arg(long, value_enum, default_value = "all", env = "SILO")]
+    silo: Which,
+    /// Address of the control silo.
+    #[arg(long, default_value = "127.0.0.1:8000", env = "CONTROL_ADDR")]
+    control_addr: SocketAddr,
+    /// Address of the `us` region.
+    #[arg(long, default_value = "127.0.0.1:8001", env = "US_ADDR")]
+    us_addr: SocketAddr,
+    /// Address of the `de` region.
+    #[arg(long, default_value = "127.0.0.1:8002", env = "DE_ADDR")]
+    de_addr: SocketAddr,
+    /// Folder of the default SQLite databases.
+    #[arg(long, default_value = ".data", env = "DATA_DIR")]
+    data_dir: PathBuf,
+    /// Database of the control silo (default: SQLite in the data folder), e.g.
+    /// postgres://user@host/control.
+    #[arg(long, env = "CONTROL_DATABASE_URL")]
+    control_database_url: Option<String>,
+    /// Database of the `us` region (default: SQLite in the data folder).
+    #[arg(long, env = "US_DATABASE_URL")]
+    us_database_url: Option<String>,
+    /// Database of the `de` region (default: SQLite in the data folder).
+    #[arg(long, env = "DE_DATABASE_URL")]
+    de_database_url: Option<String>,
+    /// Shared secret of the silos' RPC. Required when running one silo per
+    /// process; generated at random when running all three.
+    #[arg(long, env = "SILO_SECRET", hide_env_values = true)]
+    secret: Option<String>,
+    /// How often an idle outbox drain looks for work when nothing wakes it.
+    #[arg(long, default_value_t = 1000, env = "POLL_INTERVAL_MS")]
+    poll_interval_ms: u64,
+}
+
+impl Args {
+    fn database_url(&self, name: &str, given: &Option<String>) -> String {
+        given.clone().unwrap_or_else(|| {
+            format!(
+                "sqlite://{}/{name}.sqlite?mode=rwc",
+                self.data_dir.display()
+            )
+        })
+    }
+
+    fn config(&self, role: Role, secret: &str) -> SiloConfig {
+        let database_url = match &role {
+            Role::Control => self.database_url("control", &self.control_database_url),
+            Role::Region(name) if name == "us" => self.database_url("us", &self.us_database_url),
+            Role::Region(_) => self.database_url("de", &self.de_database_url),
+        };
+        SiloConfig {
+            role,
+            database_url,
+            secret: secret.to_owned(),
+            control_url: format!("http://{}", self.control_addr),
+            region_urls: BTreeMap::from([
+                ("us".to_owned(), format!("http://{}", self.us_addr)),
+                ("de".to_owned(), format!("http://{}", self.de_addr)),
+            ]),
+            poll_interval: Duration::from_millis(self.poll_interval_ms.max(1)),
+        }
+    }
 }
 
 #[tokio::main]
@@ -38,89 +101,49 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqlx=warn".into()),
+                .unwrap_or_else(|_| "info,sqlx=warn,sea_orm_migration=warn".into()),
         )
         .init();
-
-    std::fs::create_dir_all(".data")?;
-    let url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "sqlite://.data/region-us.sqlite?mode=rwc".to_owned());
-    let mut options = ConnectOptions::new(url.clone());
-    options.sqlx_logging(false).max_connections(5);
-    let db = Database::connect(options).await?;
-    outbox_migrations::OutboxMigrator::up(&db, None).await?;
-    println!("outbox example on {url}; Ctrl-C to stop");
-
-    let receivers = Receivers::new().on(
-        OutboxCategory::OrganizationRename,
-        |message: Message<OutboxCategory>| async move {
-            let rename: Rename = message.payload_as()?;
-            println!(
-                "  delivered: organization {} is now {:?} ({} row(s) coalesced, {})",
-                message.object_identifier,
-                rename.name,
-                message.coalesced,
-                if message.synchronous {
-                    "flushed after commit"
-                } else {
-                    "background drain"
-                }
-            );
-            Ok::<_, HandlerError>(())
-        },
-    );
-    receivers.ensure_complete()?;
-    let drainer = Drainer::new(SeaOrmStore::new(db.clone())?, receivers);
-
-    let background = tokio::spawn({
-        let drainer = drainer.clone();
-        async move {
-            loop {
-                match drainer.drain_due(OutboxKind::Region).await {
-                    Ok(report) => {
-                        for failure in report.failures {
-                            tracing::warn!(shard = %failure.shard, error = %failure.error, "delivery failed");
-                        }
-                    }
-                    Err(error) => tracing::warn!(%error, "background drain round failed"),
-                }
-                tokio::time::sleep(Duration::from_millis(2500)).await;
-            }
-        }
-    });
-
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut n: i64 = 0;
-    loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
-            _ = tick.tick() => {}
-        }
-        n += 1;
-        let organization = n % 3 + 1;
-        let name = format!("org-{organization}-v{n}");
-        let txn = db.begin().await?;
-        // ... the model update would go here, on `&txn` ...
-        let row = write_region(
-            &txn,
-            OutboxMessage::new(
-                OutboxCategory::OrganizationRename,
-                organization,
-                organization,
+    let args = Args::parse();
+    let secret = match (&args.secret, args.silo) {
+        (Some(secret), _) => secret.clone(),
+        (None, Which::All) => format!("{:032x}", rand::random::<u128>()),
+        (None, _) => {
+            return Err(
+                "--secret (or SILO_SECRET) is required when running one silo per process: \
+                        every silo must share it"
+                    .into(),
             )
-            .with_payload_of(&Rename { name: name.clone() })?,
-        )
-        .await?;
-        txn.commit().await?;
-        if n % 2 == 0 {
-            println!("renamed organization {organization} to {name:?}; flushing now");
-            drainer.drain_shard(&row.shard, Some(row.id)).await?;
-        } else {
-            println!("renamed organization {organization} to {name:?}; deferred");
         }
+    };
+    let roles: Vec<(Role, SocketAddr)> = match args.silo {
+        Which::All => vec![
+            (Role::Control, args.control_addr),
+            (Role::Region("us".into()), args.us_addr),
+            (Role::Region("de".into()), args.de_addr),
+        ],
+        Which::Control => vec![(Role::Control, args.control_addr)],
+        Which::Us => vec![(Role::Region("us".into()), args.us_addr)],
+        Which::De => vec![(Role::Region("de".into()), args.de_addr)],
+    };
+    let mut running = Vec::new();
+    for (role, addr) in roles {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        let name = match &role {
+            Role::Control => "control".to_owned(),
+            Role::Region(name) => format!("region {name}"),
+        };
+        let silo = silo::start(args.config(role, &secret), listener).await?;
+        println!("{name:<10} http://{}", silo.addr);
+        running.push(silo);
     }
-    background.abort();
-    let pending = drainer.store().pending_count(OutboxKind::Region).await?;
-    println!("stopped; {pending} row(s) left for the next run");
+    println!("Ctrl-C to stop");
+    tokio::signal::ctrl_c().await?;
+    for silo in running {
+        silo.shutdown().await?;
+    }
+    println!("stopped");
     Ok(())
 }

@@ -1,0 +1,302 @@
+//! The control silo's HTTP API and the RPC routes regions call.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post, put};
+use axum::{middleware, Json, Router};
+use outbox_axum::Tx;
+use outbox_seaorm::{write_control, OutboxMessage};
+use sea_orm::{ActiveModelTrait, ConnectionTrait, DatabaseConnection, EntityTrait, Set, Statement};
+use serde::{Deserialize, Serialize};
+
+use super::entities::users;
+use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
+use crate::region::AuditRecord;
+use crate::registry::OutboxCategory;
+
+/// Shared by Control's handlers.
+#[derive(Clone, Debug)]
+pub struct ControlState {
+    /// Its database.
+    pub db: DatabaseConnection,
+}
+
+#[derive(Debug, Deserialize)]
+struct NewUser {
+    email: String,
+    name: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct UserChange {
+    email: Option<String>,
+    name: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+struct Mapping {
+    slug: String,
+    name: String,
+    region: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct MemberMapping {
+    organization_id: i64,
+    user_id: i64,
+    role: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct SlugQuery {
+    slug: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct AuditQuery {
+    organization_id: i64,
+}
+
+/// The public API and the RPC routes (behind the shared secret), without the
+/// outbox layer.
+pub fn routes(state: ControlState, secret: String) -> Router {
+    let rpc = Router::new()
+        .route(
+            "/rpc/organization-mappings/{id}",
+            put(upsert_mapping).delete(delete_mapping),
+        )
+        .route(
+            "/rpc/member-mappings/{region}/{member_id}",
+            put(upsert_member).delete(delete_member),
+        )
+        .route("/rpc/audit-logs", post(record_audit))
+        .route_layer(middleware::from_fn_with_state(
+            secret,
+            crate::rpc::require_secret,
+        ));
+    Router::new()
+        .route("/api/0/organization-mappings", get(find_mapping_by_slug))
+        .route("/api/0/organization-mappings/{id}", get(get_mapping))
+        .route("/api/0/users", post(create_user))
+        .route(
+            "/api/0/users/{id}",
+            get(get_user).put(update_user).delete(delete_user),
+        )
+        .route("/api/0/audit-logs", get(audit_logs))
+        .merge(rpc)
+        .with_state(state)
+}
+
+async fn mapping_where(
+    db: &DatabaseConnection,
+    condition: &str,
+    value: sea_orm::Value,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let backend = db.get_database_backend();
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            backend,
+            format!("SELECT organization_id, slug, name, region FROM organization_mapping WHERE {condition} = $1"),
+            [value],
+        ))
+        .await?
+        .ok_or_else(|| ApiError::not_found("organization mapping"))?;
+    let id: i64 = row.try_get("", "organization_id")?;
+    let slug: String = row.try_get("", "slug")?;
+    let name: String = row.try_get("", "name")?;
+    let region: String = row.try_get("", "region")?;
+    Ok(Json(
+        serde_json::json!({ "id": id, "slug": slug, "name": name, "region": region }),
+    ))
+}
+
+async fn get_mapping(
+    State(state): State<ControlState>,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    mapping_where(&state.db, "organization_id", id.into()).await
+}
+
+async fn find_mapping_by_slug(
+    State(state): State<ControlState>,
+    ApiQuery(query): ApiQuery<SlugQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let slug = query
+        .slug
+        .ok_or_else(|| ApiError::bad_request("give ?slug=..."))?;
+    mapping_where(&state.db, "slug", slug.into()).await
+}
+
+async fn create_user(
+    tx: Tx,
+    ApiJson(new): ApiJson<NewUser>,
+) -> Result<(StatusCode, Json<users::Model>), ApiError> {
+    let user = users::ActiveModel {
+        email: Set(new.email),
+        name: Set(new.name),
+        ..Default::default()
+    }
+    .insert(&tx)
+    .await?;
+    Ok((StatusCode::CREATED, Json(user)))
+}
+
+async fn find_user(db: &impl ConnectionTrait, id: i64) -> Result<users::Model, ApiError> {
+    users::Entity::find_by_id(id)
+        .one(db)
+        .await?
+        .ok_or_else(|| ApiError::not_found("user"))
+}
+
+async fn get_user(
+    State(state): State<ControlState>,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<users::Model>, ApiError> {
+    Ok(Json(find_user(&state.db, id).await?))
+}
+
+async fn update_user(
+    tx: Tx,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(change): ApiJson<UserChange>,
+) -> Result<Json<users::Model>, ApiError> {
+    let mut active: users::ActiveModel = find_user(&tx, id).await?.into();
+    if let Some(email) = change.email {
+        active.email = Set(email);
+    }
+    if let Some(name) = change.name {
+        active.name = Set(name);
+    }
+    Ok(Json(active.update(&tx).await?))
+}
+
+async fn delete_user(tx: Tx, ApiPath(id): ApiPath<i64>) -> Result<StatusCode, ApiError> {
+    let user = find_user(&tx, id).await?;
+    users::ActiveModel::from(user).delete(&tx).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn audit_logs(
+    State(state): State<ControlState>,
+    ApiQuery(query): ApiQuery<AuditQuery>,
+) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
+    let backend = state.db.get_database_backend();
+    let rows = state
+        .db
+        .query_all_raw(Statement::from_sql_and_values(
+            backend,
+            "SELECT region, region_sequence, action, detail, occurred_at FROM audit_log \
+             WHERE organization_id = $1 ORDER BY region, region_sequence",
+            [query.organization_id.into()],
+        ))
+        .await?;
+    let mut events = Vec::with_capacity(rows.len());
+    for row in rows {
+        let region: String = row.try_get("", "region")?;
+        let sequence: i64 = row.try_get("", "region_sequence")?;
+        let action: String = row.try_get("", "action")?;
+        let detail: String = row.try_get("", "detail")?;
+        let occurred_at: String = row.try_get("", "occurred_at")?;
+        events.push(serde_json::json!({
+            "region": region, "sequence": sequence, "action": action,
+            "detail": detail, "occurred_at": occurred_at,
+        }));
+    }
+    Ok(Json(events))
+}
+
+// ---- RPC (idempotent) -------------------------------------------------------
+
+async fn upsert_mapping(
+    tx: Tx,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(mapping): ApiJson<Mapping>,
+) -> Result<StatusCode, ApiError> {
+    let backend = tx.get_database_backend();
+    tx.execute_raw(Statement::from_sql_and_values(
+        backend,
+        "INSERT INTO organization_mapping (organization_id, slug, name, region) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (organization_id) DO UPDATE SET slug = excluded.slug, name = excluded.name, region = excluded.region",
+        [id.into(), mapping.slug.into(), mapping.name.into(), mapping.region.into()],
+    ))
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_mapping(tx: Tx, ApiPath(id): ApiPath<i64>) -> Result<StatusCode, ApiError> {
+    let backend = tx.get_database_backend();
+    tx.execute_raw(Statement::from_sql_and_values(
+        backend,
+        "DELETE FROM organization_mapping WHERE organization_id = $1",
+        [id.into()],
+    ))
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A membership arrived: record it, and replicate the user to that region
+/// (in the same transaction, so the user follows the membership).
+async fn upsert_member(
+    tx: Tx,
+    ApiPath((region, member_id)): ApiPath<(String, i64)>,
+    ApiJson(member): ApiJson<MemberMapping>,
+) -> Result<StatusCode, ApiError> {
+    let backend = tx.get_database_backend();
+    tx.execute_raw(Statement::from_sql_and_values(
+        backend,
+        "INSERT INTO member_mapping (region, member_id, organization_id, user_id, role) VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (region, member_id) DO UPDATE SET organization_id = excluded.organization_id, \
+         user_id = excluded.user_id, role = excluded.role",
+        [region.clone().into(), member_id.into(), member.organization_id.into(), member.user_id.into(), member.role.into()],
+    ))
+    .await?;
+    if users::Entity::find_by_id(member.user_id)
+        .one(&tx)
+        .await?
+        .is_some()
+    {
+        write_control(
+            &tx,
+            [region],
+            OutboxMessage::new(OutboxCategory::UserUpdate, member.user_id, member.user_id),
+        )
+        .await?;
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_member(
+    tx: Tx,
+    ApiPath((region, member_id)): ApiPath<(String, i64)>,
+) -> Result<StatusCode, ApiError> {
+    let backend = tx.get_database_backend();
+    tx.execute_raw(Statement::from_sql_and_values(
+        backend,
+        "DELETE FROM member_mapping WHERE region = $1 AND member_id = $2",
+        [region.into(), member_id.into()],
+    ))
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn record_audit(
+    tx: Tx,
+    ApiJson(record): ApiJson<AuditRecord>,
+) -> Result<StatusCode, ApiError> {
+    let backend = tx.get_database_backend();
+    tx.execute_raw(Statement::from_sql_and_values(
+        backend,
+        "INSERT INTO audit_log (region, region_sequence, organization_id, action, detail, occurred_at) \
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (region, region_sequence) DO NOTHING",
+        [
+            record.region.into(),
+            record.region_sequence.into(),
+            record.event.organization_id.into(),
+            record.event.action.into(),
+            record.event.detail.into(),
+            record.event.occurred_at.into(),
+        ],
+    ))
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}

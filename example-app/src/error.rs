@@ -1,0 +1,121 @@
+//! JSON errors: `{"error": "..."}` with a fitting status.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use sea_orm::{DbErr, SqlErr};
+use serde::de::DeserializeOwned;
+
+/// An error answered as `{"error": message}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    /// An error with this status and message.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// 404.
+    pub fn not_found(what: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, format!("{what} not found"))
+    }
+
+    /// 400.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    /// The status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(serde_json::json!({ "error": self.message })),
+        )
+            .into_response()
+    }
+}
+
+impl From<DbErr> for ApiError {
+    fn from(error: DbErr) -> Self {
+        if let Some(SqlErr::UniqueConstraintViolation(_)) = error.sql_err() {
+            return Self::new(
+                StatusCode::CONFLICT,
+                "already exists (a unique value is taken)",
+            );
+        }
+        tracing::error!(%error, "database error");
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+    }
+}
+
+impl From<outbox_seaorm::WriteError> for ApiError {
+    fn from(error: outbox_seaorm::WriteError) -> Self {
+        tracing::error!(%error, "outbox write failed");
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+    }
+}
+
+/// `Json<T>` whose rejections are 400 `{"error": ...}`.
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(request, state).await {
+            Ok(Json(value)) => Ok(ApiJson(value)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: JsonRejection) -> ApiError {
+    ApiError::bad_request(format!("malformed body: {}", rejection.body_text()))
+}
+
+/// `Path<T>` whose rejections are 400 `{"error": ...}`.
+#[derive(Debug)]
+pub struct ApiPath<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(value)| ApiPath(value))
+            .map_err(|rejection: PathRejection| ApiError::bad_request(rejection.body_text()))
+    }
+}
+
+/// `Query<T>` whose rejections are 400 `{"error": ...}`.
+#[derive(Debug)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(value)| ApiQuery(value))
+            .map_err(|rejection: QueryRejection| ApiError::bad_request(rejection.body_text()))
+    }
+}

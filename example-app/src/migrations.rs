@@ -1,0 +1,102 @@
+//! The schemas of the silos: the outbox tables plus each silo's own tables.
+
+use sea_orm_migration::prelude::*;
+use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
+
+fn id_column(backend: DbBackend) -> &'static str {
+    match backend {
+        DbBackend::Postgres => "bigserial PRIMARY KEY",
+        _ => "INTEGER PRIMARY KEY AUTOINCREMENT",
+    }
+}
+
+async fn run(manager: &SchemaManager<'_>, statements: Vec<String>) -> Result<(), DbErr> {
+    for statement in statements {
+        manager
+            .get_connection()
+            .execute_unprepared(&statement)
+            .await?;
+    }
+    Ok(())
+}
+
+/// A region silo's tables.
+#[derive(DeriveMigrationName)]
+pub struct RegionSchema;
+
+#[allow(elided_lifetimes_in_paths)]
+#[async_trait::async_trait]
+impl MigrationTrait for RegionSchema {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let id = id_column(manager.get_database_backend());
+        run(
+            manager,
+            vec![
+                format!("CREATE TABLE organization (id {id}, slug text NOT NULL UNIQUE, name text NOT NULL)"),
+                format!(
+                    "CREATE TABLE organization_member (id {id}, organization_id bigint NOT NULL, \
+                     user_id bigint NOT NULL, role text NOT NULL, UNIQUE (organization_id, user_id))"
+                ),
+                "CREATE TABLE user_replica (id bigint PRIMARY KEY, email text NOT NULL, name text NOT NULL)"
+                    .to_owned(),
+            ],
+        )
+        .await
+    }
+}
+
+/// The control silo's tables.
+#[derive(DeriveMigrationName)]
+pub struct ControlSchema;
+
+#[allow(elided_lifetimes_in_paths)]
+#[async_trait::async_trait]
+impl MigrationTrait for ControlSchema {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let id = id_column(manager.get_database_backend());
+        run(
+            manager,
+            vec![
+                format!("CREATE TABLE users (id {id}, email text NOT NULL UNIQUE, name text NOT NULL)"),
+                "CREATE TABLE organization_mapping (organization_id bigint PRIMARY KEY, \
+                 slug text NOT NULL, name text NOT NULL, region text NOT NULL)"
+                    .to_owned(),
+                "CREATE INDEX organization_mapping_slug ON organization_mapping (slug)".to_owned(),
+                "CREATE TABLE member_mapping (region text NOT NULL, member_id bigint NOT NULL, \
+                 organization_id bigint NOT NULL, user_id bigint NOT NULL, role text NOT NULL, \
+                 PRIMARY KEY (region, member_id))"
+                    .to_owned(),
+                format!(
+                    "CREATE TABLE audit_log (id {id}, region text NOT NULL, region_sequence bigint NOT NULL, \
+                     organization_id bigint NOT NULL, action text NOT NULL, detail text NOT NULL, \
+                     occurred_at text NOT NULL, UNIQUE (region, region_sequence))"
+                ),
+            ],
+        )
+        .await
+    }
+}
+
+/// Migrates a region silo's database.
+pub struct RegionMigrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for RegionMigrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        let mut migrations = outbox_migrations::migrations();
+        migrations.push(Box::new(RegionSchema));
+        migrations
+    }
+}
+
+/// Migrates the control silo's database.
+pub struct ControlMigrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for ControlMigrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        let mut migrations = outbox_migrations::migrations();
+        migrations.push(Box::new(ControlSchema));
+        migrations
+    }
+}

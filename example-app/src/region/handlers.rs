@@ -1,0 +1,334 @@
+//! The region silo's HTTP API.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{delete, get, post, put};
+use axum::{middleware, Json, Router};
+use outbox_axum::{OutboxCtx, Tx};
+use outbox_seaorm::{write_region, OutboxMessage};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
+    Set, Statement,
+};
+use serde::{Deserialize, Serialize};
+
+use super::entities::{organization, organization_member};
+use super::AuditEvent;
+use crate::error::{ApiError, ApiJson, ApiPath};
+use crate::registry::OutboxCategory;
+
+/// Shared by the region's handlers.
+#[derive(Clone, Debug)]
+pub struct RegionState {
+    /// This region's name.
+    pub region: String,
+    /// Its database.
+    pub db: DatabaseConnection,
+}
+
+#[derive(Debug, Deserialize)]
+struct NewOrganization {
+    slug: String,
+    name: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct OrganizationChange {
+    slug: Option<String>,
+    name: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct OrganizationView {
+    id: i64,
+    slug: String,
+    name: String,
+    region: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct NewMember {
+    user_id: i64,
+    role: String,
+}
+
+/// The public API (`/api/0/...`) and the RPC routes Control calls (`/rpc/...`,
+/// behind the shared secret), without the outbox layer.
+pub fn routes(state: RegionState, secret: String) -> Router {
+    let rpc = Router::new()
+        .route(
+            "/rpc/users/{id}",
+            put(upsert_user_replica).delete(delete_user_replica),
+        )
+        .route_layer(middleware::from_fn_with_state(
+            secret,
+            crate::rpc::require_secret,
+        ));
+    Router::new()
+        .route("/api/0/organizations", post(create_organization))
+        .route(
+            "/api/0/organizations/bulk",
+            post(create_organizations_in_bulk),
+        )
+        .route(
+            "/api/0/organizations/{id}",
+            get(get_organization)
+                .put(update_organization)
+                .delete(delete_organization),
+        )
+        .route("/api/0/organizations/{id}/members", post(add_member))
+        .route(
+            "/api/0/organizations/{id}/members/{member_id}",
+            delete(remove_member),
+        )
+        .route("/api/0/users/{id}", get(get_user_replica))
+        .merge(rpc)
+        .with_state(state)
+}
+
+fn view(state: &RegionState, organization: organization::Model) -> OrganizationView {
+    OrganizationView {
+        id: organization.id,
+        slug: organization.slug,
+        name: organization.name,
+        region: state.region.clone(),
+    }
+}
+
+/// Writes an audit event: its own shard and object id, so never coalesced.
+async fn audit(
+    tx: &Tx,
+    organization_id: i64,
+    action: &str,
+    detail: String,
+) -> Result<(), ApiError> {
+    let event_id = (rand::random::<u64>() >> 2) as i64;
+    let event = AuditEvent {
+        organization_id,
+        action: action.to_owned(),
+        detail,
+        occurred_at: chrono::Utc::now().to_rfc3339(),
+    };
+    write_region(
+        tx,
+        OutboxMessage::new(OutboxCategory::AuditLogEvent, event_id, event_id)
+            .with_payload_of(&event)?,
+    )
+    .await?;
+    Ok(())
+}
+
+async fn insert_organization(
+    tx: &Tx,
+    new: NewOrganization,
+) -> Result<organization::Model, ApiError> {
+    if new.slug.trim().is_empty() {
+        return Err(ApiError::bad_request("slug must not be empty"));
+    }
+    let organization = organization::ActiveModel {
+        slug: Set(new.slug),
+        name: Set(new.name),
+        ..Default::default()
+    }
+    .insert(tx)
+    .await?;
+    audit(
+        tx,
+        organization.id,
+        "organization.create",
+        format!("created {}", organization.slug),
+    )
+    .await?;
+    Ok(organization)
+}
+
+async fn create_organization(
+    State(state): State<RegionState>,
+    tx: Tx,
+    ApiJson(new): ApiJson<NewOrganization>,
+) -> Result<(StatusCode, Json<OrganizationView>), ApiError> {
+    let organization = insert_organization(&tx, new).await?;
+    Ok((StatusCode::CREATED, Json(view(&state, organization))))
+}
+
+/// Many organizations at once, with `flush = false`: their rows reach Control
+/// through the background drain.
+async fn create_organizations_in_bulk(
+    State(state): State<RegionState>,
+    context: OutboxCtx,
+    tx: Tx,
+    ApiJson(batch): ApiJson<Vec<NewOrganization>>,
+) -> Result<(StatusCode, Json<Vec<OrganizationView>>), ApiError> {
+    context.defer_flush();
+    let mut created = Vec::with_capacity(batch.len());
+    for new in batch {
+        created.push(view(&state, insert_organization(&tx, new).await?));
+    }
+    Ok((StatusCode::ACCEPTED, Json(created)))
+}
+
+async fn find_organization(
+    db: &impl ConnectionTrait,
+    id: i64,
+) -> Result<organization::Model, ApiError> {
+    organization::Entity::find_by_id(id)
+        .one(db)
+        .await?
+        .ok_or_else(|| ApiError::not_found("organization"))
+}
+
+async fn get_organization(
+    State(state): State<RegionState>,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<OrganizationView>, ApiError> {
+    let organization = find_organization(&state.db, id).await?;
+    Ok(Json(view(&state, organization)))
+}
+
+async fn update_organization(
+    State(state): State<RegionState>,
+    tx: Tx,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(change): ApiJson<OrganizationChange>,
+) -> Result<Json<OrganizationView>, ApiError> {
+    if change.slug.is_none() && change.name.is_none() {
+        return Err(ApiError::bad_request("give `slug` and/or `name`"));
+    }
+    let existing = find_organization(&tx, id).await?;
+    let mut active: organization::ActiveModel = existing.into();
+    if let Some(slug) = change.slug {
+        active.slug = Set(slug);
+    }
+    if let Some(name) = change.name {
+        active.name = Set(name);
+    }
+    let organization = active.update(&tx).await?;
+    audit(
+        &tx,
+        id,
+        "organization.update",
+        format!("now {} ({})", organization.name, organization.slug),
+    )
+    .await?;
+    Ok(Json(view(&state, organization)))
+}
+
+async fn delete_organization(tx: Tx, ApiPath(id): ApiPath<i64>) -> Result<StatusCode, ApiError> {
+    let organization = find_organization(&tx, id).await?;
+    let members = organization_member::Entity::find()
+        .filter(organization_member::Column::OrganizationId.eq(id))
+        .all(&tx)
+        .await?;
+    for member in members {
+        organization_member::ActiveModel::from(member)
+            .delete(&tx)
+            .await?;
+    }
+    let slug = organization.slug.clone();
+    organization::ActiveModel::from(organization)
+        .delete(&tx)
+        .await?;
+    audit(&tx, id, "organization.delete", format!("deleted {slug}")).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn add_member(
+    tx: Tx,
+    ApiPath(organization_id): ApiPath<i64>,
+    ApiJson(new): ApiJson<NewMember>,
+) -> Result<(StatusCode, Json<organization_member::Model>), ApiError> {
+    find_organization(&tx, organization_id).await?;
+    let member = organization_member::ActiveModel {
+        organization_id: Set(organization_id),
+        user_id: Set(new.user_id),
+        role: Set(new.role),
+        ..Default::default()
+    }
+    .insert(&tx)
+    .await?;
+    audit(
+        &tx,
+        organization_id,
+        "member.add",
+        format!("user {} as {}", member.user_id, member.role),
+    )
+    .await?;
+    Ok((StatusCode::CREATED, Json(member)))
+}
+
+async fn remove_member(
+    tx: Tx,
+    ApiPath((organization_id, member_id)): ApiPath<(i64, i64)>,
+) -> Result<StatusCode, ApiError> {
+    let member = organization_member::Entity::find_by_id(member_id)
+        .one(&tx)
+        .await?
+        .filter(|member| member.organization_id == organization_id)
+        .ok_or_else(|| ApiError::not_found("member"))?;
+    let user_id = member.user_id;
+    organization_member::ActiveModel::from(member)
+        .delete(&tx)
+        .await?;
+    audit(
+        &tx,
+        organization_id,
+        "member.remove",
+        format!("user {user_id}"),
+    )
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct UserReplica {
+    email: String,
+    name: String,
+}
+
+async fn get_user_replica(
+    State(state): State<RegionState>,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let backend = state.db.get_database_backend();
+    let row = state
+        .db
+        .query_one_raw(Statement::from_sql_and_values(
+            backend,
+            "SELECT email, name FROM user_replica WHERE id = $1",
+            [id.into()],
+        ))
+        .await?
+        .ok_or_else(|| ApiError::not_found("user"))?;
+    let email: String = row.try_get("", "email")?;
+    let name: String = row.try_get("", "name")?;
+    Ok(Json(
+        serde_json::json!({ "id": id, "email": email, "name": name }),
+    ))
+}
+
+async fn upsert_user_replica(
+    tx: Tx,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(user): ApiJson<UserReplica>,
+) -> Result<StatusCode, ApiError> {
+    let backend = tx.get_database_backend();
+    tx.execute_raw(Statement::from_sql_and_values(
+        backend,
+        "INSERT INTO user_replica (id, email, name) VALUES ($1, $2, $3) \
+         ON CONFLICT (id) DO UPDATE SET email = excluded.email, name = excluded.name",
+        [id.into(), user.email.into(), user.name.into()],
+    ))
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_user_replica(tx: Tx, ApiPath(id): ApiPath<i64>) -> Result<StatusCode, ApiError> {
+    let backend = tx.get_database_backend();
+    tx.execute_raw(Statement::from_sql_and_values(
+        backend,
+        "DELETE FROM user_replica WHERE id = $1",
+        [id.into()],
+    ))
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}

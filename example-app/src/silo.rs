@@ -1,0 +1,260 @@
+//! Starting one silo: database, migrations, outbox worker, HTTP server.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+use outbox_axum::OutboxWorker;
+use outbox_core::{Drainer, OutboxKind};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend};
+use sea_orm_migration::MigratorTrait;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::control::{self, ControlContext};
+use crate::error::ApiError;
+use crate::migrations::{ControlMigrator, RegionMigrator};
+use crate::region::{self, RegionContext};
+use crate::registry::OutboxCategory;
+use crate::rpc::RpcClient;
+
+/// Which silo to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The control silo.
+    Control,
+    /// A region silo, by name.
+    Region(String),
+}
+
+/// How to run one silo.
+#[derive(Clone, Debug)]
+pub struct SiloConfig {
+    /// Control or a region.
+    pub role: Role,
+    /// Its database (`sqlite://path?mode=rwc` or `postgres://...`).
+    pub database_url: String,
+    /// The shared RPC secret.
+    pub secret: String,
+    /// Control's base URL (regions call it).
+    pub control_url: String,
+    /// Each region's base URL (Control calls them).
+    pub region_urls: BTreeMap<String, String>,
+    /// How often an idle drain looks for work without being woken.
+    pub poll_interval: Duration,
+}
+
+/// Why a silo did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SiloError {
+    /// The database could not be opened or migrated.
+    #[error("database {url}: {source}")]
+    Database {
+        /// Its URL.
+        url: String,
+        /// What failed.
+        source: sea_orm::DbErr,
+    },
+    /// The outbox worker refused to start.
+    #[error(transparent)]
+    Worker(#[from] outbox_axum::WorkerError),
+    /// The server failed.
+    #[error("server: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A silo running in this process.
+pub struct RunningSilo {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its database.
+    pub db: DatabaseConnection,
+    /// Its drainer (inspection, tests).
+    pub drainer: Drainer<OutboxCategory>,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), std::io::Error>>,
+}
+
+impl std::fmt::Debug for RunningSilo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningSilo")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunningSilo {
+    /// Stops serving (graceful), then stops the outbox worker.
+    ///
+    /// # Errors
+    ///
+    /// The server's error.
+    pub async fn shutdown(self) -> Result<(), std::io::Error> {
+        let _ = self.stop.send(());
+        self.task.await.unwrap_or(Ok(()))
+    }
+}
+
+/// Opens a database, creating the SQLite file's folder if needed.
+///
+/// # Errors
+///
+/// [`SiloError::Database`].
+pub async fn open_database(url: &str) -> Result<DatabaseConnection, SiloError> {
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        let path = path.split('?').next().unwrap_or(path);
+        if let Some(parent) = std::path::Path::new(path).parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+    }
+    let mut options = ConnectOptions::new(url.to_owned());
+    options.max_connections(10).sqlx_logging(false);
+    let db = Database::connect(options)
+        .await
+        .map_err(|source| SiloError::Database {
+            url: url.to_owned(),
+            source,
+        })?;
+    if db.get_database_backend() == DbBackend::Sqlite {
+        use sea_orm::ConnectionTrait;
+        db.execute_unprepared("PRAGMA journal_mode=WAL")
+            .await
+            .map_err(|source| SiloError::Database {
+                url: url.to_owned(),
+                source,
+            })?;
+    }
+    Ok(db)
+}
+
+/// Migrates, starts the worker and serves on `listener` until shut down.
+///
+/// # Errors
+///
+/// [`SiloError`] when the database or the worker cannot start.
+pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningSilo, SiloError> {
+    let db = open_database(&config.database_url).await?;
+    let migrated = match &config.role {
+        Role::Control => ControlMigrator::up(&db, None).await,
+        Role::Region(_) => RegionMigrator::up(&db, None).await,
+    };
+    migrated.map_err(|source| SiloError::Database {
+        url: config.database_url.clone(),
+        source,
+    })?;
+
+    let (receivers, routes) = match &config.role {
+        Role::Control => {
+            let regions = config
+                .region_urls
+                .iter()
+                .map(|(name, url)| {
+                    (
+                        name.clone(),
+                        RpcClient::new(url.clone(), config.secret.clone()),
+                    )
+                })
+                .collect();
+            let context = Arc::new(ControlContext { regions });
+            (
+                control::receivers(&db, context),
+                control::routes(control::handlers_state(db.clone()), config.secret.clone()),
+            )
+        }
+        Role::Region(name) => {
+            let context = Arc::new(RegionContext {
+                region: name.clone(),
+                control: RpcClient::new(config.control_url.clone(), config.secret.clone()),
+            });
+            (
+                region::receivers(&db, context),
+                region::routes(
+                    region::handlers_state(name.clone(), db.clone()),
+                    config.secret.clone(),
+                ),
+            )
+        }
+    };
+    let worker = OutboxWorker::builder(db.clone(), receivers)
+        .poll_interval(config.poll_interval)
+        .spawn()?;
+    let drainer = worker.drainer().clone();
+    let app = routes
+        .layer(worker.layer())
+        .merge(admin_routes(drainer.clone()));
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await;
+        worker.shutdown().await;
+        served
+    });
+    tracing::info!(role = ?config.role, %addr, "silo started");
+    Ok(RunningSilo {
+        addr,
+        db,
+        drainer,
+        stop,
+        task,
+    })
+}
+
+/// `/healthz` and `/admin/outbox/shards`.
+fn admin_routes(drainer: Drainer<OutboxCategory>) -> Router {
+    Router::new()
+        .route(
+            "/healthz",
+            get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
+        )
+        .route("/admin/outbox/shards", get(pending_shards))
+        .with_state(drainer)
+}
+
+/// Pending shards of both outboxes, deepest first, with their depth, oldest
+/// age and next scheduled time.
+async fn pending_shards(
+    State(drainer): State<Drainer<OutboxCategory>>,
+) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
+    let now = drainer.now();
+    let mut shards = Vec::new();
+    for kind in OutboxKind::ALL {
+        let depths = drainer
+            .store()
+            .shard_depths(kind, 100)
+            .await
+            .map_err(|error| {
+                tracing::error!(%error, "shard depths");
+                ApiError::new(
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    "outbox store unavailable",
+                )
+            })?;
+        shards.extend(depths);
+    }
+    shards.sort_by_key(|shard| std::cmp::Reverse(shard.depth));
+    Ok(Json(
+        shards
+            .into_iter()
+            .map(|shard| {
+                serde_json::json!({
+                    "kind": shard.shard.kind().as_str(),
+                    "region": shard.shard.region_name(),
+                    "scope": shard.shard.scope(),
+                    "shard_identifier": shard.shard.identifier(),
+                    "depth": shard.depth,
+                    "oldest_age_seconds": (now - shard.oldest_date_added).num_milliseconds() as f64 / 1000.0,
+                    "next_scheduled_for": shard.next_scheduled_for.to_rfc3339(),
+                })
+            })
+            .collect(),
+    ))
+}

@@ -1,0 +1,554 @@
+//! End-to-end: Control and two regions in-process on ephemeral ports, driven
+//! over HTTP. SQLite for everything, PostgreSQL for the replication suite.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use example_app::silo::{self, Role, RunningSilo, SiloConfig};
+use outbox_seaorm::testing::{admin_url, connect};
+use reqwest::StatusCode;
+use sea_orm::{ConnectionTrait, DbBackend};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+const SECRET: &str = "test-secret";
+
+struct Deployment {
+    control: Option<RunningSilo>,
+    control_addr: std::net::SocketAddr,
+    control_config: SiloConfig,
+    regions: BTreeMap<String, RunningSilo>,
+    http: reqwest::Client,
+}
+
+async fn database_url(backend: DbBackend, name: &str) -> String {
+    let unique = format!("ex_{name}_{:08x}", rand::random::<u32>());
+    match backend {
+        DbBackend::Postgres => {
+            let admin = admin_url().unwrap();
+            let db = connect(&admin, 1).await.unwrap();
+            db.execute_unprepared(&format!("CREATE DATABASE \"{unique}\""))
+                .await
+                .unwrap();
+            db.close().await.unwrap();
+            let base = admin.rsplit_once('/').unwrap().0;
+            format!("{base}/{unique}")
+        }
+        _ => {
+            let dir = std::env::temp_dir().join("outbox-example-tests");
+            std::fs::create_dir_all(&dir).unwrap();
+            format!("sqlite://{}/{unique}.sqlite?mode=rwc", dir.display())
+        }
+    }
+}
+
+impl Deployment {
+    async fn start(backend: DbBackend) -> Self {
+        let control_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let us_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let de_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let control_addr = control_listener.local_addr().unwrap();
+        let region_urls = BTreeMap::from([
+            (
+                "us".to_owned(),
+                format!("http://{}", us_listener.local_addr().unwrap()),
+            ),
+            (
+                "de".to_owned(),
+                format!("http://{}", de_listener.local_addr().unwrap()),
+            ),
+        ]);
+        let config = |role: Role, database_url: String| SiloConfig {
+            role,
+            database_url,
+            secret: SECRET.to_owned(),
+            control_url: format!("http://{control_addr}"),
+            region_urls: region_urls.clone(),
+            poll_interval: Duration::from_millis(50),
+        };
+        let control_config = config(Role::Control, database_url(backend, "control").await);
+        let control = silo::start(control_config.clone(), control_listener)
+            .await
+            .unwrap();
+        let mut regions = BTreeMap::new();
+        for (name, listener) in [("us", us_listener), ("de", de_listener)] {
+            let region_config =
+                config(Role::Region(name.into()), database_url(backend, name).await);
+            regions.insert(
+                name.to_owned(),
+                silo::start(region_config, listener).await.unwrap(),
+            );
+        }
+        Self {
+            control: Some(control),
+            control_addr,
+            control_config,
+            regions,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn control_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.control_addr)
+    }
+
+    fn region_url(&self, region: &str, path: &str) -> String {
+        format!("http://{}{path}", self.regions[region].addr)
+    }
+
+    async fn stop_control(&mut self) {
+        if let Some(control) = self.control.take() {
+            control.shutdown().await.unwrap();
+        }
+    }
+
+    async fn start_control(&mut self) {
+        let listener = TcpListener::bind(self.control_addr).await.unwrap();
+        self.control = Some(
+            silo::start(self.control_config.clone(), listener)
+                .await
+                .unwrap(),
+        );
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        url: String,
+        body: Option<Value>,
+    ) -> (StatusCode, Value, reqwest::header::HeaderMap) {
+        let mut request = self.http.request(method, url);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap();
+        let value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        (status, value, headers)
+    }
+
+    async fn get(&self, url: String) -> (StatusCode, Value) {
+        let (status, value, _) = self.send(reqwest::Method::GET, url, None).await;
+        (status, value)
+    }
+
+    async fn create_org(&self, region: &str, slug: &str, name: &str) -> i64 {
+        let (status, body, _) = self
+            .send(
+                reqwest::Method::POST,
+                self.region_url(region, "/api/0/organizations"),
+                Some(json!({ "slug": slug, "name": name })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert_eq!(body["region"], region);
+        body["id"].as_i64().unwrap()
+    }
+
+    /// Polls `probe` until it holds, for at most 30 s.
+    async fn eventually<F, Fut>(&self, what: &str, mut probe: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        for _ in 0..600 {
+            if probe().await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{what} did not happen within 30 s");
+    }
+
+    async fn shutdown(mut self) {
+        self.stop_control().await;
+        for (_, region) in std::mem::take(&mut self.regions) {
+            region.shutdown().await.unwrap();
+        }
+    }
+}
+
+async fn organization_changes_reach_control_at_response_time(backend: DbBackend) {
+    let app = Deployment::start(backend).await;
+    let id = app.create_org("us", "acme", "Acme").await;
+    let (status, mapping) = app
+        .get(app.control_url(&format!("/api/0/organization-mappings/{id}")))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        mapping,
+        json!({ "id": id, "slug": "acme", "name": "Acme", "region": "us" })
+    );
+    let (status, by_slug) = app
+        .get(app.control_url("/api/0/organization-mappings?slug=acme"))
+        .await;
+    assert_eq!((status, by_slug["id"].as_i64()), (StatusCode::OK, Some(id)));
+
+    let (status, _, _) = app
+        .send(
+            reqwest::Method::PUT,
+            app.region_url("us", &format!("/api/0/organizations/{id}")),
+            Some(json!({ "name": "Acme Inc" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, mapping) = app
+        .get(app.control_url(&format!("/api/0/organization-mappings/{id}")))
+        .await;
+    assert_eq!(mapping["name"], "Acme Inc");
+
+    let (status, _, _) = app
+        .send(
+            reqwest::Method::DELETE,
+            app.region_url("us", &format!("/api/0/organizations/{id}")),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = app
+        .get(app.control_url(&format!("/api/0/organization-mappings/{id}")))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = app
+        .get(app.region_url("us", &format!("/api/0/organizations/{id}")))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    app.shutdown().await;
+}
+
+async fn quick_renames_end_on_the_last_and_the_audit_log_keeps_every_event(backend: DbBackend) {
+    let app = Deployment::start(backend).await;
+    let id = app.create_org("de", "quick", "Q0").await;
+    for name in ["Q1", "Q2"] {
+        let (status, _, _) = app
+            .send(
+                reqwest::Method::PUT,
+                app.region_url("de", &format!("/api/0/organizations/{id}")),
+                Some(json!({ "name": name })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (_, mapping) = app
+        .get(app.control_url(&format!("/api/0/organization-mappings/{id}")))
+        .await;
+    assert_eq!(mapping["name"], "Q2");
+    let (status, events) = app
+        .get(app.control_url(&format!("/api/0/audit-logs?organization_id={id}")))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let actions: Vec<(String, String)> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap().to_owned(),
+                e["detail"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        vec![
+            ("organization.create".to_owned(), "created quick".to_owned()),
+            (
+                "organization.update".to_owned(),
+                "now Q1 (quick)".to_owned()
+            ),
+            (
+                "organization.update".to_owned(),
+                "now Q2 (quick)".to_owned()
+            ),
+        ]
+    );
+    app.shutdown().await;
+}
+
+async fn a_user_renamed_in_control_is_renamed_in_the_regions_of_their_organizations(
+    backend: DbBackend,
+) {
+    let app = Deployment::start(backend).await;
+    let (status, user, _) = app
+        .send(
+            reqwest::Method::POST,
+            app.control_url("/api/0/users"),
+            Some(json!({ "email": "ann@example.com", "name": "Ann" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let user_id = user["id"].as_i64().unwrap();
+    for (region, slug) in [("us", "ann-us"), ("de", "ann-de")] {
+        let org = app.create_org(region, slug, slug).await;
+        let (status, _, _) = app
+            .send(
+                reqwest::Method::POST,
+                app.region_url(region, &format!("/api/0/organizations/{org}/members")),
+                Some(json!({ "user_id": user_id, "role": "owner" })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED);
+        let (status, replica) = app
+            .get(app.region_url(region, &format!("/api/0/users/{user_id}")))
+            .await;
+        assert_eq!(
+            (status, replica["name"].as_str()),
+            (StatusCode::OK, Some("Ann")),
+            "{region}"
+        );
+    }
+    let (status, _, _) = app
+        .send(
+            reqwest::Method::PUT,
+            app.control_url(&format!("/api/0/users/{user_id}")),
+            Some(json!({ "name": "Ann B." })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    for region in ["us", "de"] {
+        let (_, replica) = app
+            .get(app.region_url(region, &format!("/api/0/users/{user_id}")))
+            .await;
+        assert_eq!(replica["name"], "Ann B.", "{region}");
+    }
+    app.shutdown().await;
+}
+
+async fn bulk_creation_reaches_control_through_the_background_drain(backend: DbBackend) {
+    let app = Deployment::start(backend).await;
+    let (status, created, _) = app
+        .send(
+            reqwest::Method::POST,
+            app.region_url("us", "/api/0/organizations/bulk"),
+            Some(json!([{ "slug": "b1", "name": "B1" }, { "slug": "b2", "name": "B2" }, { "slug": "b3", "name": "B3" }])),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let ids: Vec<i64> = created
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    for id in ids {
+        app.eventually("bulk mapping", || async {
+            app.get(app.control_url(&format!("/api/0/organization-mappings/{id}")))
+                .await
+                .0
+                == StatusCode::OK
+        })
+        .await;
+    }
+    app.shutdown().await;
+}
+
+async fn writes_pile_up_while_control_is_down_and_arrive_in_order_after(backend: DbBackend) {
+    let mut app = Deployment::start(backend).await;
+    let id = app.create_org("us", "resilient", "R0").await;
+    app.stop_control().await;
+    for name in ["R1", "R2", "R3"] {
+        let (status, _, headers) = app
+            .send(
+                reqwest::Method::PUT,
+                app.region_url("us", &format!("/api/0/organizations/{id}")),
+                Some(json!({ "name": name })),
+            )
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "region writes succeed while Control is down"
+        );
+        assert_eq!(headers.get("outbox-flush").unwrap(), "deferred");
+    }
+    let (status, shards) = app.get(app.region_url("us", "/admin/outbox/shards")).await;
+    assert_eq!(status, StatusCode::OK);
+    let pending: u64 = shards
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["depth"].as_u64().unwrap())
+        .sum();
+    assert!(pending >= 4, "outbox rows pile up: {shards}");
+
+    app.start_control().await;
+    app.eventually("the last rename reaches Control", || async {
+        app.get(app.control_url(&format!("/api/0/organization-mappings/{id}")))
+            .await
+            .1["name"]
+            == "R3"
+    })
+    .await;
+    app.eventually("every audit event reaches Control", || async {
+        app.get(app.control_url(&format!("/api/0/audit-logs?organization_id={id}")))
+            .await
+            .1
+            .as_array()
+            .map_or(0, Vec::len)
+            == 4
+    })
+    .await;
+    let (_, events) = app
+        .get(app.control_url(&format!("/api/0/audit-logs?organization_id={id}")))
+        .await;
+    let details: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["detail"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        details,
+        vec![
+            "created resilient",
+            "now R1 (resilient)",
+            "now R2 (resilient)",
+            "now R3 (resilient)"
+        ]
+    );
+    app.eventually("the region outbox empties", || async {
+        app.get(app.region_url("us", "/admin/outbox/shards"))
+            .await
+            .1
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    })
+    .await;
+    app.shutdown().await;
+}
+
+async fn rpc_without_the_secret_is_refused_and_changes_nothing(backend: DbBackend) {
+    let app = Deployment::start(backend).await;
+    let (status, body, _) = app
+        .send(
+            reqwest::Method::PUT,
+            app.control_url("/rpc/organization-mappings/77"),
+            Some(json!({ "slug": "x", "name": "x", "region": "us" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(body["error"].as_str().unwrap().contains("secret"));
+    let (status, _) = app
+        .get(app.control_url("/api/0/organization-mappings/77"))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = app
+        .send(
+            reqwest::Method::PUT,
+            app.region_url("us", "/rpc/users/5"),
+            Some(json!({ "email": "e", "name": "n" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    app.shutdown().await;
+}
+
+async fn bad_requests_get_json_errors(backend: DbBackend) {
+    let app = Deployment::start(backend).await;
+    app.create_org("us", "taken", "T").await;
+    let (status, body, _) = app
+        .send(
+            reqwest::Method::POST,
+            app.region_url("us", "/api/0/organizations"),
+            Some(json!({ "slug": "taken", "name": "again" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(body["error"].is_string());
+    let (status, body, _) = app
+        .send(
+            reqwest::Method::POST,
+            app.region_url("us", "/api/0/organizations"),
+            Some(json!({ "name": "no slug" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["error"].as_str().unwrap().contains("malformed body"));
+    let (status, _) = app
+        .get(app.region_url("us", "/api/0/organizations/999"))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, health) = app.get(app.region_url("de", "/healthz")).await;
+    assert_eq!(
+        (status, health["status"].as_str()),
+        (StatusCode::OK, Some("ok"))
+    );
+    app.shutdown().await;
+}
+
+mod sqlite {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn organization_changes_reach_control_at_response_time() {
+        super::organization_changes_reach_control_at_response_time(DbBackend::Sqlite).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn quick_renames_end_on_the_last_and_the_audit_log_keeps_every_event() {
+        super::quick_renames_end_on_the_last_and_the_audit_log_keeps_every_event(DbBackend::Sqlite)
+            .await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_user_renamed_in_control_is_renamed_in_the_regions_of_their_organizations() {
+        super::a_user_renamed_in_control_is_renamed_in_the_regions_of_their_organizations(
+            DbBackend::Sqlite,
+        )
+        .await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn bulk_creation_reaches_control_through_the_background_drain() {
+        super::bulk_creation_reaches_control_through_the_background_drain(DbBackend::Sqlite).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn writes_pile_up_while_control_is_down_and_arrive_in_order_after() {
+        super::writes_pile_up_while_control_is_down_and_arrive_in_order_after(DbBackend::Sqlite)
+            .await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn rpc_without_the_secret_is_refused_and_changes_nothing() {
+        super::rpc_without_the_secret_is_refused_and_changes_nothing(DbBackend::Sqlite).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn bad_requests_get_json_errors() {
+        super::bad_requests_get_json_errors(DbBackend::Sqlite).await;
+    }
+}
+
+/// The replication suite on PostgreSQL.
+mod postgres {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn organization_changes_reach_control_at_response_time() {
+        super::organization_changes_reach_control_at_response_time(DbBackend::Postgres).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn quick_renames_end_on_the_last_and_the_audit_log_keeps_every_event() {
+        super::quick_renames_end_on_the_last_and_the_audit_log_keeps_every_event(
+            DbBackend::Postgres,
+        )
+        .await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_user_renamed_in_control_is_renamed_in_the_regions_of_their_organizations() {
+        super::a_user_renamed_in_control_is_renamed_in_the_regions_of_their_organizations(
+            DbBackend::Postgres,
+        )
+        .await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn bulk_creation_reaches_control_through_the_background_drain() {
+        super::bulk_creation_reaches_control_through_the_background_drain(DbBackend::Postgres)
+            .await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn writes_pile_up_while_control_is_down_and_arrive_in_order_after() {
+        super::writes_pile_up_while_control_is_down_and_arrive_in_order_after(DbBackend::Postgres)
+            .await;
+    }
+}
