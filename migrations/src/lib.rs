@@ -5,6 +5,8 @@
 //! - `region_outbox` and `control_outbox` (the latter with `region_name`), with
 //!   the columns of Sentry's outboxes and indexes for the three hot queries:
 //!   due rows by `scheduled_for`, a shard's rows by `id`, a coalescing group;
+//! - `outbox_backfill_cursor` and `outbox_option`, the backfill cursors and
+//!   runtime options (see `outbox_seaorm::backfill`);
 //! - `outbox_shard_claim`, the leases that give one worker a shard at a time
 //!   and hold a failing shard's backoff. On PostgreSQL it is `UNLOGGED`: it is
 //!   rebuilt by the workers after a crash (which releases every claim, safe
@@ -44,12 +46,14 @@
 use sea_orm_migration::prelude::*;
 
 mod m20261121_000001_create_outbox_tables;
+mod m20261121_000002_create_backfill_tables;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
+pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
 
 /// The outbox migrations, in order, to append to your own `MigratorTrait::migrations`.
 pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-    vec![Box::new(CreateOutboxTables)]
+    vec![Box::new(CreateOutboxTables), Box::new(CreateBackfillTables)]
 }
 
 /// A migrator that runs only the outbox migrations, tracked in the

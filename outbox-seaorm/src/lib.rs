@@ -40,6 +40,7 @@
 //! outbox rows only through this crate's functions. Use WAL mode
 //! (`journal_mode=WAL`) when several connections write.
 
+pub mod backfill;
 pub mod entity;
 pub mod listener;
 pub mod replication;

@@ -55,7 +55,9 @@ pub type PrimaryKeyValue<M> =
 
 /// What the replicated-model derives implement: the model's identity in the
 /// outbox.
-pub trait ReplicatedModel: Clone + Send + Sync + Sized + 'static {
+pub trait ReplicatedModel:
+    sea_orm::FromQueryResult + Clone + Send + Sync + Sized + 'static
+{
     /// The registry's category type.
     type Category: Category;
     /// The model's entity.
