@@ -23,3 +23,4 @@ pub mod region;
 pub mod registry;
 pub mod rpc;
 pub mod silo;
+pub mod upgrade;

@@ -28,10 +28,21 @@ enum Which {
     De,
 }
 
+/// What to do instead of serving.
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Self-hosted upgrade: run the migrations of the silos, then every
+    /// backfill in force mode, then drain every outbox; prints progress and a
+    /// summary. Safe to run twice.
+    Upgrade,
+}
+
 /// Hybrid-cloud outbox demo: a Control silo and Region silos `us` and `de`.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Which silo(s) to run.
     #[arg(long, value_enum, default_value = "all", env = "SILO")]
     silo: Which,
@@ -126,6 +137,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Which::Us => vec![(Role::Region("us".into()), args.us_addr)],
         Which::De => vec![(Role::Region("de".into()), args.de_addr)],
     };
+    if let Some(Command::Upgrade) = args.command {
+        let mut configs = Vec::new();
+        for (role, addr) in roles {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+            configs.push((args.config(role, &secret), listener));
+        }
+        let report = example_app::upgrade::run(configs, &mut std::io::stderr()).await?;
+        println!(
+            "backfilled {} rows, delivered {} outbox messages",
+            report.total_backfilled(),
+            report.delivered
+        );
+        return Ok(());
+    }
     let mut running = Vec::new();
     for (role, addr) in roles {
         let listener = tokio::net::TcpListener::bind(addr)

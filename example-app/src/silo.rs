@@ -10,6 +10,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use outbox_axum::OutboxWorker;
 use outbox_core::{Drainer, OutboxKind};
+use outbox_seaorm::backfill::Backfill;
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend};
 use sea_orm_migration::MigratorTrait;
 use tokio::net::TcpListener;
@@ -180,13 +181,17 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
             )
         }
     };
+    let backfill = Arc::new(backfill_for(&config.role));
     let worker = OutboxWorker::builder(db.clone(), receivers)
         .poll_interval(config.poll_interval)
+        .backfill(backfill_for(&config.role))
         .spawn()?;
     let drainer = worker.drainer().clone();
-    let app = routes
-        .layer(worker.layer())
-        .merge(admin_routes(drainer.clone()));
+    let app = routes.layer(worker.layer()).merge(admin_routes(AdminState {
+        drainer: drainer.clone(),
+        backfill,
+        db: db.clone(),
+    }));
     let addr = listener.local_addr()?;
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -208,21 +213,64 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
     })
 }
 
-/// `/healthz` and `/admin/outbox/shards`.
-fn admin_routes(drainer: Drainer<OutboxCategory>) -> Router {
+/// The replicated models of a silo, in backfill order (option-gated: a
+/// table advances once `outbox_replication.<table>.replication_version` is
+/// set; `example-app upgrade` forces them).
+pub fn backfill_for(role: &Role) -> Backfill {
+    match role {
+        Role::Control => Backfill::new().model::<crate::control::entities::users::Model>(),
+        Role::Region(_) => Backfill::new()
+            .model::<crate::region::entities::organization::Model>()
+            .model::<crate::region::entities::organization_member::Model>(),
+    }
+}
+
+#[derive(Clone)]
+struct AdminState {
+    drainer: Drainer<OutboxCategory>,
+    backfill: Arc<Backfill>,
+    db: DatabaseConnection,
+}
+
+/// `/healthz`, `/admin/outbox/shards` and `/admin/outbox/backfills`.
+fn admin_routes(state: AdminState) -> Router {
     Router::new()
         .route(
             "/healthz",
             get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
         )
         .route("/admin/outbox/shards", get(pending_shards))
-        .with_state(drainer)
+        .route("/admin/outbox/backfills", get(backfills))
+        .with_state(state)
+}
+
+/// Per replicated table: the backfill cursor, target version and rows left.
+async fn backfills(
+    State(state): State<AdminState>,
+) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
+    let statuses = state.backfill.status(&state.db).await?;
+    Ok(Json(
+        statuses
+            .into_iter()
+            .map(|status| {
+                serde_json::json!({
+                    "table": status.table,
+                    "lower_bound_id": status.lower_bound_id,
+                    "cursor_version": status.cursor_version,
+                    "coded_version": status.coded_version,
+                    "target_version": status.target_version,
+                    "done": status.done,
+                    "rows_remaining": status.rows_remaining,
+                })
+            })
+            .collect(),
+    ))
 }
 
 /// Pending shards of both outboxes, deepest first, with their depth, oldest
 /// age and next scheduled time.
 async fn pending_shards(
-    State(drainer): State<Drainer<OutboxCategory>>,
+    State(AdminState { drainer, .. }): State<AdminState>,
 ) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
     let now = drainer.now();
     let mut shards = Vec::new();

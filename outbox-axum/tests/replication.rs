@@ -166,3 +166,62 @@ async fn replicated_effect_is_visible_when_the_response_returns(backend: DbBacke
 }
 
 outbox_seaorm::on_both_backends!(replicated_effect_is_visible_when_the_response_returns);
+
+async fn the_worker_backfills_existing_rows_once_the_option_allows_it(backend: DbBackend) {
+    use outbox_axum::OutboxWorker;
+    use outbox_seaorm::backfill::{set_target_version, Backfill};
+    use std::time::Duration;
+
+    let db = TestDatabase::of(backend, "axum_backfill").await.unwrap();
+    let id = match backend {
+        DbBackend::Postgres => "bigserial PRIMARY KEY",
+        _ => "INTEGER PRIMARY KEY AUTOINCREMENT",
+    };
+    db.db
+        .execute_unprepared(&format!(
+            "CREATE TABLE organization (id {id}, name text NOT NULL)"
+        ))
+        .await
+        .unwrap();
+    // Rows from before the model replicated: no outbox rows.
+    for name in ["a", "b", "c"] {
+        db.db
+            .execute_unprepared(&format!(
+                "INSERT INTO organization (name) VALUES ('{name}')"
+            ))
+            .await
+            .unwrap();
+    }
+    set_target_version(&db.db, "organization", 1).await.unwrap();
+    let control = Arc::new(Control::default());
+    let receivers =
+        Receivers::new().replicate::<organization::Model>(db.db.clone(), control.clone());
+    let worker = OutboxWorker::builder(db.db.clone(), receivers)
+        .backfill(Backfill::new().model::<organization::Model>())
+        .poll_interval(Duration::from_millis(20))
+        .spawn()
+        .unwrap();
+    for _ in 0..500 {
+        if control.mappings.lock().unwrap().len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut names: Vec<String> = control
+        .mappings
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, n)| n.clone())
+        .collect();
+    names.sort();
+    assert_eq!(names, vec!["a", "b", "c"]);
+    let status = worker.backfill().unwrap().status(&db.db).await.unwrap();
+    assert!(status[0].done);
+    worker.shutdown().await;
+}
+
+mod backfill {
+    outbox_seaorm::on_both_backends!(the_worker_backfills_existing_rows_once_the_option_allows_it);
+    use super::*;
+}

@@ -11,6 +11,8 @@
 //! - when the database goes away, rounds fail and the loop retries with
 //!   doubling delays (100 ms up to 30 s); the connection pool and the
 //!   `LISTEN` connection reconnect by themselves, no operator needed;
+//! - with [`OutboxWorkerBuilder::backfill`], it also runs a backfill tick at
+//!   start and then once a minute;
 //! - on shutdown it stops claiming, lets the rounds in flight finish (bounded
 //!   by [`OutboxWorkerBuilder::shutdown_timeout`]), and returns; a round cut
 //!   off at the bound leaves claims that expire after their lease.
@@ -45,6 +47,7 @@ use tokio::task::JoinHandle;
 use outbox_core::{
     Category, Clock, DrainConfig, Drainer, IncompleteReceivers, KillSwitch, OutboxKind, Receivers,
 };
+use outbox_seaorm::backfill::Backfill;
 use outbox_seaorm::listener::{OutboxListener, Wakeup};
 use outbox_seaorm::{SeaOrmStore, UnsupportedBackend};
 
@@ -58,6 +61,9 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default drain loops per kind: 1 (each delivers many shards at once).
 pub const DEFAULT_LOOPS_PER_KIND: usize = 1;
+/// Default time between two backfill ticks: 60 s (the backfill budget is per
+/// minute).
+pub const DEFAULT_BACKFILL_INTERVAL: Duration = Duration::from_secs(60);
 const FIRST_ERROR_DELAY: Duration = Duration::from_millis(100);
 const MAX_ERROR_DELAY: Duration = Duration::from_secs(30);
 
@@ -85,6 +91,8 @@ pub struct OutboxWorkerBuilder<C: Category> {
     listen: bool,
     kill_switch: KillSwitch,
     clock: Option<Arc<dyn Clock>>,
+    backfill: Option<Arc<Backfill>>,
+    backfill_interval: Duration,
 }
 
 /// The background drain.
@@ -107,6 +115,8 @@ impl OutboxWorker {
             listen: true,
             kill_switch: KillSwitch::new(),
             clock: None,
+            backfill: None,
+            backfill_interval: DEFAULT_BACKFILL_INTERVAL,
         }
     }
 }
@@ -157,6 +167,19 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         self
     }
 
+    /// Runs `backfill` as part of the worker: one budgeted tick at start and
+    /// then every `backfill_interval`. Default: no backfill.
+    pub fn backfill(mut self, backfill: Backfill) -> Self {
+        self.backfill = Some(Arc::new(backfill));
+        self
+    }
+
+    /// The time between two backfill ticks. Default: 60 s.
+    pub fn backfill_interval(mut self, interval: Duration) -> Self {
+        self.backfill_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
     /// The clock of the drain (tests). Default: the system clock.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
@@ -198,6 +221,15 @@ impl<C: Category> OutboxWorkerBuilder<C> {
                 )));
             }
         }
+        if let Some(backfill) = &self.backfill {
+            tasks.push(tokio::spawn(backfill_loop(
+                self.db.clone(),
+                backfill.clone(),
+                self.backfill_interval,
+                waker.clone(),
+                stopped.clone(),
+            )));
+        }
         if listens {
             tasks.push(tokio::spawn(listen_loop(
                 self.db.clone(),
@@ -208,6 +240,7 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         }
         tracing::info!(kinds = ?self.kinds, loops = tasks.len(), "outbox worker started");
         Ok(WorkerHandle {
+            backfill: self.backfill,
             db: self.db,
             drainer,
             waker,
@@ -238,6 +271,7 @@ pub struct WorkerHandle<C: Category> {
     shutdown_timeout: Duration,
     ready: watch::Receiver<usize>,
     parts: usize,
+    backfill: Option<Arc<Backfill>>,
 }
 
 impl<C: Category> std::fmt::Debug for WorkerHandle<C> {
@@ -258,6 +292,11 @@ impl<C: Category> WorkerHandle<C> {
     /// The drainer (for flushes outside HTTP, inspection, tests).
     pub fn drainer(&self) -> &Drainer<C> {
         &self.drainer
+    }
+
+    /// The backfill this worker runs, if any (for its status).
+    pub fn backfill(&self) -> Option<&Arc<Backfill>> {
+        self.backfill.as_ref()
     }
 
     /// The waker of this worker's loops.
@@ -342,6 +381,35 @@ async fn drain_loop<C: Category>(
             _ = &mut notified => {}
             _ = tokio::time::sleep(wait) => {}
             _ = stopped.changed() => {}
+        }
+    }
+}
+
+async fn backfill_loop(
+    db: DatabaseConnection,
+    backfill: Arc<Backfill>,
+    interval: Duration,
+    waker: OutboxWaker,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        if *stopped.borrow() {
+            return;
+        }
+        match backfill.tick(&db).await {
+            Ok(report) if report.backfilled > 0 => {
+                for kind in OutboxKind::ALL {
+                    waker.wake_local(kind);
+                }
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "outbox backfill tick failed; retrying at the next tick")
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stopped.changed() => return,
         }
     }
 }

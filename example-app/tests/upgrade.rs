@@ -1,0 +1,164 @@
+//! `example-app upgrade` on databases whose rows predate their outboxes.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use example_app::migrations::{ControlMigrator, RegionMigrator};
+use example_app::silo::{open_database, Role, SiloConfig};
+use sea_orm::ConnectionTrait;
+use sea_orm_migration::MigratorTrait;
+use tokio::net::TcpListener;
+
+fn sqlite_url(name: &str) -> String {
+    let dir = std::env::temp_dir().join("outbox-example-upgrade");
+    std::fs::create_dir_all(&dir).unwrap();
+    format!(
+        "sqlite://{}/{name}_{:08x}.sqlite?mode=rwc",
+        dir.display(),
+        rand::random::<u32>()
+    )
+}
+
+async fn listeners() -> Vec<TcpListener> {
+    let mut listeners = Vec::new();
+    for _ in 0..3 {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    listeners
+}
+
+fn configs(
+    urls: &BTreeMap<&str, String>,
+    listeners: Vec<TcpListener>,
+) -> Vec<(SiloConfig, TcpListener)> {
+    let addrs: Vec<_> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+    let region_urls = BTreeMap::from([
+        ("us".to_owned(), format!("http://{}", addrs[1])),
+        ("de".to_owned(), format!("http://{}", addrs[2])),
+    ]);
+    let roles = [
+        Role::Control,
+        Role::Region("us".into()),
+        Role::Region("de".into()),
+    ];
+    roles
+        .into_iter()
+        .zip(listeners)
+        .map(|(role, listener)| {
+            let key = match &role {
+                Role::Control => "control",
+                Role::Region(name) if name == "us" => "us",
+                Role::Region(_) => "de",
+            };
+            let config = SiloConfig {
+                role,
+                database_url: urls[key].clone(),
+                secret: "upgrade-secret".into(),
+                control_url: format!("http://{}", addrs[0]),
+                region_urls: region_urls.clone(),
+                poll_interval: Duration::from_millis(50),
+            };
+            (config, listener)
+        })
+        .collect()
+}
+
+async fn count(url: &str, sql: &str) -> i64 {
+    let db = open_database(url).await.unwrap();
+    let row = db
+        .query_one_raw(sea_orm::Statement::from_string(
+            db.get_database_backend(),
+            sql,
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    row.try_get_by_index(0).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn upgrade_replicates_pre_existing_rows_and_a_second_run_is_a_no_op() {
+    let urls = BTreeMap::from([
+        ("control", sqlite_url("control")),
+        ("us", sqlite_url("us")),
+        ("de", sqlite_url("de")),
+    ]);
+    // Databases from before the outbox: rows, no outbox rows.
+    let control = open_database(&urls["control"]).await.unwrap();
+    ControlMigrator::up(&control, None).await.unwrap();
+    control
+        .execute_unprepared(
+            "INSERT INTO users (email, name) VALUES ('ann@x', 'Ann'), ('bob@x', 'Bob')",
+        )
+        .await
+        .unwrap();
+    for (region, base) in [("us", 0), ("de", 100)] {
+        let db = open_database(&urls[region]).await.unwrap();
+        RegionMigrator::up(&db, None).await.unwrap();
+        for i in 1..=5 {
+            db.execute_unprepared(&format!(
+                "INSERT INTO organization (id, slug, name) VALUES ({}, '{region}-{i}', 'Org {i}')",
+                base + i
+            ))
+            .await
+            .unwrap();
+        }
+        db.execute_unprepared(&format!(
+            "INSERT INTO organization_member (organization_id, user_id, role) VALUES ({}, 1, 'owner')",
+            base + 1
+        ))
+        .await
+        .unwrap();
+    }
+
+    let mut progress = Vec::new();
+    let report = example_app::upgrade::run(configs(&urls, listeners().await), &mut progress)
+        .await
+        .unwrap();
+    let progress = String::from_utf8(progress).unwrap();
+    assert_eq!(report.total_backfilled(), 2 + 2 * (5 + 1), "{report:?}");
+    assert!(report.delivered > 0);
+    assert!(progress.contains("backfill us/organization:"), "{progress}");
+    assert!(progress.contains("upgrade done"), "{progress}");
+
+    // Control is fully replicated, and Ann (a member in both regions) reached both.
+    assert_eq!(
+        count(
+            &urls["control"],
+            "SELECT count(*) FROM organization_mapping"
+        )
+        .await,
+        10
+    );
+    assert_eq!(
+        count(&urls["control"], "SELECT count(*) FROM member_mapping").await,
+        2
+    );
+    for region in ["us", "de"] {
+        assert_eq!(
+            count(
+                &urls[region],
+                "SELECT count(*) FROM user_replica WHERE id = 1"
+            )
+            .await,
+            1,
+            "{region}"
+        );
+        assert_eq!(
+            count(&urls[region], "SELECT count(*) FROM region_outbox").await,
+            0
+        );
+    }
+
+    let mut progress = Vec::new();
+    let again = example_app::upgrade::run(configs(&urls, listeners().await), &mut progress)
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.total_backfilled(), again.delivered),
+        (0, 0),
+        "a second run is a no-op"
+    );
+}
