@@ -5,6 +5,7 @@
 //! - `region_outbox` and `control_outbox` (the latter with `region_name`), with
 //!   the columns of Sentry's outboxes and indexes for the three hot queries:
 //!   due rows by `scheduled_for`, a shard's rows by `id`, a coalescing group;
+//! - `outbox_dead_letter`, rows of scopes that opted into dead-lettering;
 //! - `outbox_backfill_cursor` and `outbox_option`, the backfill cursors and
 //!   runtime options (see `outbox_seaorm::backfill`);
 //! - `outbox_shard_claim`, the leases that give one worker a shard at a time
@@ -47,13 +48,19 @@ use sea_orm_migration::prelude::*;
 
 mod m20261121_000001_create_outbox_tables;
 mod m20261121_000002_create_backfill_tables;
+mod m20261121_000003_create_dead_letter_table;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
 pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
+pub use m20261121_000003_create_dead_letter_table::Migration as CreateDeadLetterTable;
 
 /// The outbox migrations, in order, to append to your own `MigratorTrait::migrations`.
 pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-    vec![Box::new(CreateOutboxTables), Box::new(CreateBackfillTables)]
+    vec![
+        Box::new(CreateOutboxTables),
+        Box::new(CreateBackfillTables),
+        Box::new(CreateDeadLetterTable),
+    ]
 }
 
 /// A migrator that runs only the outbox migrations, tracked in the

@@ -81,8 +81,8 @@ pub use receiver::{HandlerError, IncompleteReceivers, Receivers};
 pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
 pub use shard::{OutboxKind, ShardKey};
 pub use store::{
-    BoxError, ClaimRequest, CommitBatch, CommitOutcome, ShardClaim, ShardCommit, ShardDepth,
-    ShardEnd, ShardRead, Store, StoreError,
+    BoxError, ClaimRequest, CommitBatch, CommitOutcome, DeadLetter, DeadLetterRow, ShardClaim,
+    ShardCommit, ShardDepth, ShardEnd, ShardRead, Store, StoreError,
 };
 
 /// The `scheduled_for` given to new rows: 2016-08-01, so a new row is due at

@@ -18,8 +18,8 @@ use crate::message::StoredRow;
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey};
 use crate::store::{
-    ClaimRequest, CommitBatch, CommitOutcome, ShardClaim, ShardDepth, ShardEnd, ShardRead, Store,
-    StoreError,
+    ClaimRequest, CommitBatch, CommitOutcome, DeadLetterRow, ShardClaim, ShardDepth, ShardEnd,
+    ShardRead, Store, StoreError,
 };
 
 #[derive(Clone, Debug)]
@@ -36,6 +36,7 @@ struct State {
     next_id: i64,
     rows: HashMap<OutboxKind, BTreeMap<i64, StoredRow>>,
     leases: HashMap<ShardKey, Lease>,
+    dead: HashMap<OutboxKind, BTreeMap<i64, DeadLetterRow>>,
     skip_before_failing: u32,
     fail_next: u32,
 }
@@ -271,6 +272,25 @@ impl Store for MemoryStore {
                     }
                 }
             }
+            for dead in &shard.dead_letters {
+                for id in &dead.ids {
+                    let moved = state
+                        .rows
+                        .get_mut(&batch.kind)
+                        .and_then(|rows| rows.remove(id));
+                    if let Some(row) = moved {
+                        state.dead.entry(batch.kind).or_default().insert(
+                            *id,
+                            DeadLetterRow {
+                                row,
+                                error: dead.error.clone(),
+                                dead_lettered_at: batch.now,
+                            },
+                        );
+                        outcome.dead_lettered += 1;
+                    }
+                }
+            }
             match &shard.end {
                 ShardEnd::Continue => {
                     if let Some(lease) = state.leases.get_mut(&shard.shard) {
@@ -281,13 +301,16 @@ impl Store for MemoryStore {
                     state.leases.remove(&shard.shard);
                 }
                 ShardEnd::Backoff {
-                    retry_at, delay, ..
+                    retry_at,
+                    delay,
+                    attempts,
+                    ..
                 } => {
                     if let Some(lease) = state.leases.get_mut(&shard.shard) {
                         lease.held = false;
                         lease.lease_until = *retry_at;
                         lease.last_backoff = Some(*delay);
-                        lease.attempts += 1;
+                        lease.attempts = *attempts;
                     }
                     if let Some(rows) = state.rows.get_mut(&batch.kind) {
                         for row in rows.values_mut().filter(|row| row.shard == shard.shard) {
@@ -354,6 +377,36 @@ impl Store for MemoryStore {
                         .is_none_or(|lease| lease.lease_until <= now)
             })
         }))
+    }
+
+    async fn dead_letters(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<DeadLetterRow>, StoreError> {
+        let mut state = self.lock();
+        Self::check_failure(&mut state, "list dead letters")?;
+        Ok(state
+            .dead
+            .get(&kind)
+            .map(|dead| dead.values().take(limit).cloned().collect())
+            .unwrap_or_default())
+    }
+
+    async fn replay_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
+        let mut state = self.lock();
+        Self::check_failure(&mut state, "replay dead letters")?;
+        let mut moved = 0;
+        for id in ids {
+            let dead = state.dead.get_mut(&kind).and_then(|dead| dead.remove(id));
+            if let Some(dead) = dead {
+                let mut row = dead.row;
+                row.scheduled_for = crate::the_past();
+                state.rows.entry(kind).or_default().insert(*id, row);
+                moved += 1;
+            }
+        }
+        Ok(moved)
     }
 
     async fn max_id(&self, kind: OutboxKind) -> Result<Option<i64>, StoreError> {

@@ -27,3 +27,5 @@ pub const UNKNOWN_CATEGORY: &str = "outbox.unknown_category";
 pub const CULLED: &str = "outbox.culled";
 /// Counter: shard claims found expired or taken at commit (tags: kind).
 pub const CLAIM_LOST: &str = "outbox.claim_lost";
+/// Counter: rows moved to the dead-letter table (tags: category, kind).
+pub const DEAD_LETTERED: &str = "outbox.dead_lettered";

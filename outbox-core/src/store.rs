@@ -83,7 +83,18 @@ pub enum ShardEnd {
         delay: Duration,
         /// What failed, for operators.
         error: String,
+        /// Failed attempts since the shard's last success, this one included.
+        attempts: u32,
     },
+}
+
+/// Rows moved to the dead-letter table instead of being retried.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeadLetter {
+    /// The rows (one coalescing group).
+    pub ids: Vec<i64>,
+    /// Why they failed.
+    pub error: String,
 }
 
 /// The outcome of one claimed shard in a round.
@@ -93,6 +104,8 @@ pub struct ShardCommit {
     pub shard: ShardKey,
     /// Rows to delete (delivered or culled).
     pub delete_ids: Vec<i64>,
+    /// Rows to move to the dead-letter table (their scope's policy said so).
+    pub dead_letters: Vec<DeadLetter>,
     /// What happens to the claim.
     pub end: ShardEnd,
 }
@@ -117,10 +130,23 @@ pub struct CommitBatch {
 /// What a commit did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CommitOutcome {
-    /// Rows deleted.
+    /// Rows deleted (delivered or culled).
     pub deleted: u64,
+    /// Rows moved to the dead-letter table.
+    pub dead_lettered: u64,
     /// Shards whose claim had expired or been taken: nothing was written for them.
     pub lost: Vec<ShardKey>,
+}
+
+/// A dead-lettered row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeadLetterRow {
+    /// The row as it was in the outbox.
+    pub row: StoredRow,
+    /// Why it was dead-lettered.
+    pub error: String,
+    /// When.
+    pub dead_lettered_at: DateTime<Utc>,
 }
 
 /// A pending shard, for inspection.
@@ -221,4 +247,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// The highest row id of `kind`, if any row is pending.
     async fn max_id(&self, kind: OutboxKind) -> Result<Option<i64>, StoreError>;
+
+    /// Dead-lettered rows of `kind`, oldest first, at most `limit`.
+    async fn dead_letters(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<DeadLetterRow>, StoreError>;
+
+    /// Moves dead-lettered rows back into the outbox (same ids, due at once),
+    /// for another try after a fix. Returns how many were moved.
+    async fn replay_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError>;
 }

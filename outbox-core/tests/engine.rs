@@ -283,3 +283,96 @@ fn retired_categories_are_known_but_flagged() {
         Err(outbox_core::UnknownCategory(4))
     );
 }
+
+#[tokio::test]
+async fn a_scope_that_opts_in_dead_letters_a_poison_group_and_the_shard_goes_on() {
+    let clock = ManualClock::starting_now();
+    let store = MemoryStore::new().with_clock(clock.clone());
+    let poison = store.write(
+        &org(1),
+        OutboxCategory::OrgUpdate,
+        1,
+        Some(json!({ "poison": true })),
+    );
+    store.write(&org(1), OutboxCategory::OrgRename, 2, None);
+    let user = ShardKey::region(OutboxScope::UserScope, 7);
+    store.write(
+        &user,
+        OutboxCategory::UserUpdate,
+        7,
+        Some(json!({ "poison": true })),
+    );
+    let delivered = Arc::new(Mutex::new(Vec::new()));
+    let receivers = {
+        let mut receivers = Receivers::new();
+        for category in [
+            OutboxCategory::OrgUpdate,
+            OutboxCategory::OrgRename,
+            OutboxCategory::UserUpdate,
+        ] {
+            let delivered = delivered.clone();
+            receivers.register(category, move |message: Message<OutboxCategory>| {
+                let delivered = delivered.clone();
+                async move {
+                    if message
+                        .payload
+                        .as_ref()
+                        .is_some_and(|p| p["poison"] == true)
+                    {
+                        return Err::<(), HandlerError>("cannot handle this".into());
+                    }
+                    delivered.lock().unwrap().push(message.object_identifier);
+                    Ok(())
+                }
+            });
+        }
+        receivers
+    };
+    let drainer = Drainer::new(store.clone(), receivers)
+        .with_clock(clock.clone())
+        .with_dead_letter(OutboxScope::OrgScope, 3);
+    for attempt in 1..=5 {
+        let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+        let org_failure = report.failures.iter().find(|f| f.shard == org(1));
+        if attempt < 3 {
+            assert!(
+                !org_failure.unwrap().dead_lettered,
+                "attempt {attempt}: backs off first"
+            );
+        } else if attempt == 3 {
+            assert!(
+                org_failure.unwrap().dead_lettered,
+                "the third failure dead-letters"
+            );
+            assert_eq!(report.dead_lettered, 1);
+            assert_eq!(*delivered.lock().unwrap(), vec![2], "the shard went on");
+        }
+        let user_failure = report.failures.iter().find(|f| f.shard == user).unwrap();
+        assert!(!user_failure.dead_lettered, "other scopes retry forever");
+        clock.advance(Duration::from_secs(3600));
+    }
+    let dead = store.dead_letters(OutboxKind::Region, 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].row.id, poison);
+    assert!(dead[0].error.contains("cannot handle this"));
+    // Replayed after a fix, it is delivered.
+    assert_eq!(
+        store
+            .replay_dead_letters(OutboxKind::Region, &[poison])
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(store
+        .dead_letters(OutboxKind::Region, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let fixed = Drainer::new(store.clone(), ok_receivers()).with_clock(clock.clone());
+    let report = fixed.drain_due(OutboxKind::Region).await.unwrap();
+    assert!(report.deliveries >= 1);
+    assert!(store
+        .rows(OutboxKind::Region)
+        .iter()
+        .all(|row| row.id != poison));
+}

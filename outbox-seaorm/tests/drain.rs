@@ -840,7 +840,93 @@ async fn entities_show_rows_and_a_failing_shards_backoff(backend: DbBackend) {
         .contains("receiver refused"));
 }
 
+async fn an_opted_in_scope_dead_letters_and_replays(backend: DbBackend) {
+    let t = database(backend, "dead_letter").await;
+    let store = t.store();
+    let clock = ManualClock::starting_now();
+    let poison = write_region(
+        &t.db,
+        org(
+            OutboxCategory::OrganizationUpdate,
+            1,
+            1,
+            json!({ "poison": true }),
+        ),
+    )
+    .await
+    .unwrap();
+    write_region(
+        &t.db,
+        org(OutboxCategory::OrganizationMemberUpdate, 1, 2, json!({})),
+    )
+    .await
+    .unwrap();
+    write_control(
+        &t.db,
+        ["us"],
+        OutboxMessage::new(OutboxCategory::UserUpdate, 5, 5)
+            .with_payload(json!({ "poison": true })),
+    )
+    .await
+    .unwrap();
+    let recorder = Recorder::new();
+    recorder.fail_when(|m| m.payload.as_ref().is_some_and(|p| p["poison"] == true));
+    let drainer = Drainer::new(store.clone(), recorder.receivers())
+        .with_clock(clock.clone())
+        .with_dead_letter(OutboxScope::OrganizationScope, 2);
+
+    let first = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert!(!first.failures[0].dead_lettered);
+    clock.advance(Duration::from_secs(3600));
+    let second = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert!(second.failures[0].dead_lettered);
+    assert_eq!(
+        (second.dead_lettered, second.deliveries),
+        (1, 1),
+        "moved aside, and the shard went on"
+    );
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+    let dead = store.dead_letters(OutboxKind::Region, 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        (dead[0].row.id, dead[0].row.payload.clone()),
+        (poison.id, Some(json!({ "poison": true })))
+    );
+    assert!(
+        dead[0].error.contains("receiver refused"),
+        "{}",
+        dead[0].error
+    );
+
+    // The control scope did not opt in: it keeps retrying.
+    for _ in 0..3 {
+        let report = drainer.drain_due(OutboxKind::Control).await.unwrap();
+        assert!(report.failures.iter().all(|f| !f.dead_lettered));
+        clock.advance(Duration::from_secs(3600));
+    }
+    assert_eq!(store.pending_count(OutboxKind::Control).await.unwrap(), 1);
+
+    // Fixed, replayed, delivered.
+    recorder.stop_failing();
+    assert_eq!(
+        store
+            .replay_dead_letters(OutboxKind::Region, &[poison.id])
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(store
+        .dead_letters(OutboxKind::Region, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.deliveries, 1);
+    assert_eq!(recorder.deliveries().last().unwrap().id, poison.id);
+}
+
 outbox_seaorm::on_both_backends!(
+    an_opted_in_scope_dead_letters_and_replays,
     entities_show_rows_and_a_failing_shards_backoff,
     rolled_back_transaction_writes_no_row,
     committed_transaction_writes_exactly_its_rows,

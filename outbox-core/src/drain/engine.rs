@@ -17,6 +17,7 @@ use crate::metrics as names;
 use crate::receiver::Receivers;
 use crate::registry::{Category, Scope};
 use crate::shard::{OutboxKind, ShardKey};
+use crate::store::DeadLetter;
 use crate::store::{
     ClaimRequest, CommitBatch, ShardClaim, ShardCommit, ShardEnd, ShardRead, Store, StoreError,
 };
@@ -37,6 +38,7 @@ pub struct Drainer<C: Category> {
     kill_switch: KillSwitch,
     clock: Arc<dyn Clock>,
     owner: Arc<str>,
+    dead_letter_after: Arc<HashMap<i32, u32>>,
 }
 
 impl<C: Category> Clone for Drainer<C> {
@@ -48,6 +50,7 @@ impl<C: Category> Clone for Drainer<C> {
             kill_switch: self.kill_switch.clone(),
             clock: self.clock.clone(),
             owner: self.owner.clone(),
+            dead_letter_after: self.dead_letter_after.clone(),
         }
     }
 }
@@ -76,7 +79,7 @@ struct ShardRound {
     delivered: Vec<(&'static str, usize)>,
     deliveries: usize,
     culled: usize,
-    failure: Option<ShardFailure>,
+    failures: Vec<ShardFailure>,
 }
 
 impl<C: Category> Drainer<C> {
@@ -96,7 +99,18 @@ impl<C: Category> Drainer<C> {
             kill_switch: KillSwitch::default(),
             clock: Arc::new(SystemClock),
             owner: owner.into(),
+            dead_letter_after: Arc::new(HashMap::new()),
         }
+    }
+
+    /// Opts `scope` into dead-lettering: after `attempts` failed attempts in a
+    /// row, a failing group is moved to the dead-letter table and its shard
+    /// goes on with the next group. Scopes not named here retry forever
+    /// (Sentry's behaviour, and the default). Dead-lettered rows can be
+    /// listed and replayed through the store.
+    pub fn with_dead_letter<S: Scope>(mut self, scope: S, attempts: u32) -> Self {
+        Arc::make_mut(&mut self.dead_letter_after).insert(scope.value(), attempts.max(1));
+        self
     }
 
     /// Replaces the tuning.
@@ -329,6 +343,7 @@ impl<C: Category> Drainer<C> {
             };
             let outcome = self.store.commit(&batch).await?;
             report.rows_deleted += outcome.deleted;
+            report.dead_lettered += outcome.dead_lettered;
             if !outcome.lost.is_empty() {
                 metrics::counter!(names::CLAIM_LOST, "kind" => kind.as_str())
                     .increment(outcome.lost.len() as u64);
@@ -356,9 +371,7 @@ impl<C: Category> Drainer<C> {
                     report.deliveries += round.deliveries;
                     report.culled += round.culled;
                 }
-                if let Some(failure) = round.failure.take() {
-                    report.failures.push(failure);
-                }
+                report.failures.append(&mut round.failures);
                 if !lost && round.commit.end == ShardEnd::Continue {
                     round.active.claim.lease_until = batch.renew_until;
                     active.push(round.active);
@@ -381,6 +394,7 @@ impl<C: Category> Drainer<C> {
             commit: ShardCommit {
                 shard: shard.clone(),
                 delete_ids: Vec::new(),
+                dead_letters: Vec::new(),
                 end: ShardEnd::Release,
             },
             active: Active {
@@ -391,7 +405,7 @@ impl<C: Category> Drainer<C> {
             delivered: Vec::new(),
             deliveries: 0,
             culled: 0,
-            failure: None,
+            failures: Vec::new(),
         };
         if rows.is_empty() {
             return round;
@@ -405,7 +419,11 @@ impl<C: Category> Drainer<C> {
                 round.commit.delete_ids.extend_from_slice(older);
                 round.culled += older.len();
             }
-            round.commit.end = self.backoff_end(&active.claim, "shard skipped by the kill switch");
+            round.commit.end = self.backoff_end(
+                &active.claim,
+                "shard skipped by the kill switch",
+                active.claim.attempts,
+            );
             tracing::info!(%shard, culled = round.culled, "outbox shard skipped by the kill switch");
             return round;
         }
@@ -434,11 +452,7 @@ impl<C: Category> Drainer<C> {
                     active.rows_done += group.ids.len();
                 }
                 Err(error) => {
-                    let end = self.backoff_end(&active.claim, &error.to_string());
-                    let retry_at = match &end {
-                        ShardEnd::Backoff { retry_at, .. } => *retry_at,
-                        _ => self.clock.now(),
-                    };
+                    let attempts = active.claim.attempts.saturating_add(1);
                     let category_name = C::try_from(group.category()).ok().map(|c| c.name());
                     metrics::counter!(
                         names::DELIVERY_FAILED,
@@ -448,6 +462,47 @@ impl<C: Category> Drainer<C> {
                         "reason" => error.reason()
                     )
                     .increment(1);
+                    let dead_letter = self
+                        .dead_letter_after
+                        .get(&shard.scope())
+                        .is_some_and(|max| attempts >= *max);
+                    if dead_letter {
+                        // The scope gives up on this group: move it aside and
+                        // go on with the shard, which is healthy again.
+                        tracing::error!(
+                            %shard,
+                            id = group.newest.id,
+                            category = category_name.unwrap_or("unknown"),
+                            attempts,
+                            error = %error,
+                            "outbox group dead-lettered"
+                        );
+                        metrics::counter!(names::DEAD_LETTERED, "category" => category_name.unwrap_or("unknown"), "kind" => shard.kind().as_str())
+                            .increment(group.ids.len() as u64);
+                        round.commit.dead_letters.push(DeadLetter {
+                            ids: group.ids.clone(),
+                            error: error.to_string(),
+                        });
+                        round.failures.push(ShardFailure {
+                            shard: shard.clone(),
+                            id: group.newest.id,
+                            category: group.category(),
+                            category_name,
+                            object_identifier: group.object_identifier(),
+                            retry_at: self.clock.now(),
+                            dead_lettered: true,
+                            error,
+                        });
+                        active.claim.attempts = 0;
+                        active.claim.last_backoff = None;
+                        active.rows_done += group.ids.len();
+                        continue;
+                    }
+                    let end = self.backoff_end(&active.claim, &error.to_string(), attempts);
+                    let retry_at = match &end {
+                        ShardEnd::Backoff { retry_at, .. } => *retry_at,
+                        _ => self.clock.now(),
+                    };
                     tracing::warn!(
                         %shard,
                         id = group.newest.id,
@@ -456,13 +511,14 @@ impl<C: Category> Drainer<C> {
                         error = %error,
                         "outbox delivery failed; shard rescheduled"
                     );
-                    round.failure = Some(ShardFailure {
+                    round.failures.push(ShardFailure {
                         shard: shard.clone(),
                         id: group.newest.id,
                         category: group.category(),
                         category_name,
                         object_identifier: group.object_identifier(),
                         retry_at,
+                        dead_lettered: false,
                         error,
                     });
                     round.commit.end = end;
@@ -482,12 +538,13 @@ impl<C: Category> Drainer<C> {
         round
     }
 
-    fn backoff_end(&self, claim: &ShardClaim, error: &str) -> ShardEnd {
+    fn backoff_end(&self, claim: &ShardClaim, error: &str, attempts: u32) -> ShardEnd {
         let delay = self.config.backoff.next_delay(claim.last_backoff);
         ShardEnd::Backoff {
             retry_at: self.clock.now() + to_chrono(delay),
             delay,
             error: error.to_owned(),
+            attempts,
         }
     }
 

@@ -77,6 +77,9 @@ pub struct ShardFailure {
     pub object_identifier: i64,
     /// When the shard will be tried again.
     pub retry_at: DateTime<Utc>,
+    /// Whether the group was moved to the dead-letter table (its scope's
+    /// policy) instead of holding the shard.
+    pub dead_lettered: bool,
     /// What failed.
     pub error: DeliveryError,
 }
@@ -103,6 +106,8 @@ pub struct DrainReport {
     pub rows_deleted: u64,
     /// Rows culled by the kill switch.
     pub culled: usize,
+    /// Rows moved to the dead-letter table.
+    pub dead_lettered: u64,
     /// Shards stopped on a failure.
     pub failures: Vec<ShardFailure>,
     /// Shards whose claim expired or was taken before their commit; nothing was
@@ -120,6 +125,7 @@ impl DrainReport {
         self.deliveries += other.deliveries;
         self.rows_deleted += other.rows_deleted;
         self.culled += other.culled;
+        self.dead_lettered += other.dead_lettered;
         self.failures.extend(other.failures);
         self.lost_claims.extend(other.lost_claims);
         self.deferred += other.deferred;

@@ -18,9 +18,10 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, Value};
 
 use outbox_core::{
-    ClaimRequest, CommitBatch, CommitOutcome, OutboxKind, ShardClaim, ShardCommit, ShardDepth,
-    ShardEnd, ShardKey, ShardRead, Store, StoreError, StoredRow,
+    ClaimRequest, CommitBatch, CommitOutcome, DeadLetterRow, OutboxKind, ShardClaim, ShardCommit,
+    ShardDepth, ShardEnd, ShardKey, ShardRead, Store, StoreError, StoredRow,
 };
+use sea_orm::TransactionTrait;
 
 use crate::time;
 
@@ -53,6 +54,9 @@ pub(crate) struct Queries {
     pub(crate) release_all: String,
     /// PostgreSQL only: fence, release and delete a finished round at once.
     pub(crate) release_all_and_delete: String,
+    pub(crate) dead_letter: String,
+    pub(crate) replay_dead_letters: String,
+    pub(crate) list_dead_letters: String,
     pub(crate) release_some: String,
     pub(crate) backoff_claim: String,
     pub(crate) backoff_rows: String,
@@ -125,6 +129,17 @@ impl Queries {
                 "",
             )
         };
+        let (dead_letter, replay_dead_letters) = if postgres {
+            (
+                include_str!("queries/postgres/dead_letter.sql"),
+                include_str!("queries/postgres/replay_dead_letters.sql"),
+            )
+        } else {
+            (
+                include_str!("queries/sqlite/dead_letter.sql"),
+                include_str!("queries/sqlite/replay_dead_letters.sql"),
+            )
+        };
         Self {
             kind,
             claim_due: r(include_str!("queries/common/claim_due.sql")),
@@ -135,6 +150,13 @@ impl Queries {
             release_all: r(include_str!("queries/common/release_all.sql")),
             release_some: r(release_some),
             release_all_and_delete: r(release_all_and_delete),
+            dead_letter: r(dead_letter),
+            replay_dead_letters: r(replay_dead_letters),
+            list_dead_letters: "SELECT id, region_name, shard_scope, shard_identifier, category, \
+                object_identifier, payload, scheduled_from, scheduled_for, date_added, error, \
+                dead_lettered_at FROM outbox_dead_letter WHERE kind = $1 \
+                ORDER BY dead_lettered_at, id LIMIT $2"
+                .to_owned(),
             backoff_claim: r(include_str!("queries/common/backoff_claim.sql")),
             backoff_rows: r(include_str!("queries/common/backoff_rows.sql")),
             shard_depths: r(include_str!("queries/common/shard_depths.sql")),
@@ -171,6 +193,8 @@ pub(crate) fn render(template: &str, kind: OutboxKind, region_literal: &str) -> 
             "{region_group}",
             if control { "o.region_name," } else { "" },
         )
+        .replace("{region_column}", if control { "region_name," } else { "" })
+        .replace("{region_value}", if control { "region_name," } else { "" })
         .replace(
             "{region_match}",
             if control {
@@ -339,6 +363,76 @@ impl Store for SeaOrmStore {
         Ok(row.is_some())
     }
 
+    async fn dead_letters(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<DeadLetterRow>, StoreError> {
+        let rows = self
+            .db
+            .query_all_raw(statement(
+                self.backend,
+                &self.queries(kind).list_dead_letters,
+                vec![
+                    Value::from(kind.as_i16()),
+                    Value::from(limit.min(i64::MAX as usize) as i64),
+                ],
+            ))
+            .await
+            .map_err(db_error("list dead letters"))?;
+        rows.iter()
+            .map(|row| {
+                let op = db_error("list dead letters");
+                let region: String = row.try_get("", "region_name").map_err(&op)?;
+                let scope: i32 = row.try_get("", "shard_scope").map_err(&op)?;
+                let identifier: i64 = row.try_get("", "shard_identifier").map_err(&op)?;
+                let shard = ShardKey::from_raw(kind, scope, identifier, Some(region));
+                Ok(DeadLetterRow {
+                    row: row_from_result(row, self.backend, shard)?,
+                    error: row.try_get("", "error").map_err(&op)?,
+                    dead_lettered_at: time::get(row, self.backend, "dead_lettered_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn replay_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
+        let txn = self
+            .db
+            .begin()
+            .await
+            .map_err(db_error("replay dead letters"))?;
+        let queries = self.queries(kind);
+        let list = id_list(self.backend, ids)?;
+        let values = vec![
+            Value::from(kind.as_i16()),
+            list.clone(),
+            time::bind(self.backend, outbox_core::the_past()),
+        ];
+        let moved = txn
+            .execute_raw(statement(
+                self.backend,
+                &queries.replay_dead_letters,
+                values,
+            ))
+            .await
+            .map_err(db_error("replay dead letters"))?
+            .rows_affected();
+        if self.backend == DbBackend::Sqlite {
+            txn.execute_raw(statement(
+                self.backend,
+                "DELETE FROM outbox_dead_letter WHERE kind = $1 AND id IN (SELECT value FROM json_each($2))",
+                vec![Value::from(kind.as_i16()), list],
+            ))
+            .await
+            .map_err(db_error("replay dead letters"))?;
+        }
+        txn.commit()
+            .await
+            .map_err(db_error("replay dead letters"))?;
+        Ok(moved)
+    }
+
     async fn max_id(&self, kind: OutboxKind) -> Result<Option<i64>, StoreError> {
         let sql = &self.queries(kind).max_id;
         let row = self
@@ -356,6 +450,50 @@ impl Store for SeaOrmStore {
 }
 
 // Helpers shared by both backends.
+
+/// A list of ids as one bind value: an array on PostgreSQL, JSON text on
+/// SQLite (read with `json_each`).
+pub(crate) fn id_list(backend: DbBackend, ids: &[i64]) -> Result<Value, StoreError> {
+    Ok(match backend {
+        DbBackend::Postgres => Value::from(ids.to_vec()),
+        _ => Value::from(
+            serde_json::to_string(ids).map_err(|e| StoreError::database("encode row ids", e))?,
+        ),
+    })
+}
+
+/// Moves a shard's dead-lettered groups aside, then deletes them from the
+/// outbox.
+pub(crate) async fn move_dead_letters<Db: ConnectionTrait>(
+    txn: &Db,
+    backend: DbBackend,
+    queries: &Queries,
+    batch: &CommitBatch,
+    shard: &ShardCommit,
+) -> Result<u64, StoreError> {
+    let mut moved = 0;
+    for dead in &shard.dead_letters {
+        let ids = id_list(backend, &dead.ids)?;
+        moved += txn
+            .execute_raw(statement(
+                backend,
+                &queries.dead_letter,
+                vec![
+                    Value::from(batch.kind.as_i16()),
+                    Value::from(dead.error.clone()),
+                    time::bind(backend, batch.now),
+                    ids.clone(),
+                ],
+            ))
+            .await
+            .map_err(db_error("dead-letter rows"))?
+            .rows_affected();
+        txn.execute_raw(statement(backend, &queries.delete_rows, vec![ids]))
+            .await
+            .map_err(db_error("dead-letter rows"))?;
+    }
+    Ok(moved)
+}
 
 /// Claims due shards in one statement.
 pub(crate) async fn claim_due<Db: ConnectionTrait>(
@@ -539,6 +677,7 @@ pub(crate) async fn apply_backoff<Db: ConnectionTrait>(
         retry_at,
         delay,
         error,
+        attempts,
     } = &shard.end
     else {
         return Ok(());
@@ -565,6 +704,7 @@ pub(crate) async fn apply_backoff<Db: ConnectionTrait>(
             time::bind(backend, *retry_at),
             Value::from(delay_ms),
             Value::from(error),
+            Value::from((*attempts).min(i32::MAX as u32) as i32),
         ],
     ))
     .await

@@ -13,6 +13,7 @@ use outbox_core::{
     CommitBatch, CommitOutcome, ShardCommit, ShardEnd, ShardKey, ShardRead, StoreError, StoredRow,
 };
 
+use super::move_dead_letters;
 use super::{apply_backoff, db_error, fence, row_from_result, split_owned, statement, Queries};
 use crate::time;
 
@@ -70,7 +71,12 @@ pub(crate) async fn commit<Db: TransactionTrait + ConnectionTrait>(
     batch: &CommitBatch,
 ) -> Result<CommitOutcome, StoreError> {
     let ids: usize = batch.shards.iter().map(|s| s.delete_ids.len()).sum();
-    if ids <= batch.delete_chunk && batch.shards.iter().all(|s| s.end == ShardEnd::Release) {
+    if ids <= batch.delete_chunk
+        && batch
+            .shards
+            .iter()
+            .all(|s| s.end == ShardEnd::Release && s.dead_letters.is_empty())
+    {
         return commit_finished_round(db, queries, batch).await;
     }
     let txn = db.begin().await.map_err(db_error("begin a commit"))?;
@@ -130,6 +136,7 @@ pub(crate) async fn commit<Db: TransactionTrait + ConnectionTrait>(
     }
 
     for shard in &owned_shards {
+        outcome.dead_lettered += move_dead_letters(&txn, BACKEND, queries, batch, shard).await?;
         apply_backoff(&txn, BACKEND, queries, batch, shard).await?;
     }
     txn.commit()

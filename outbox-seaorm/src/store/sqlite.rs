@@ -12,6 +12,7 @@ use sea_orm::{
 
 use outbox_core::{CommitBatch, OutboxKind, ShardEnd, ShardRead, StoreError, StoredRow};
 
+use super::move_dead_letters;
 use super::{apply_backoff, db_error, fence, row_from_result, split_owned, statement, Queries};
 
 const BACKEND: DbBackend = DbBackend::Sqlite;
@@ -111,6 +112,7 @@ pub(crate) async fn commit(
         }
     }
     for shard in &owned_shards {
+        outcome.dead_lettered += move_dead_letters(&txn, BACKEND, queries, batch, shard).await?;
         apply_backoff(&txn, BACKEND, queries, batch, shard).await?;
     }
     txn.commit()

@@ -1,0 +1,62 @@
+//! Creates `outbox_dead_letter`.
+
+use sea_orm_migration::prelude::*;
+use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
+
+/// Rows of scopes that opted into dead-lettering, moved aside after their
+/// last allowed attempt, with the error; replayable (same ids).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Migration;
+
+impl MigrationName for Migration {
+    fn name(&self) -> &str {
+        "m20261121_000003_create_dead_letter_table"
+    }
+}
+
+// The trait is declared with a hidden lifetime; its impl must match it.
+#[allow(elided_lifetimes_in_paths)]
+#[async_trait::async_trait]
+impl MigrationTrait for Migration {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let (json, timestamp) = match manager.get_database_backend() {
+            DbBackend::Postgres => ("jsonb", "timestamptz"),
+            DbBackend::Sqlite => ("json_text", "timestamp_text"),
+            other => {
+                return Err(DbErr::Migration(format!(
+                    "the outbox tables support PostgreSQL and SQLite, not {other:?}"
+                )))
+            }
+        };
+        manager
+            .get_connection()
+            .execute_unprepared(&format!(
+                "CREATE TABLE outbox_dead_letter (
+                    kind smallint NOT NULL,
+                    id bigint NOT NULL,
+                    region_name text NOT NULL DEFAULT '',
+                    shard_scope integer NOT NULL,
+                    shard_identifier bigint NOT NULL,
+                    category integer NOT NULL,
+                    object_identifier bigint NOT NULL,
+                    payload {json} NULL,
+                    scheduled_from {timestamp} NOT NULL,
+                    scheduled_for {timestamp} NOT NULL,
+                    date_added {timestamp} NOT NULL,
+                    error text NOT NULL,
+                    dead_lettered_at {timestamp} NOT NULL,
+                    PRIMARY KEY (kind, id)
+                )"
+            ))
+            .await?;
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .get_connection()
+            .execute_unprepared("DROP TABLE outbox_dead_letter")
+            .await?;
+        Ok(())
+    }
+}
