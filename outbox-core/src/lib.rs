@@ -72,7 +72,9 @@ pub use backoff::BackoffPolicy;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use coalesce::{coalesce, CoalescingGroup};
 pub use context::{FlushOutcome, OutboxContext};
-pub use drain::{DeliveryError, DrainConfig, DrainReport, Drainer, FlushError, ShardFailure};
+pub use drain::{
+    DeadLetterPolicy, DeliveryError, DrainConfig, DrainReport, Drainer, FlushError, ShardFailure,
+};
 pub use kill_switch::KillSwitch;
 #[cfg(feature = "test-utils")]
 pub use memory::MemoryStore;

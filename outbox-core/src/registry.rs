@@ -249,6 +249,12 @@ macro_rules! registry {
             }
         }
 
+        impl ::core::convert::From<OutboxScope> for i32 {
+            fn from(scope: OutboxScope) -> i32 {
+                scope as i32
+            }
+        }
+
         impl ::core::fmt::Display for OutboxScope {
             fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
                 f.write_str($crate::Scope::name(*self))

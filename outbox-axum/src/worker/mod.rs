@@ -45,7 +45,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use outbox_core::{
-    Category, Clock, DrainConfig, Drainer, IncompleteReceivers, KillSwitch, OutboxKind, Receivers,
+    Category, Clock, DeadLetterPolicy, DrainConfig, Drainer, IncompleteReceivers, KillSwitch,
+    OutboxKind, Receivers,
 };
 use outbox_seaorm::backfill::Backfill;
 use outbox_seaorm::listener::{OutboxListener, Wakeup};
@@ -93,6 +94,7 @@ pub struct OutboxWorkerBuilder<C: Category> {
     clock: Option<Arc<dyn Clock>>,
     backfill: Option<Arc<Backfill>>,
     backfill_interval: Duration,
+    dead_letters: DeadLetterPolicy,
 }
 
 /// The background drain.
@@ -117,6 +119,7 @@ impl OutboxWorker {
             clock: None,
             backfill: None,
             backfill_interval: DEFAULT_BACKFILL_INTERVAL,
+            dead_letters: DeadLetterPolicy::new(),
         }
     }
 }
@@ -180,6 +183,13 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         self
     }
 
+    /// Which scopes dead-letter a failing group, after how many attempts.
+    /// Default: every scope retries forever.
+    pub fn dead_letters(mut self, policy: DeadLetterPolicy) -> Self {
+        self.dead_letters = policy;
+        self
+    }
+
     /// The clock of the drain (tests). Default: the system clock.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
@@ -198,7 +208,8 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         let store = SeaOrmStore::new(self.db.clone())?;
         let mut drainer = Drainer::new(store, self.receivers)
             .with_config(self.config)
-            .with_kill_switch(self.kill_switch);
+            .with_kill_switch(self.kill_switch)
+            .with_dead_letters(self.dead_letters);
         if let Some(clock) = self.clock {
             drainer = drainer.with_clock(SharedClock(clock));
         }

@@ -38,7 +38,40 @@ pub struct Drainer<C: Category> {
     kill_switch: KillSwitch,
     clock: Arc<dyn Clock>,
     owner: Arc<str>,
-    dead_letter_after: Arc<HashMap<i32, u32>>,
+    dead_letter_after: Arc<DeadLetterPolicy>,
+}
+
+/// Which scopes give up on a failing group, and after how many attempts.
+/// Scopes not named retry forever (Sentry's behaviour, the default).
+///
+/// ```
+/// # outbox_core::registry! { AuditScope = 0 { AuditEvent = 1 } }
+/// use outbox_core::DeadLetterPolicy;
+/// let policy = DeadLetterPolicy::new().after(OutboxScope::AuditScope, 5);
+/// assert_eq!(policy.attempts_for(OutboxScope::AuditScope.into()), Some(5));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeadLetterPolicy {
+    attempts: HashMap<i32, u32>,
+}
+
+impl DeadLetterPolicy {
+    /// Every scope retries forever.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `scope` dead-letters a group after `attempts` failed attempts in a row
+    /// (at least 1).
+    pub fn after<S: Scope>(mut self, scope: S, attempts: u32) -> Self {
+        self.attempts.insert(scope.value(), attempts.max(1));
+        self
+    }
+
+    /// The attempts allowed in the scope with this stored value, if it opted in.
+    pub fn attempts_for(&self, scope_value: i32) -> Option<u32> {
+        self.attempts.get(&scope_value).copied()
+    }
 }
 
 impl<C: Category> Clone for Drainer<C> {
@@ -99,7 +132,7 @@ impl<C: Category> Drainer<C> {
             kill_switch: KillSwitch::default(),
             clock: Arc::new(SystemClock),
             owner: owner.into(),
-            dead_letter_after: Arc::new(HashMap::new()),
+            dead_letter_after: Arc::new(DeadLetterPolicy::new()),
         }
     }
 
@@ -109,7 +142,14 @@ impl<C: Category> Drainer<C> {
     /// (Sentry's behaviour, and the default). Dead-lettered rows can be
     /// listed and replayed through the store.
     pub fn with_dead_letter<S: Scope>(mut self, scope: S, attempts: u32) -> Self {
-        Arc::make_mut(&mut self.dead_letter_after).insert(scope.value(), attempts.max(1));
+        let policy = Arc::make_mut(&mut self.dead_letter_after);
+        *policy = std::mem::take(policy).after(scope, attempts);
+        self
+    }
+
+    /// Replaces the dead-letter policy. Default: every scope retries forever.
+    pub fn with_dead_letters(mut self, policy: DeadLetterPolicy) -> Self {
+        self.dead_letter_after = Arc::new(policy);
         self
     }
 
@@ -464,8 +504,8 @@ impl<C: Category> Drainer<C> {
                     .increment(1);
                     let dead_letter = self
                         .dead_letter_after
-                        .get(&shard.scope())
-                        .is_some_and(|max| attempts >= *max);
+                        .attempts_for(shard.scope())
+                        .is_some_and(|max| attempts >= max);
                     if dead_letter {
                         // The scope gives up on this group: move it aside and
                         // go on with the shard, which is healthy again.

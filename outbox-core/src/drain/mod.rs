@@ -59,5 +59,5 @@ pub use config::{
     DEFAULT_DELIVERY_TIMEOUT, DEFAULT_LEASE, DEFAULT_MAX_ROWS_PER_CLAIM, DEFAULT_SHARDS_PER_CLAIM,
     DEFAULT_SYNC_WAIT,
 };
-pub use engine::Drainer;
+pub use engine::{DeadLetterPolicy, Drainer};
 pub use report::{DeliveryError, DrainReport, FlushError, ShardFailure};
