@@ -272,6 +272,13 @@ impl Store for MemoryStore {
                     }
                 }
             }
+            if !shard.dead_letters.is_empty() {
+                // The shard gave up on a group: its failure count starts over.
+                if let Some(lease) = state.leases.get_mut(&shard.shard) {
+                    lease.attempts = 0;
+                    lease.last_backoff = None;
+                }
+            }
             for dead in &shard.dead_letters {
                 for id in &dead.ids {
                     let moved = state

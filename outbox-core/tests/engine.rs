@@ -376,3 +376,48 @@ async fn a_scope_that_opts_in_dead_letters_a_poison_group_and_the_shard_goes_on(
         .iter()
         .all(|row| row.id != poison));
 }
+
+#[tokio::test]
+async fn after_a_dead_letter_the_next_poison_group_gets_its_full_attempts() {
+    let clock = ManualClock::starting_now();
+    let store = MemoryStore::new().with_clock(clock.clone());
+    let first = store.write(
+        &org(1),
+        OutboxCategory::OrgUpdate,
+        1,
+        Some(json!({ "poison": true })),
+    );
+    let second = store.write(
+        &org(1),
+        OutboxCategory::OrgUpdate,
+        2,
+        Some(json!({ "poison": true })),
+    );
+    let receivers = ok_receivers().on(
+        OutboxCategory::OrgUpdate,
+        |message: Message<OutboxCategory>| async move {
+            if message
+                .payload
+                .as_ref()
+                .is_some_and(|p| p["poison"] == true)
+            {
+                return Err::<(), HandlerError>("poison".into());
+            }
+            Ok(())
+        },
+    );
+    let drainer = Drainer::new(store.clone(), receivers)
+        .with_clock(clock.clone())
+        .with_dead_letters(outbox_core::DeadLetterPolicy::new().after(OutboxScope::OrgScope, 2));
+    let mut dead_after = Vec::new();
+    for round in 1..=6 {
+        let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+        for failure in report.failures.iter().filter(|f| f.dead_lettered) {
+            dead_after.push((failure.id, round));
+        }
+        clock.advance(Duration::from_secs(3600));
+    }
+    // The first group dies on its 2nd failure (round 2); in that same round the
+    // second group fails once (attempts start over), and dies on round 3.
+    assert_eq!(dead_after, vec![(first, 2), (second, 3)]);
+}

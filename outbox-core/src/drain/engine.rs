@@ -568,6 +568,9 @@ impl<C: Category> Drainer<C> {
             }
         }
         round.active.rows_done = active.rows_done;
+        // A dead-lettered group reset the shard's failure count.
+        round.active.claim.attempts = active.claim.attempts;
+        round.active.claim.last_backoff = active.claim.last_backoff;
         round.commit.end = if stopped_for_lease
             || (full_batch && active.rows_done < self.config.max_rows_per_claim)
         {

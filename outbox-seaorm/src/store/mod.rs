@@ -472,6 +472,24 @@ pub(crate) async fn move_dead_letters<Db: ConnectionTrait>(
     shard: &ShardCommit,
 ) -> Result<u64, StoreError> {
     let mut moved = 0;
+    if !shard.dead_letters.is_empty() {
+        // The shard gave up on a group: its failure count starts over.
+        txn.execute_raw(statement(
+            backend,
+            "UPDATE outbox_shard_claim SET attempts = 0, last_backoff_ms = NULL \
+             WHERE kind = $1 AND token = $2 AND region_name = $3 AND shard_scope = $4 \
+             AND shard_identifier = $5",
+            vec![
+                Value::from(batch.kind.as_i16()),
+                Value::from(batch.token),
+                Value::from(shard.shard.region_name().unwrap_or("").to_owned()),
+                Value::from(shard.shard.scope()),
+                Value::from(shard.shard.identifier()),
+            ],
+        ))
+        .await
+        .map_err(db_error("dead-letter rows"))?;
+    }
     for dead in &shard.dead_letters {
         let ids = id_list(backend, &dead.ids)?;
         moved += txn
