@@ -66,6 +66,8 @@ mod tx;
 pub mod worker;
 
 pub use context::{defer_flush, deferred, OutboxCtx};
-pub use layer::{OnFlushFailure, Outbox, OutboxLayer, ResponseFuture};
+pub use layer::{
+    DefaultOnFlushError, OnFlushError, Outbox, OutboxLayer, RespondWith, ResponseFuture,
+};
 pub use tx::{Tx, TxRejection};
 pub use worker::{OutboxWaker, OutboxWorker, OutboxWorkerBuilder, WorkerError, WorkerHandle};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use futures::FutureExt;
-use outbox_axum::{OnFlushFailure, OutboxWorker};
+use outbox_axum::{OutboxWorker, RespondWith};
 use outbox_core::OutboxKind;
 use sea_orm::DbBackend;
 use support::{send, OutboxCategory, TestApp};
@@ -143,14 +143,25 @@ async fn a_failed_flush_keeps_the_commit_and_says_so(backend: DbBackend) {
     assert_eq!(flush.as_deref(), Some("deferred"));
     let router = app.routes().layer(
         app.layer()
-            .on_flush_failure(OnFlushFailure::Respond(StatusCode::ACCEPTED)),
+            .on_flush_error(RespondWith(StatusCode::ACCEPTED)),
     );
     let (status, body, flush) = send(router, "/widgets/8/f2").await;
     assert_eq!(status, StatusCode::ACCEPTED);
     assert!(body.contains("saved"), "{body}");
     assert_eq!(flush.as_deref(), Some("deferred"));
-    assert_eq!(app.widgets().await, 2, "both changes committed");
-    assert_eq!(app.pending().await, 2, "their rows wait for the drain");
+    // A closure sees the errors, which name the category.
+    let router = app.routes().layer(app.layer().on_flush_error(
+        |errors: &[outbox_core::FlushError], _response: axum::response::Response| {
+            use axum::response::IntoResponse;
+            (StatusCode::MULTI_STATUS, errors[0].to_string()).into_response()
+        },
+    ));
+    let (status, body, flush) = send(router, "/widgets/9/f3").await;
+    assert_eq!(status, StatusCode::MULTI_STATUS);
+    assert!(body.contains("OrganizationUpdate"), "{body}");
+    assert_eq!(flush, None);
+    assert_eq!(app.widgets().await, 3, "every change committed");
+    assert_eq!(app.pending().await, 3, "their rows wait for the drain");
 }
 
 async fn the_commit_predicate_is_configurable(backend: DbBackend) {

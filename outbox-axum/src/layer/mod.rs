@@ -29,9 +29,19 @@
 //! # Flush failures
 //!
 //! The rows are committed, so nothing is lost: the background drain delivers
-//! them after the shard's backoff. What the client hears is
-//! [`OnFlushFailure`]: by default the handler's response, with an
-//! `outbox-flush: deferred` header; or a status of your choice.
+//! them after the shard's backoff. What the client hears is decided by an
+//! [`OnFlushError`] hook: by default ([`DefaultOnFlushError`]) the handler's
+//! response, with an `outbox-flush: deferred` header; [`RespondWith`] a status
+//! of your choice; `()` the response untouched; or your own closure.
+//!
+//! # When hooks run
+//!
+//! `commit_when` runs once per request, after the handler, on its response,
+//! before anything is committed (it decides commit or roll back). The
+//! [`OnFlushError`] hook runs at most once per request, after the commit and
+//! after every noted shard was flushed, only when at least one flush failed;
+//! each failure was already logged at `WARN` by then. Neither runs when the
+//! handler panicked, its future was dropped, or a `Tx` was still alive.
 //!
 //! # `flush = false`
 //!
@@ -88,7 +98,9 @@
 //! ```
 
 mod future;
+mod on_flush_error;
 mod service;
 
 pub use future::ResponseFuture;
-pub use service::{OnFlushFailure, Outbox, OutboxLayer};
+pub use on_flush_error::{DefaultOnFlushError, OnFlushError, RespondWith, FLUSH_HEADER};
+pub use service::{Outbox, OutboxLayer};

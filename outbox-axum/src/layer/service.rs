@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::extract::Request;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures::FutureExt;
 use sea_orm::DatabaseConnection;
@@ -12,33 +12,17 @@ use tower::{Layer, Service};
 use outbox_core::{Category, Drainer};
 
 use super::future::ResponseFuture;
+use super::on_flush_error::{DefaultOnFlushError, OnFlushError};
 use crate::slot::RequestHandle;
 use crate::worker::OutboxWaker;
 
 type CommitPredicate = Arc<dyn Fn(&Response) -> bool + Send + Sync>;
 
-/// What the client hears when the synchronous flush after a commit fails.
-/// The rows are committed either way; the background drain delivers them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum OnFlushFailure {
-    /// The handler's response, with the header `outbox-flush: deferred`.
-    /// Default.
-    #[default]
-    KeepResponse,
-    /// This status, with the header `outbox-flush: deferred` and a body saying
-    /// the change was saved and its side effects are delayed.
-    Respond(StatusCode),
-}
-
-/// The header set when a flush failed and delivery was left to the drain.
-pub const FLUSH_HEADER: &str = "outbox-flush";
-
 struct Shared<C: Category> {
     db: DatabaseConnection,
     drainer: Drainer<C>,
     commit_when: CommitPredicate,
-    on_flush_failure: OnFlushFailure,
+    on_flush_error: Arc<dyn OnFlushError>,
     waker: Option<OutboxWaker>,
 }
 
@@ -58,9 +42,7 @@ impl<C: Category> Clone for OutboxLayer<C> {
 
 impl<C: Category> std::fmt::Debug for OutboxLayer<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OutboxLayer")
-            .field("on_flush_failure", &self.shared.on_flush_failure)
-            .finish_non_exhaustive()
+        f.debug_struct("OutboxLayer").finish_non_exhaustive()
     }
 }
 
@@ -72,7 +54,7 @@ impl<C: Category> OutboxLayer<C> {
                 db,
                 drainer,
                 commit_when: Arc::new(is_success),
-                on_flush_failure: OnFlushFailure::default(),
+                on_flush_error: Arc::new(DefaultOnFlushError),
                 waker: None,
             }),
         }
@@ -85,7 +67,7 @@ impl<C: Category> OutboxLayer<C> {
                 db: shared.db.clone(),
                 drainer: shared.drainer.clone(),
                 commit_when: shared.commit_when.clone(),
-                on_flush_failure: shared.on_flush_failure,
+                on_flush_error: shared.on_flush_error.clone(),
                 waker: shared.waker.clone(),
             },
         };
@@ -105,9 +87,10 @@ impl<C: Category> OutboxLayer<C> {
     }
 
     /// What to answer when the flush after a commit fails. Default:
-    /// [`OnFlushFailure::KeepResponse`].
-    pub fn on_flush_failure(self, policy: OnFlushFailure) -> Self {
-        self.map(|shared| shared.on_flush_failure = policy)
+    /// [`DefaultOnFlushError`] (the handler's response, with
+    /// `outbox-flush: deferred`).
+    pub fn on_flush_error(self, hook: impl OnFlushError) -> Self {
+        self.map(|shared| shared.on_flush_error = Arc::new(hook))
     }
 
     /// Wakes this background drain when a request leaves rows to it.
@@ -253,7 +236,9 @@ where
             for error in &flushed.errors {
                 tracing::warn!(%error, "flush after commit failed; the background drain will deliver");
             }
-            response = apply_flush_failure(response, shared.on_flush_failure);
+            response = shared
+                .on_flush_error
+                .on_flush_error(&flushed.errors, response);
         }
     }
     if let Some(waker) = &shared.waker {
@@ -272,19 +257,4 @@ async fn roll_back(slot: &tokio::sync::Mutex<Option<sea_orm::DatabaseTransaction
             }
         }
     }
-}
-
-fn apply_flush_failure(response: Response, policy: OnFlushFailure) -> Response {
-    let mut response = match policy {
-        OnFlushFailure::KeepResponse => response,
-        OnFlushFailure::Respond(status) => (
-            status,
-            "the change was saved; its side effects are delayed and will be delivered",
-        )
-            .into_response(),
-    };
-    response
-        .headers_mut()
-        .insert(FLUSH_HEADER, HeaderValue::from_static("deferred"));
-    response
 }
