@@ -34,6 +34,20 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Modules
+//!
+//! - [`write`]: `write_region`, `write_control` and their `_many` forms, on any
+//!   `ConnectionTrait`.
+//! - [`store`]: [`SeaOrmStore`], with the SQL of each backend.
+//! - [`replication`]: replicated models (`#[derive(ReplicatedRegionModel)]`,
+//!   `#[derive(ReplicatedControlModel)]`), their hooks, receivers and bulk
+//!   producing helpers.
+//! - [`backfill`]: outbox rows for rows that already exist, gated by version.
+//! - [`listener`]: PostgreSQL `LISTEN/NOTIFY` wake-ups.
+//! - [`entity`]: SeaORM entities of the outbox tables, for your own queries.
+//! - `testing` (feature `test-utils`): fresh PostgreSQL and SQLite databases
+//!   per test, a throwaway PostgreSQL cluster, `on_both_backends!`.
+//!
 //! # SQLite notes
 //!
 //! Timestamps are stored as fixed-width UTC text and compared as text; write
