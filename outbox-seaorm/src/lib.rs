@@ -36,7 +36,7 @@
 //!
 //! # Modules
 //!
-//! - [`write`]: `write_region`, `write_control` and their `_many` forms, on any
+//! - [`write`](mod@write): `write_region`, `write_control` and their `_many` forms, on any
 //!   `ConnectionTrait`.
 //! - [`store`]: [`SeaOrmStore`], with the SQL of each backend.
 //! - [`replication`]: replicated models (`#[derive(ReplicatedRegionModel)]`,
