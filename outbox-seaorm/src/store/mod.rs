@@ -462,6 +462,54 @@ pub(crate) fn id_list(backend: DbBackend, ids: &[i64]) -> Result<Value, StoreErr
     })
 }
 
+/// Deletes the delivered (or culled) rows of the owned shards, in statements
+/// of at most `delete_chunk` ids.
+pub(crate) async fn delete_delivered<Db: ConnectionTrait>(
+    txn: &Db,
+    backend: DbBackend,
+    queries: &Queries,
+    batch: &CommitBatch,
+    owned_shards: &[&ShardCommit],
+) -> Result<u64, StoreError> {
+    let ids: Vec<i64> = owned_shards
+        .iter()
+        .flat_map(|s| s.delete_ids.iter().copied())
+        .collect();
+    let mut deleted = 0;
+    for chunk in ids.chunks(batch.delete_chunk.max(1)) {
+        deleted += txn
+            .execute_raw(statement(
+                backend,
+                &queries.delete_rows,
+                vec![id_list(backend, chunk)?],
+            ))
+            .await
+            .map_err(db_error("delete delivered rows"))?
+            .rows_affected();
+    }
+    Ok(deleted)
+}
+
+/// Ends a round's transaction: dead letters and backoffs of the owned
+/// shards, then the commit.
+pub(crate) async fn finish_round<T: ConnectionTrait + sea_orm::TransactionSession>(
+    txn: T,
+    backend: DbBackend,
+    queries: &Queries,
+    batch: &CommitBatch,
+    owned_shards: &[&ShardCommit],
+    mut outcome: CommitOutcome,
+) -> Result<CommitOutcome, StoreError> {
+    for shard in owned_shards {
+        outcome.dead_lettered += move_dead_letters(&txn, backend, queries, batch, shard).await?;
+        apply_backoff(&txn, backend, queries, batch, shard).await?;
+    }
+    sea_orm::TransactionSession::commit(txn)
+        .await
+        .map_err(db_error("commit a drain round"))?;
+    Ok(outcome)
+}
+
 /// Moves a shard's dead-lettered groups aside, then deletes them from the
 /// outbox.
 pub(crate) async fn move_dead_letters<Db: ConnectionTrait>(

@@ -7,14 +7,14 @@
 
 use std::collections::HashSet;
 
-use sea_orm::{ConnectionTrait, DbBackend, TransactionSession, TransactionTrait, Value};
+use sea_orm::{ConnectionTrait, DbBackend, TransactionTrait, Value};
 
 use outbox_core::{
     CommitBatch, CommitOutcome, ShardCommit, ShardEnd, ShardKey, ShardRead, StoreError, StoredRow,
 };
 
-use super::move_dead_letters;
-use super::{apply_backoff, db_error, fence, row_from_result, split_owned, statement, Queries};
+use super::{db_error, fence, row_from_result, split_owned, statement, Queries};
+use super::{delete_delivered, finish_round};
 use crate::time;
 
 const BACKEND: DbBackend = DbBackend::Postgres;
@@ -88,21 +88,7 @@ pub(crate) async fn commit<Db: TransactionTrait + ConnectionTrait>(
     let owned = fence(&txn, BACKEND, queries, batch).await?;
     let (mut outcome, owned_shards) = split_owned(batch, &owned);
 
-    let ids: Vec<i64> = owned_shards
-        .iter()
-        .flat_map(|s| s.delete_ids.iter().copied())
-        .collect();
-    for chunk in ids.chunks(batch.delete_chunk.max(1)) {
-        let result = txn
-            .execute_raw(statement(
-                BACKEND,
-                &queries.delete_rows,
-                vec![Value::from(chunk.to_vec())],
-            ))
-            .await
-            .map_err(db_error("delete delivered rows"))?;
-        outcome.deleted += result.rows_affected();
-    }
+    outcome.deleted += delete_delivered(&txn, BACKEND, queries, batch, &owned_shards).await?;
 
     let released: Vec<&ShardCommit> = owned_shards
         .iter()
@@ -135,14 +121,7 @@ pub(crate) async fn commit<Db: TransactionTrait + ConnectionTrait>(
             .map_err(db_error("release claims"))?;
     }
 
-    for shard in &owned_shards {
-        outcome.dead_lettered += move_dead_letters(&txn, BACKEND, queries, batch, shard).await?;
-        apply_backoff(&txn, BACKEND, queries, batch, shard).await?;
-    }
-    txn.commit()
-        .await
-        .map_err(db_error("commit a drain round"))?;
-    Ok(outcome)
+    finish_round(txn, BACKEND, queries, batch, &owned_shards, outcome).await
 }
 
 async fn commit_finished_round<Db: ConnectionTrait>(

@@ -12,8 +12,8 @@ use sea_orm::{
 
 use outbox_core::{CommitBatch, OutboxKind, ShardEnd, ShardRead, StoreError, StoredRow};
 
-use super::move_dead_letters;
-use super::{apply_backoff, db_error, fence, row_from_result, split_owned, statement, Queries};
+use super::{db_error, fence, row_from_result, split_owned, statement, Queries};
+use super::{delete_delivered, finish_round};
 
 const BACKEND: DbBackend = DbBackend::Sqlite;
 
@@ -64,23 +64,7 @@ pub(crate) async fn commit(
     let owned = fence(&txn, BACKEND, queries, batch).await?;
     let (mut outcome, owned_shards) = split_owned(batch, &owned);
 
-    let ids: Vec<i64> = owned_shards
-        .iter()
-        .flat_map(|s| s.delete_ids.iter().copied())
-        .collect();
-    for chunk in ids.chunks(batch.delete_chunk.max(1)) {
-        let ids =
-            serde_json::to_string(chunk).map_err(|e| StoreError::database("encode row ids", e))?;
-        let result = txn
-            .execute_raw(statement(
-                BACKEND,
-                &queries.delete_rows,
-                vec![Value::from(ids)],
-            ))
-            .await
-            .map_err(db_error("delete delivered rows"))?;
-        outcome.deleted += result.rows_affected();
-    }
+    outcome.deleted += delete_delivered(&txn, BACKEND, queries, batch, &owned_shards).await?;
 
     let released = owned_shards
         .iter()
@@ -111,12 +95,5 @@ pub(crate) async fn commit(
             .map_err(db_error("release claims"))?;
         }
     }
-    for shard in &owned_shards {
-        outcome.dead_lettered += move_dead_letters(&txn, BACKEND, queries, batch, shard).await?;
-        apply_backoff(&txn, BACKEND, queries, batch, shard).await?;
-    }
-    txn.commit()
-        .await
-        .map_err(db_error("commit a drain round"))?;
-    Ok(outcome)
+    finish_round(txn, BACKEND, queries, batch, &owned_shards, outcome).await
 }
