@@ -46,6 +46,7 @@ async fn database_url(backend: DbBackend, name: &str) -> String {
 
 impl Deployment {
     async fn start(backend: DbBackend) -> Self {
+        let _ = tracing_subscriber::fmt().with_test_writer().try_init();
         let control_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let us_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let de_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use sea_orm::{DatabaseConnection, DatabaseTransaction};
+use sea_orm::{DatabaseConnection, DatabaseTransaction, TransactionOptions};
 use tokio::sync::Mutex;
 
 use outbox_core::OutboxContext;
@@ -10,6 +10,8 @@ use outbox_core::OutboxContext;
 /// What one request shares between the layer and its extractors.
 pub(crate) struct RequestState {
     pub(crate) db: DatabaseConnection,
+    /// How the request's transaction begins.
+    pub(crate) transaction_options: TransactionOptions,
     /// The request's transaction, begun on the first `Tx` extraction.
     pub(crate) transaction: Arc<Mutex<Option<DatabaseTransaction>>>,
     pub(crate) context: OutboxContext,
@@ -20,9 +22,10 @@ pub(crate) struct RequestState {
 pub(crate) struct RequestHandle(pub(crate) Arc<RequestState>);
 
 impl RequestHandle {
-    pub(crate) fn new(db: DatabaseConnection) -> Self {
+    pub(crate) fn new(db: DatabaseConnection, transaction_options: TransactionOptions) -> Self {
         Self(Arc::new(RequestState {
             db,
+            transaction_options,
             transaction: Arc::new(Mutex::new(None)),
             context: OutboxContext::new(),
         }))

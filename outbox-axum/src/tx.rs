@@ -65,7 +65,12 @@ impl<S: Send + Sync> FromRequestParts<S> for Tx {
             .try_lock_owned()
             .map_err(|_| TxRejection::AlreadyExtracted.traced())?;
         if slot.is_none() {
-            match handle.0.db.begin().await {
+            match handle
+                .0
+                .db
+                .begin_with_options(handle.0.transaction_options)
+                .await
+            {
                 Ok(transaction) => *slot = Some(transaction),
                 Err(error) => {
                     tracing::error!(%error, "could not begin the request's transaction");

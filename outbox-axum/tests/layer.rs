@@ -195,6 +195,33 @@ async fn a_conflict_answered_by_the_handler_rolls_back_the_outbox_too(backend: D
     assert_eq!(app.pending().await, 0);
 }
 
+/// A handler reads, another connection commits a write (as the drain does
+/// all the time), then the handler writes. On SQLite a deferred transaction
+/// fails here with `SQLITE_BUSY` (its snapshot is stale); the layer's
+/// transaction takes the write lock up front, so the other writer waits.
+async fn a_write_committed_between_a_read_and_a_write_does_not_fail_the_request(
+    backend: DbBackend,
+) {
+    let app = TestApp::new(backend, "layer_read_then_write").await;
+    let request = tokio::spawn(send(app.app(), "/read-then-write/7/late"));
+    app.signals.entered.notified().await; // the handler has read
+    let db = app.db.db.clone();
+    let other = tokio::spawn(async move {
+        use sea_orm::ConnectionTrait;
+        db.execute_unprepared("INSERT INTO widgets (organization_id, name) VALUES (8, 'other')")
+            .await
+    });
+    // Time for the other write to commit, were it allowed to.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    app.signals.proceed.notify_one();
+    let (status, body, flush) = request.await.unwrap();
+    assert_eq!((status, flush), (StatusCode::CREATED, None), "{body}");
+    other.await.unwrap().unwrap();
+    assert_eq!(app.widgets().await, 2);
+    assert_eq!(app.recorder.deliveries().len(), 1);
+    assert_eq!(app.pending().await, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_commit_answers_500_and_delivers_nothing() {
     use sea_orm::ConnectionTrait;
@@ -230,4 +257,5 @@ outbox_seaorm::on_both_backends!(
     the_commit_predicate_is_configurable,
     tx_without_the_layer_is_a_typed_rejection,
     a_conflict_answered_by_the_handler_rolls_back_the_outbox_too,
+    a_write_committed_between_a_read_and_a_write_does_not_fail_the_request,
 );

@@ -38,8 +38,7 @@ use std::marker::PhantomData;
 use async_trait::async_trait;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityName, EntityTrait,
-    Iterable, PrimaryKeyToColumn, QueryFilter, QueryOrder, QuerySelect, Statement,
-    TransactionTrait, Value,
+    Iterable, PrimaryKeyToColumn, QueryFilter, QueryOrder, QuerySelect, Statement, Value,
 };
 
 use crate::replication::ReplicatedModel;
@@ -406,7 +405,7 @@ impl Backfill {
         target: &dyn BackfillTarget,
         span: u64,
     ) -> Result<Step, DbErr> {
-        let txn = db.begin().await?;
+        let txn = crate::begin_write(db).await?;
         let Some(goal) = self.target_version(&txn, target).await? else {
             return Ok(Step::Idle);
         };

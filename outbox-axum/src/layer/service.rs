@@ -6,7 +6,7 @@ use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures::FutureExt;
-use sea_orm::DatabaseConnection;
+use sea_orm::{DatabaseConnection, TransactionOptions};
 use tower::{Layer, Service};
 
 use outbox_core::{Category, Drainer};
@@ -20,6 +20,7 @@ type CommitPredicate = Arc<dyn Fn(&Response) -> bool + Send + Sync>;
 
 struct Shared<C: Category> {
     db: DatabaseConnection,
+    transaction_options: TransactionOptions,
     drainer: Drainer<C>,
     commit_when: CommitPredicate,
     on_flush_error: Arc<dyn OnFlushError>,
@@ -52,6 +53,7 @@ impl<C: Category> OutboxLayer<C> {
         Self {
             shared: Arc::new(Shared {
                 db,
+                transaction_options: outbox_seaorm::write_transaction(),
                 drainer,
                 commit_when: Arc::new(is_success),
                 on_flush_error: Arc::new(DefaultOnFlushError),
@@ -65,6 +67,7 @@ impl<C: Category> OutboxLayer<C> {
             Ok(shared) => shared,
             Err(shared) => Shared {
                 db: shared.db.clone(),
+                transaction_options: shared.transaction_options,
                 drainer: shared.drainer.clone(),
                 commit_when: shared.commit_when.clone(),
                 on_flush_error: shared.on_flush_error.clone(),
@@ -91,6 +94,17 @@ impl<C: Category> OutboxLayer<C> {
     /// `outbox-flush: deferred`).
     pub fn on_flush_error(self, hook: impl OnFlushError) -> Self {
         self.map(|shared| shared.on_flush_error = Arc::new(hook))
+    }
+
+    /// How the request's transaction begins. Default:
+    /// [`outbox_seaorm::write_transaction`] (`BEGIN IMMEDIATE` on SQLite, so
+    /// that a handler which reads and then writes cannot fail with
+    /// `SQLITE_BUSY` when the drain commits in between; a plain `BEGIN` on
+    /// PostgreSQL). Set an isolation level here, or
+    /// `TransactionOptions::default()` for SQLite's deferred transactions
+    /// when most requests only read.
+    pub fn transaction_options(self, options: TransactionOptions) -> Self {
+        self.map(|shared| shared.transaction_options = options)
     }
 
     /// Wakes this background drain when a request leaves rows to it.
@@ -157,7 +171,7 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let shared = self.shared.clone();
-        let handle = RequestHandle::new(shared.db.clone());
+        let handle = RequestHandle::new(shared.db.clone(), shared.transaction_options);
         request.extensions_mut().insert(handle.clone());
         ResponseFuture {
             inner: Box::pin(run(inner, request, handle, shared)),

@@ -31,6 +31,7 @@ pub type Recorder = outbox_core::testing::Recorder<OutboxCategory>;
 #[derive(Clone, Default)]
 pub struct Signals {
     pub entered: Arc<Notify>,
+    pub proceed: Arc<Notify>,
 }
 
 pub struct TestApp {
@@ -77,6 +78,7 @@ impl TestApp {
             .route("/ctx-deferred/{org}/{name}", post(create_deferred_by_ctx))
             .route("/nested/{org}/{name}", post(create_with_nested_deferral))
             .route("/leak/{org}/{name}", post(create_and_leak_tx))
+            .route("/read-then-write/{org}/{name}", post(read_then_create))
             .route(
                 "/commit-fails/{org}/{name}",
                 post(create_then_break_a_deferred_constraint),
@@ -180,6 +182,27 @@ async fn create_then_hang(
     signals.entered.notify_one();
     std::future::pending::<()>().await;
     StatusCode::OK.into_response()
+}
+
+/// Reads, waits for the test's go-ahead, then writes.
+async fn read_then_create(
+    State(signals): State<Signals>,
+    tx: Tx,
+    Path((org, name)): Path<(i64, String)>,
+) -> Response {
+    let backend = tx.get_database_backend();
+    tx.query_one_raw(Statement::from_string(
+        backend,
+        "SELECT count(*) AS n FROM widgets",
+    ))
+    .await
+    .unwrap();
+    signals.entered.notify_one();
+    signals.proceed.notified().await;
+    match insert_widget(&tx, org, &name).await {
+        Ok(id) => (StatusCode::CREATED, id.to_string()).into_response(),
+        Err(response) => response,
+    }
 }
 
 async fn create_deferred_by_ctx(

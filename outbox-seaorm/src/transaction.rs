@@ -1,0 +1,43 @@
+//! Transactions that will write, begun so that SQLite cannot refuse them
+//! half-way.
+//!
+//! SQLite begins a transaction `DEFERRED` by default: it takes a read
+//! snapshot at its first `SELECT` and asks for the write lock only at its
+//! first write. If another connection commits in between (the background
+//! drain deleting delivered rows, say), the upgrade fails at once with
+//! `SQLITE_BUSY` — `busy_timeout` does not help, since waiting cannot make
+//! the old snapshot current. A request that reads, then writes its model and
+//! its outbox row, would fail at random under load. Beginning `IMMEDIATE`
+//! takes the write lock first (waiting up to `busy_timeout` for it), so the
+//! transaction cannot fail that way. PostgreSQL ignores the option.
+//!
+//! ```no_run
+//! # async fn run(db: &sea_orm::DatabaseConnection) -> Result<(), sea_orm::DbErr> {
+//! let txn = outbox_seaorm::begin_write(db).await?;
+//! // ... read, then write models and outbox rows on `&txn` ...
+//! txn.commit().await?;
+//! # Ok(()) }
+//! ```
+
+use sea_orm::{DbErr, SqliteTransactionMode, TransactionOptions, TransactionTrait};
+
+/// The options of a transaction that will write: `BEGIN IMMEDIATE` on
+/// SQLite, a plain `BEGIN` elsewhere.
+pub const fn write_transaction() -> TransactionOptions {
+    TransactionOptions {
+        isolation_level: None,
+        access_mode: None,
+        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+    }
+}
+
+/// Begins a transaction that will write (see the [module
+/// documentation](self)).
+///
+/// # Errors
+///
+/// The database's, when it cannot begin one (on SQLite, when another
+/// connection holds the write lock for longer than `busy_timeout`).
+pub async fn begin_write<T: TransactionTrait>(db: &T) -> Result<T::Transaction, DbErr> {
+    db.begin_with_options(write_transaction()).await
+}
