@@ -302,7 +302,44 @@ async fn control_models_backfill_one_row_per_region(backend: DbBackend) {
     );
 }
 
+/// Each batch reads (option, cursor) and then writes; another connection
+/// committing in between (the drain, a request) must not fail it. On SQLite a
+/// deferred transaction would fail with `SQLITE_BUSY` there.
+async fn batches_survive_other_writers_committing_meanwhile(backend: DbBackend) {
+    let db = database(backend, "backfill_concurrent").await;
+    db.db
+        .execute_unprepared("CREATE TABLE noise (n bigint NOT NULL)")
+        .await
+        .unwrap();
+    set_target_version(&db.db, "widget", 1).await.unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (db, stop) = (db.db.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut commits = 0_u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                db.execute_unprepared("INSERT INTO noise (n) VALUES (1)")
+                    .await
+                    .unwrap();
+                commits += 1;
+                tokio::task::yield_now().await;
+            }
+            commits
+        })
+    };
+    let backfill = Backfill::new().model::<widget_v1::Model>().batch_size(1);
+    let report = backfill.tick(&db.db).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let commits = writer.await.unwrap();
+    assert_eq!(report.unwrap().backfilled, ROWS as u64);
+    assert!(commits > 0);
+    let counts = widget_rows(&db).await;
+    assert_eq!(counts.len(), ROWS as usize);
+    assert!(counts.values().all(|n| *n == 1), "{counts:?}");
+}
+
 outbox_seaorm::on_both_backends!(
+    batches_survive_other_writers_committing_meanwhile,
     an_unset_option_backfills_nothing,
     each_version_backfills_every_row_exactly_once,
     an_interrupted_backfill_resumes_from_its_cursor,
