@@ -101,6 +101,82 @@ async fn graceful_shutdown_lets_deliveries_in_flight_finish(backend: DbBackend) 
     assert_eq!(app.pending().await, 1);
 }
 
+/// Receivers whose first delivery hangs forever (after saying so), and that
+/// record every other delivery.
+fn hang_once(app: &TestApp, entered: Arc<tokio::sync::Notify>) -> Receivers<OutboxCategory> {
+    let hang = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let recorder = app.recorder.clone();
+    Receivers::new()
+        .on(
+            OutboxCategory::OrganizationUpdate,
+            move |message: Message<OutboxCategory>| {
+                let (hang, entered, recorder) = (hang.clone(), entered.clone(), recorder.clone());
+                async move {
+                    if hang.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                        entered.notify_one();
+                        std::future::pending::<()>().await;
+                    }
+                    recorder.handle(message).await
+                }
+            },
+        )
+        .discard(OutboxCategory::OrganizationAudit)
+}
+
+/// An hour-long lease: only an explicit release lets anyone else in soon.
+fn long_lease() -> outbox_core::DrainConfig {
+    outbox_core::DrainConfig::default()
+        .lease(Duration::from_secs(3600))
+        .delivery_timeout(Duration::from_secs(1000))
+}
+
+async fn a_round_cut_off_at_shutdown_releases_its_claims(backend: DbBackend) {
+    let app = TestApp::new(backend, "worker_cut_off").await;
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let worker = OutboxWorker::builder(app.db.db.clone(), hang_once(&app, entered.clone()))
+        .drain_config(long_lease())
+        .poll_interval(Duration::from_millis(20))
+        .shutdown_timeout(Duration::from_millis(200))
+        .spawn()
+        .unwrap();
+    write_region(&app.db.db, message(1, 1)).await.unwrap();
+    entered.notified().await;
+    worker.shutdown().await; // cut off: the receiver never returns
+    assert!(app.recorder.deliveries().is_empty());
+    // Another process takes the shard at once, not an hour later.
+    let report = app.drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!((report.shards, report.deliveries), (1, 1));
+    assert_eq!(app.pending().await, 0);
+}
+
+async fn a_flush_cancelled_by_its_client_frees_the_shard_for_the_worker(backend: DbBackend) {
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+    let app = TestApp::new(backend, "worker_flush_cancelled").await;
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let worker = OutboxWorker::builder(app.db.db.clone(), hang_once(&app, entered.clone()))
+        .drain_config(long_lease())
+        .poll_interval(Duration::from_millis(20))
+        .spawn()
+        .unwrap();
+    worker.ready().await;
+    let router = app.routes().layer(worker.layer());
+    let request =
+        tokio::spawn(router.oneshot(Request::post("/widgets/7/w").body(Body::empty()).unwrap()));
+    entered.notified().await; // committed; the flush is delivering
+    request.abort(); // the client went away
+    let _ = request.await;
+    assert_eq!(app.widgets().await, 1, "the commit stands");
+    // The worker ends the cancelled flush's claim and delivers the row.
+    assert!(
+        app.recorder.wait_for(1, Duration::from_secs(20)).await,
+        "delivered well before the hour-long lease ends"
+    );
+    worker.shutdown().await;
+    assert_eq!(app.pending().await, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn notify_wakes_a_worker_of_another_process() {
     let app = TestApp::new(DbBackend::Postgres, "worker_notify").await;
@@ -245,4 +321,6 @@ outbox_seaorm::on_both_backends!(
     a_job_outside_http_uses_the_same_context,
     graceful_shutdown_lets_deliveries_in_flight_finish,
     a_receiver_that_writes_outboxes_cascades_without_deadlock,
+    a_round_cut_off_at_shutdown_releases_its_claims,
+    a_flush_cancelled_by_its_client_frees_the_shard_for_the_worker,
 );

@@ -331,6 +331,25 @@ impl Store for MemoryStore {
         Ok(outcome)
     }
 
+    async fn expire_claims(
+        &self,
+        kind: OutboxKind,
+        token: i64,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        let mut state = self.lock();
+        Self::check_failure(&mut state, "expire abandoned claims")?;
+        let mut expired = 0;
+        for (shard, lease) in &mut state.leases {
+            if shard.kind() == kind && lease.held && lease.token == token && lease.lease_until > now
+            {
+                lease.lease_until = now;
+                expired += 1;
+            }
+        }
+        Ok(expired)
+    }
+
     async fn pending_count(&self, kind: OutboxKind) -> Result<u64, StoreError> {
         let mut state = self.lock();
         Self::check_failure(&mut state, "count pending rows")?;

@@ -29,3 +29,6 @@ pub const CULLED: &str = "outbox.culled";
 pub const CLAIM_LOST: &str = "outbox.claim_lost";
 /// Counter: rows moved to the dead-letter table (tags: category, kind).
 pub const DEAD_LETTERED: &str = "outbox.dead_lettered";
+/// Counter: claims of cancelled rounds ended before their lease ran out
+/// (tags: kind). See `Drainer::release_abandoned`.
+pub const ABANDONED_CLAIMS_RELEASED: &str = "outbox.abandoned_claims_released";

@@ -245,6 +245,18 @@ pub trait Store: Send + Sync + 'static {
     /// Whether any row of `kind` is due at `now` in a shard nobody holds.
     async fn has_due(&self, kind: OutboxKind, now: DateTime<Utc>) -> Result<bool, StoreError>;
 
+    /// Ends the live claims of `token` now, as if their lease had run out:
+    /// other workers may claim those shards at once, and `token` can no longer
+    /// commit. Backoff state and failure counts stay. For claims whose holder
+    /// was cancelled (see [`Drainer::release_abandoned`](crate::Drainer::release_abandoned)).
+    /// Returns how many claims it ended.
+    async fn expire_claims(
+        &self,
+        kind: OutboxKind,
+        token: i64,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError>;
+
     /// The highest row id of `kind`, if any row is pending.
     async fn max_id(&self, kind: OutboxKind) -> Result<Option<i64>, StoreError>;
 

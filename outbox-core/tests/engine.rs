@@ -176,6 +176,89 @@ async fn a_database_lost_mid_round_loses_nothing_and_its_claims_expire() {
 }
 
 #[tokio::test]
+async fn a_store_error_files_the_claims_and_releasing_them_frees_the_shard_at_once() {
+    let clock = ManualClock::starting_now();
+    let store = MemoryStore::new();
+    store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
+    let drainer = Drainer::new(store.clone(), ok_receivers()).with_clock(clock.clone());
+    store.fail_calls(1, 1); // the claim goes through, the read fails
+    drainer.drain_due(OutboxKind::Region).await.unwrap_err();
+    assert!(drainer.has_abandoned());
+    // While the database is still away, the claims stay filed.
+    store.fail_calls(0, 1);
+    drainer.release_abandoned().await.unwrap_err();
+    assert!(drainer.has_abandoned());
+    assert_eq!(drainer.release_abandoned().await.unwrap(), 1);
+    assert!(!drainer.has_abandoned());
+    // No lease to wait for: the shard drains at once.
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.deliveries, 1);
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_cancelled_round_files_its_claims_and_another_worker_takes_them_once_released() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let clock = ManualClock::starting_now();
+    let store = MemoryStore::new();
+    store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
+    store.write(&org(1), OutboxCategory::OrgUpdate, 2, None);
+    store.write(&org(2), OutboxCategory::OrgUpdate, 3, None);
+    let hang = Arc::new(AtomicBool::new(true));
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let delivered = Arc::new(Mutex::new(Vec::new()));
+    let receivers = {
+        let (hang, entered, delivered) = (hang.clone(), entered.clone(), delivered.clone());
+        Receivers::new().on(
+            OutboxCategory::OrgUpdate,
+            move |message: Message<OutboxCategory>| {
+                let (hang, entered, delivered) = (hang.clone(), entered.clone(), delivered.clone());
+                async move {
+                    if hang.swap(false, Ordering::SeqCst) {
+                        entered.notify_one();
+                        std::future::pending::<()>().await;
+                    }
+                    delivered.lock().unwrap().push(message.object_identifier);
+                    Ok::<(), HandlerError>(())
+                }
+            },
+        )
+    };
+    let first = Drainer::new(store.clone(), receivers)
+        .with_clock(clock.clone())
+        .with_owner("first");
+    let round = tokio::spawn({
+        let first = first.clone();
+        async move { first.drain_due(OutboxKind::Region).await }
+    });
+    entered.notified().await;
+    round.abort(); // the worker is cut off mid-delivery
+    assert!(round.await.unwrap_err().is_cancelled());
+    assert!(first.has_abandoned());
+
+    let second = Drainer::new(store.clone(), ok_receivers())
+        .with_clock(clock.clone())
+        .with_owner("second");
+    assert_eq!(
+        second.drain_due(OutboxKind::Region).await.unwrap().shards,
+        0,
+        "both shards are still claimed by the cancelled round"
+    );
+    assert_eq!(first.release_abandoned().await.unwrap(), 2);
+    assert_eq!(first.release_abandoned().await.unwrap(), 0);
+    let report = second.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!((report.shards, report.rows_deleted), (2, 3));
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+    // A round that ends normally files nothing.
+    store.write(&org(3), OutboxCategory::OrgUpdate, 4, None);
+    first.drain_due(OutboxKind::Region).await.unwrap();
+    assert!(!first.has_abandoned());
+    // Object 3 was delivered by the cancelled round too (never acknowledged,
+    // so delivered again by the second worker: at least once).
+    assert_eq!(*delivered.lock().unwrap(), vec![3, 4]);
+}
+
+#[tokio::test]
 async fn a_sync_flush_reports_a_busy_shard() {
     let clock = ManualClock::starting_now();
     let store = MemoryStore::new();

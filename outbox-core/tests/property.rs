@@ -1,6 +1,6 @@
 //! Property tests over the in-memory store: random interleavings of writes,
-//! drains, receiver failures, crashed workers, store outages and clock jumps
-//! keep rules 2–6 of ARCHITECTURE.md.
+//! drains, receiver failures, crashed workers (and the early release of their
+//! claims), store outages and clock jumps keep rules 2–6 of ARCHITECTURE.md.
 
 #![cfg(feature = "test-utils")]
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -36,6 +36,8 @@ enum Op {
     Drain,
     FailNextDelivery,
     CrashDuringDelivery,
+    /// Ends the claims of crashed rounds at once (`release_abandoned`).
+    ReleaseAbandoned,
     StoreOutage,
     SyncFlush {
         shard: i64,
@@ -51,6 +53,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => Just(Op::Drain),
         1 => Just(Op::FailNextDelivery),
         1 => Just(Op::CrashDuringDelivery),
+        1 => Just(Op::ReleaseAbandoned),
         1 => Just(Op::StoreOutage),
         1 => (0..3i64).prop_map(|shard| Op::SyncFlush { shard }),
         2 => (0..40_000u64).prop_map(|millis| Op::Advance { millis }),
@@ -176,6 +179,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     // Deliveries of the crashed round were never acknowledged:
                     // they are delivered again (at least once).
                     harness.epoch.fetch_add(1, Ordering::SeqCst);
+                }
+                Op::ReleaseAbandoned => {
+                    let _ = drainer.release_abandoned().await;
                 }
                 Op::StoreOutage => store.fail_next_calls(1),
                 Op::SyncFlush { shard: s } => match drainer.drain_shard(&shard(s), None).await {

@@ -460,6 +460,116 @@ async fn expired_claim_is_taken_over_and_the_stale_worker_is_fenced(backend: DbB
     );
 }
 
+/// `Store::expire_claims`, what `Drainer::release_abandoned` calls for the
+/// claims of a cancelled round: the shard is free at once, the old token is
+/// fenced off, and a shard backing off stays backing off.
+async fn expired_claims_free_their_shards_fence_their_token_and_keep_backoffs(backend: DbBackend) {
+    use outbox_seaorm::entity::outbox_shard_claim;
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    let t = database(backend, "expire_claims").await;
+    let clock = ManualClock::starting_now();
+    let config = DrainConfig::default().lease(Duration::from_secs(3600));
+    // Shard 2 fails once and backs off (for a second).
+    write_region(
+        &t.db,
+        org(OutboxCategory::OrganizationUpdate, 2, 20, json!({})),
+    )
+    .await
+    .unwrap();
+    let recorder = Recorder::new();
+    recorder.fail_when(|_| true);
+    let failing = Drainer::new(t.store(), recorder.receivers())
+        .with_clock(clock.clone())
+        .with_config(config);
+    assert_eq!(
+        failing
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .failures
+            .len(),
+        1
+    );
+    recorder.stop_failing();
+
+    // Worker A claims shard 3 and hangs in its receiver.
+    let row = write_region(
+        &t.db,
+        org(OutboxCategory::OrganizationUpdate, 3, 30, json!({})),
+    )
+    .await
+    .unwrap();
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let receivers_a = Receivers::new()
+        .on(OutboxCategory::OrganizationUpdate, {
+            let (entered, release) = (entered.clone(), release.clone());
+            move |_message: Message<OutboxCategory>| {
+                let (entered, release) = (entered.clone(), release.clone());
+                async move {
+                    entered.notify_one();
+                    release.notified().await;
+                    Ok::<_, HandlerError>(())
+                }
+            }
+        })
+        .discard(OutboxCategory::OrganizationMemberUpdate)
+        .discard(OutboxCategory::UserUpdate)
+        .discard(OutboxCategory::AuditLogEvent);
+    let worker_a = Drainer::new(t.store(), receivers_a)
+        .with_clock(clock.clone())
+        .with_config(config);
+    let stale = tokio::spawn(async move { worker_a.drain_due(OutboxKind::Region).await });
+    entered.notified().await;
+    let claim = outbox_shard_claim::Entity::find()
+        .filter(outbox_shard_claim::Column::ShardIdentifier.eq(3))
+        .one(&t.db)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // Its claims end now, not in an hour.
+    let now = outbox_core::Clock::now(&clock);
+    let store = t.store();
+    assert_eq!(
+        store
+            .expire_claims(OutboxKind::Region, claim.token, now)
+            .await
+            .unwrap(),
+        1,
+        "only A's live claim: shard 2's backoff is not a live claim"
+    );
+    let worker_b = Drainer::new(t.store(), recorder.receivers())
+        .with_clock(clock.clone())
+        .with_config(config);
+    let report = worker_b.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(
+        (report.shards, report.deliveries),
+        (1, 1),
+        "B takes shard 3 at once; shard 2 still backs off"
+    );
+    assert_eq!(recorder.deliveries()[0].object, 30);
+
+    // A finishes late: fenced off, it deletes nothing (B already did).
+    release.notify_one();
+    let stale_report = stale.await.unwrap().unwrap();
+    assert_eq!(stale_report.lost_claims, vec![row.shard.clone()]);
+    assert_eq!(stale_report.rows_deleted, 0);
+
+    // Shard 2's backoff was kept: due only after its delay.
+    let backoff = outbox_shard_claim::Entity::find()
+        .filter(outbox_shard_claim::Column::ShardIdentifier.eq(2))
+        .one(&t.db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((backoff.owner, backoff.attempts), (None, 1));
+    clock.advance(Duration::from_secs(2));
+    let report = worker_b.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.deliveries, 1);
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+}
+
 async fn a_worker_dropped_mid_delivery_is_replaced_after_its_lease(backend: DbBackend) {
     let t = database(backend, "crash").await;
     let clock = ManualClock::starting_now();
@@ -936,6 +1046,7 @@ outbox_seaorm::on_both_backends!(
     failing_receiver_backs_off_its_whole_shard,
     parallel_drains_never_share_a_shard,
     expired_claim_is_taken_over_and_the_stale_worker_is_fenced,
+    expired_claims_free_their_shards_fence_their_token_and_keep_backoffs,
     a_worker_dropped_mid_delivery_is_replaced_after_its_lease,
     kill_switch_culls_older_rows_and_delivers_nothing,
     unknown_category_holds_its_shard,

@@ -13,9 +13,13 @@
 //!   `LISTEN` connection reconnect by themselves, no operator needed;
 //! - with [`OutboxWorkerBuilder::backfill`], it also runs a backfill tick at
 //!   start and then once a minute;
+//! - claims left by rounds that stopped half-way (a synchronous flush whose
+//!   client went away, a store error) are ended before the next round
+//!   ([`Drainer::release_abandoned`]), so their shards wait for no lease;
 //! - on shutdown it stops claiming, lets the rounds in flight finish (bounded
-//!   by [`OutboxWorkerBuilder::shutdown_timeout`]), and returns; a round cut
-//!   off at the bound leaves claims that expire after their lease.
+//!   by [`OutboxWorkerBuilder::shutdown_timeout`]), cancels those cut off at
+//!   the bound and releases their claims, so that another process can take
+//!   their shards at once.
 //!
 //! ```no_run
 //! outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
@@ -325,7 +329,9 @@ impl<C: Category> WorkerHandle<C> {
     }
 
     /// Stops claiming, lets the rounds in flight finish within the shutdown
-    /// timeout, and returns. Wire it after
+    /// timeout, cancels the rounds still running then and releases their
+    /// claims (another process may take those shards at once; their rows are
+    /// delivered again, at least once). Wire it after
     /// `axum::serve(..).with_graceful_shutdown(..)` returns.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
@@ -337,10 +343,32 @@ impl<C: Category> WorkerHandle<C> {
         {
             tracing::warn!(
                 timeout = ?self.shutdown_timeout,
-                "outbox worker did not stop in time; its claims expire after their lease"
+                "outbox worker did not stop in time; cancelling its rounds and releasing their claims"
             );
             for task in &tasks {
                 task.abort();
+            }
+            // A cancelled task has dropped its round (and filed its claims)
+            // once it is finished. (Handles already awaited must not be
+            // polled again, so this watches them instead.)
+            let _ = tokio::time::timeout(self.shutdown_timeout, async {
+                while tasks.iter().any(|task| !task.is_finished()) {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+            .await;
+        }
+        if self.drainer.has_abandoned() {
+            match tokio::time::timeout(self.shutdown_timeout, self.drainer.release_abandoned())
+                .await
+            {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "could not release the claims of cancelled outbox rounds; they expire after their lease")
+                }
+                Err(_) => tracing::warn!(
+                    "releasing the claims of cancelled outbox rounds timed out; they expire after their lease"
+                ),
             }
         }
         tracing::info!("outbox worker stopped");
@@ -360,6 +388,11 @@ async fn drain_loop<C: Category>(
     loop {
         if *stopped.borrow() {
             return;
+        }
+        if drainer.has_abandoned() {
+            if let Err(error) = drainer.release_abandoned().await {
+                tracing::warn!(%error, "could not release the claims of cancelled outbox rounds; retrying before the next round");
+            }
         }
         // Registered before the round, so a wake-up during it is not lost.
         let notified = waker.notified(kind);

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use futures::{FutureExt, StreamExt};
 use tracing::Instrument;
 
+use super::abandoned::{Abandoned, AbandonedClaim, ClaimGuard};
 use super::config::DrainConfig;
 use super::report::{DeliveryError, DrainReport, FlushError, ShardFailure};
 use crate::clock::{Clock, SystemClock};
@@ -39,6 +40,7 @@ pub struct Drainer<C: Category> {
     clock: Arc<dyn Clock>,
     owner: Arc<str>,
     dead_letter_after: Arc<DeadLetterPolicy>,
+    abandoned: Arc<Abandoned>,
 }
 
 /// Which scopes give up on a failing group, and after how many attempts.
@@ -84,6 +86,7 @@ impl<C: Category> Clone for Drainer<C> {
             clock: self.clock.clone(),
             owner: self.owner.clone(),
             dead_letter_after: self.dead_letter_after.clone(),
+            abandoned: self.abandoned.clone(),
         }
     }
 }
@@ -133,6 +136,7 @@ impl<C: Category> Drainer<C> {
             clock: Arc::new(SystemClock),
             owner: owner.into(),
             dead_letter_after: Arc::new(DeadLetterPolicy::new()),
+            abandoned: Arc::default(),
         }
     }
 
@@ -223,6 +227,57 @@ impl<C: Category> Drainer<C> {
                 .to_std()
                 .unwrap_or(Duration::ZERO)
         }))
+    }
+
+    /// Ends, now, the claims of rounds that stopped without ending them, so
+    /// that their shards need not wait for the lease to run out: a round whose
+    /// future was dropped (a worker cut off at its shutdown bound, a client
+    /// gone during a synchronous flush) or that failed on a store error.
+    /// Clones of this drainer share the list. The background worker calls
+    /// this before each round and at shutdown. Returns how many claims it
+    /// ended.
+    ///
+    /// Safe: a dropped round can no longer deliver or commit, and a commit
+    /// under an expired claim deletes nothing (fencing).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails; the claims not yet ended are
+    /// kept for the next call (or expire by themselves).
+    pub async fn release_abandoned(&self) -> Result<u64, StoreError> {
+        let now = self.clock.now();
+        let mut pending = self
+            .abandoned
+            .take()
+            .into_iter()
+            .filter(|claim| claim.lease_until > now);
+        let mut released = 0;
+        while let Some(claim) = pending.next() {
+            match self.store.expire_claims(claim.kind, claim.token, now).await {
+                Ok(count) => {
+                    released += count;
+                    metrics::counter!(names::ABANDONED_CLAIMS_RELEASED, "kind" => claim.kind.as_str())
+                        .increment(count);
+                }
+                Err(error) => {
+                    self.abandoned.push(claim);
+                    pending.for_each(|rest| self.abandoned.push(rest));
+                    return Err(error);
+                }
+            }
+        }
+        if released > 0 {
+            tracing::info!(
+                claims = released,
+                "released the claims of cancelled outbox rounds"
+            );
+        }
+        Ok(released)
+    }
+
+    /// Whether [`release_abandoned`](Self::release_abandoned) has anything to do.
+    pub fn has_abandoned(&self) -> bool {
+        !self.abandoned.is_empty()
     }
 
     /// One background round over `kind`: claims up to `shards_per_claim` due
@@ -348,6 +403,20 @@ impl<C: Category> Drainer<C> {
             shards: active.len(),
             ..DrainReport::default()
         };
+        // Files the token as abandoned if this future is dropped or fails
+        // before every claim has ended.
+        let mut guard = ClaimGuard::new(
+            self.abandoned.clone(),
+            AbandonedClaim {
+                kind,
+                token,
+                lease_until: active
+                    .iter()
+                    .map(|a| a.claim.lease_until)
+                    .max()
+                    .unwrap_or_else(|| self.clock.now()),
+            },
+        );
         while !active.is_empty() {
             let reads: Vec<ShardRead> = active
                 .iter()
@@ -382,6 +451,7 @@ impl<C: Category> Drainer<C> {
                 shards: rounds.iter().map(|r| r.commit.clone()).collect(),
             };
             let outcome = self.store.commit(&batch).await?;
+            guard.renewed(batch.renew_until);
             report.rows_deleted += outcome.deleted;
             report.dead_lettered += outcome.dead_lettered;
             if !outcome.lost.is_empty() {
@@ -418,6 +488,7 @@ impl<C: Category> Drainer<C> {
                 }
             }
         }
+        guard.finish();
         Ok(report)
     }
 

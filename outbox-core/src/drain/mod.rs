@@ -50,6 +50,7 @@
 //! # }
 //! ```
 
+mod abandoned;
 mod config;
 mod engine;
 mod report;

@@ -433,6 +433,28 @@ impl Store for SeaOrmStore {
         Ok(moved)
     }
 
+    async fn expire_claims(
+        &self,
+        kind: OutboxKind,
+        token: i64,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        let result = self
+            .db
+            .execute_raw(statement(
+                self.backend,
+                include_str!("queries/common/expire_claims.sql"),
+                vec![
+                    Value::from(kind.as_i16()),
+                    Value::from(token),
+                    crate::time::bind(self.backend, now),
+                ],
+            ))
+            .await
+            .map_err(db_error("expire abandoned claims"))?;
+        Ok(result.rows_affected())
+    }
+
     async fn max_id(&self, kind: OutboxKind) -> Result<Option<i64>, StoreError> {
         let sql = &self.queries(kind).max_id;
         let row = self
