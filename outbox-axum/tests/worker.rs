@@ -155,9 +155,11 @@ async fn a_flush_cancelled_by_its_client_frees_the_shard_for_the_worker(backend:
     use tower::ServiceExt;
     let app = TestApp::new(backend, "worker_flush_cancelled").await;
     let entered = Arc::new(tokio::sync::Notify::new());
+    // The worker wakes only when told to, so the row is the flush's alone.
     let worker = OutboxWorker::builder(app.db.db.clone(), hang_once(&app, entered.clone()))
         .drain_config(long_lease())
-        .poll_interval(Duration::from_millis(20))
+        .poll_interval(Duration::from_secs(3600))
+        .listen(false)
         .spawn()
         .unwrap();
     worker.ready().await;
@@ -168,7 +170,9 @@ async fn a_flush_cancelled_by_its_client_frees_the_shard_for_the_worker(backend:
     request.abort(); // the client went away
     let _ = request.await;
     assert_eq!(app.widgets().await, 1, "the commit stands");
-    // The worker ends the cancelled flush's claim and delivers the row.
+    // At its next round, the worker ends the cancelled flush's claim and
+    // delivers the row.
+    worker.waker().wake_local(OutboxKind::Region);
     assert!(
         app.recorder.wait_for(1, Duration::from_secs(20)).await,
         "delivered well before the hour-long lease ends"
