@@ -15,6 +15,9 @@ use chrono::{DateTime, Utc};
 
 use crate::shard::OutboxKind;
 
+/// Claims filed at most; see [`Abandoned::push`].
+const MAX_FILED: usize = 1024;
+
 /// One abandoned claim token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct AbandonedClaim {
@@ -33,8 +36,15 @@ impl Abandoned {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Files a claim. The list is bounded: when nobody releases them (a
+    /// drainer used without a worker), the oldest entries, whose leases are
+    /// the likeliest to have run out anyway, make room.
     pub(crate) fn push(&self, claim: AbandonedClaim) {
-        self.lock().push(claim);
+        let mut claims = self.lock();
+        if claims.len() >= MAX_FILED {
+            claims.remove(0);
+        }
+        claims.push(claim);
     }
 
     pub(crate) fn take(&self) -> Vec<AbandonedClaim> {
@@ -78,5 +88,48 @@ impl Drop for ClaimGuard {
         if !self.finished {
             self.abandoned.push(self.claim);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(token: i64) -> AbandonedClaim {
+        AbandonedClaim {
+            kind: OutboxKind::Region,
+            token,
+            lease_until: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn the_list_is_bounded_and_drops_the_oldest() {
+        let abandoned = Abandoned::default();
+        for token in 0..(MAX_FILED as i64 + 6) {
+            abandoned.push(claim(token));
+        }
+        let filed = abandoned.take();
+        assert_eq!(filed.len(), MAX_FILED);
+        assert_eq!(filed[0].token, 6);
+        assert!(abandoned.is_empty());
+    }
+
+    #[test]
+    fn a_guard_files_its_claim_only_when_not_finished() {
+        let abandoned = Arc::new(Abandoned::default());
+        ClaimGuard::new(abandoned.clone(), claim(1)).finish();
+        assert!(abandoned.is_empty());
+        let mut guard = ClaimGuard::new(abandoned.clone(), claim(2));
+        let later = Utc::now() + chrono::Duration::seconds(30);
+        guard.renewed(later);
+        drop(guard);
+        assert_eq!(
+            abandoned.take(),
+            vec![AbandonedClaim {
+                lease_until: later,
+                ..claim(2)
+            }]
+        );
     }
 }
