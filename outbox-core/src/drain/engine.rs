@@ -286,8 +286,9 @@ impl<C: Category> Drainer<C> {
     ///
     /// # Errors
     ///
-    /// [`StoreError`] when the database fails; claims already made then expire
-    /// after their lease.
+    /// [`StoreError`] when the database fails; claims already made are then
+    /// filed for [`release_abandoned`](Self::release_abandoned), and expire
+    /// after their lease if nobody releases them.
     pub async fn drain_due(&self, kind: OutboxKind) -> Result<DrainReport, StoreError> {
         self.drain_due_up_to(kind, None).await
     }
