@@ -4,6 +4,7 @@
 //! standard error and a summary at the end. Safe to run twice: a finished
 //! backfill is done until the code bumps a version.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -99,21 +100,44 @@ async fn upgrade(
     for (role, silo) in running {
         let backfill = backfill_for(role).force(true);
         let silo_name = name(role);
+        let remaining: HashMap<&str, u64> = backfill
+            .status(&silo.db)
+            .await?
+            .into_iter()
+            .map(|status| (status.table, status.rows_remaining))
+            .collect();
+        // One line per table: its bar moves while it runs, and the line is
+        // finished when the next table starts.
+        let mut finished: Vec<&'static str> = Vec::new();
+        let mut current: Option<(&'static str, u64)> = None;
         let totals = backfill
             .run_to_completion(&silo.db, |table, rows| {
-                let bar = "#".repeat(((rows / 50) as usize).min(40));
+                if let Some((previous, done)) = current.filter(|(t, _)| *t != table) {
+                    let _ = writeln!(
+                        progress,
+                        "\rbackfill {silo_name}/{previous}: {} rows, done",
+                        bar(done, done)
+                    );
+                    finished.push(previous);
+                }
+                current = Some((table, rows));
+                let total = remaining.get(table).copied().unwrap_or(rows);
                 let _ = write!(
                     progress,
-                    "\rbackfill {silo_name}/{table}: {rows:>7} rows {bar}"
+                    "\rbackfill {silo_name}/{table}: {}",
+                    bar(rows, total)
                 );
                 let _ = progress.flush();
             })
             .await?;
         for (table, rows) in totals.tables {
-            let _ = writeln!(
-                progress,
-                "\rbackfill {silo_name}/{table}: {rows:>7} rows, done"
-            );
+            if !finished.contains(&table) {
+                let _ = writeln!(
+                    progress,
+                    "\rbackfill {silo_name}/{table}: {} rows, done",
+                    bar(rows, rows)
+                );
+            }
             report.backfilled.push((silo_name.clone(), table, rows));
         }
     }
@@ -121,6 +145,7 @@ async fn upgrade(
     // (a membership brings its user along), so go round until all are empty.
     let limit = Duration::from_secs(120);
     let started = Instant::now();
+    let mut peak = 0;
     loop {
         let mut pending = 0;
         for (_, silo) in running {
@@ -130,10 +155,17 @@ async fn upgrade(
                 pending += silo.drainer.store().pending_count(kind).await?;
             }
         }
-        let _ = write!(progress, "\rdraining: {pending:>7} outbox rows pending");
+        // Deliveries may write more rows (a membership brings its user):
+        // the bar's total is the most seen pending at once.
+        peak = peak.max(pending);
+        let _ = write!(
+            progress,
+            "\rdraining: {} rows delivered",
+            bar(peak - pending, peak)
+        );
         let _ = progress.flush();
         if pending == 0 {
-            let _ = writeln!(progress, "\rdraining: done                       ");
+            let _ = writeln!(progress, ", done");
             return Ok(report);
         }
         if started.elapsed() > limit {
@@ -141,5 +173,47 @@ async fn upgrade(
             return Err(UpgradeError::NotDrained(pending, limit));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A text progress bar: `[###############...............]  50%    500/1000`.
+fn bar(done: u64, total: u64) -> String {
+    const WIDTH: u64 = 30;
+    let total = total.max(done);
+    let (filled, percent) = match total {
+        0 => (WIDTH, 100),
+        _ => (done * WIDTH / total, done * 100 / total),
+    };
+    format!(
+        "[{}{}] {percent:>3}% {done:>7}/{total}",
+        "#".repeat(filled as usize),
+        ".".repeat((WIDTH - filled) as usize)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bar;
+
+    #[test]
+    fn the_bar_fills_in_proportion_and_never_overflows() {
+        assert_eq!(
+            bar(0, 10),
+            "[..............................]   0%       0/10"
+        );
+        assert_eq!(
+            bar(5, 10),
+            "[###############...............]  50%       5/10"
+        );
+        assert_eq!(
+            bar(10, 10),
+            "[##############################] 100%      10/10"
+        );
+        // More done than the estimate (rows added meanwhile): full, not past it.
+        assert_eq!(
+            bar(12, 10),
+            "[##############################] 100%      12/12"
+        );
+        assert_eq!(bar(0, 0), "[##############################] 100%       0/0");
     }
 }

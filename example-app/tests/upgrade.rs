@@ -121,6 +121,14 @@ async fn upgrade_replicates_pre_existing_rows_and_a_second_run_is_a_no_op() {
     assert_eq!(report.total_backfilled(), 2 + 2 * (5 + 1), "{report:?}");
     assert!(report.delivered > 0);
     assert!(progress.contains("backfill us/organization:"), "{progress}");
+    // Each table's bar ends full, against the rows the status counted up front.
+    assert!(
+        progress.contains(
+            "backfill us/organization: [##############################] 100%       5/5 rows, done"
+        ),
+        "{progress}"
+    );
+    assert!(progress.contains("rows delivered, done"), "{progress}");
     assert!(progress.contains("upgrade done"), "{progress}");
 
     // Control is fully replicated, and Ann (a member in both regions) reached both.
