@@ -891,6 +891,56 @@ async fn cascading_receivers_drain_until_idle_or_hit_the_limit(backend: DbBacken
     );
 }
 
+/// A shard that backs off in one round keeps its backoff (attempts, delay,
+/// retry time) when the other shards of the same claim finish in a later
+/// round: ending those claims must not end the backoff that shares their token.
+async fn a_backoff_survives_the_release_of_its_batch_mates_in_a_later_round(backend: DbBackend) {
+    use outbox_seaorm::entity::outbox_shard_claim;
+    use sea_orm::EntityTrait;
+    let t = database(backend, "backoff_survives").await;
+    write_region(
+        &t.db,
+        org(OutboxCategory::OrganizationUpdate, 1, 1, json!({})),
+    )
+    .await
+    .unwrap();
+    for object in 1..=3 {
+        write_region(
+            &t.db,
+            org(OutboxCategory::OrganizationUpdate, 2, object, json!({})),
+        )
+        .await
+        .unwrap();
+    }
+    let recorder = Recorder::new();
+    recorder.fail_when(|m| m.shard_identifier() == 1);
+    let clock = ManualClock::starting_now();
+    // One row per shard and round: shard 2 needs rounds after shard 1 failed.
+    let drainer = Drainer::new(t.store(), recorder.receivers())
+        .with_clock(clock.clone())
+        .with_config(DrainConfig::default().batch_size(1));
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!((report.failures.len(), report.deliveries), (1, 3));
+    let claims = outbox_shard_claim::Entity::find().all(&t.db).await.unwrap();
+    let backoffs: Vec<_> = claims
+        .iter()
+        .map(|c| (c.shard_identifier, c.owner.as_deref(), c.attempts))
+        .collect();
+    assert_eq!(backoffs, vec![(1, None, 1)], "shard 1's backoff is kept");
+    // Not due before its retry time, even though its batch mates are done.
+    clock.advance(Duration::from_millis(900));
+    assert_eq!(
+        drainer.drain_due(OutboxKind::Region).await.unwrap().shards,
+        0
+    );
+    // The second failure doubles the delay, as it should.
+    clock.advance(Duration::from_millis(100));
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.failures.len(), 1);
+    let claim = &outbox_shard_claim::Entity::find().all(&t.db).await.unwrap()[0];
+    assert_eq!((claim.attempts, claim.last_backoff_ms), (2, Some(2000)));
+}
+
 async fn entities_show_rows_and_a_failing_shards_backoff(backend: DbBackend) {
     use outbox_seaorm::entity::{control_outbox, outbox_shard_claim, region_outbox};
     use sea_orm::EntityTrait;
@@ -1047,6 +1097,7 @@ outbox_seaorm::on_both_backends!(
     parallel_drains_never_share_a_shard,
     expired_claim_is_taken_over_and_the_stale_worker_is_fenced,
     expired_claims_free_their_shards_fence_their_token_and_keep_backoffs,
+    a_backoff_survives_the_release_of_its_batch_mates_in_a_later_round,
     a_worker_dropped_mid_delivery_is_replaced_after_its_lease,
     kill_switch_culls_older_rows_and_delivers_nothing,
     unknown_category_holds_its_shard,

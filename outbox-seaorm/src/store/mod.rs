@@ -50,7 +50,9 @@ pub(crate) struct Queries {
     pub(crate) claim_shard: String,
     pub(crate) read_rows: String,
     pub(crate) fence: String,
+    pub(crate) expire_claims: String,
     pub(crate) delete_rows: String,
+    /// SQLite only: end every live claim of a round.
     pub(crate) release_all: String,
     /// PostgreSQL only: fence, release and delete a finished round at once.
     pub(crate) release_all_and_delete: String,
@@ -129,6 +131,17 @@ impl Queries {
                 "",
             )
         };
+        let (fence, expire_claims) = if postgres {
+            (
+                include_str!("queries/postgres/fence.sql"),
+                include_str!("queries/postgres/expire_claims.sql"),
+            )
+        } else {
+            (
+                include_str!("queries/sqlite/fence.sql"),
+                include_str!("queries/sqlite/expire_claims.sql"),
+            )
+        };
         let (dead_letter, replay_dead_letters) = if postgres {
             (
                 include_str!("queries/postgres/dead_letter.sql"),
@@ -145,9 +158,10 @@ impl Queries {
             claim_due: r(include_str!("queries/common/claim_due.sql")),
             claim_shard: r(include_str!("queries/common/claim_shard.sql")),
             read_rows: r(read_rows),
-            fence: r(include_str!("queries/common/fence.sql")),
+            fence: r(fence),
+            expire_claims: r(expire_claims),
             delete_rows: r(delete_rows),
-            release_all: r(include_str!("queries/common/release_all.sql")),
+            release_all: r(include_str!("queries/sqlite/release_all.sql")),
             release_some: r(release_some),
             release_all_and_delete: r(release_all_and_delete),
             dead_letter: r(dead_letter),
@@ -443,7 +457,7 @@ impl Store for SeaOrmStore {
             .db
             .execute_raw(statement(
                 self.backend,
-                include_str!("queries/common/expire_claims.sql"),
+                &self.queries(kind).expire_claims,
                 vec![
                     Value::from(kind.as_i16()),
                     Value::from(token),

@@ -96,27 +96,22 @@ pub(crate) async fn commit<Db: TransactionTrait + ConnectionTrait>(
         .filter(|s| s.end == ShardEnd::Release)
         .collect();
     if !released.is_empty() {
-        let (sql, mut values) = if released.len() == owned.len() {
-            (&queries.release_all, Vec::new())
-        } else {
-            let regions: Vec<String> = released
-                .iter()
-                .map(|s| s.shard.region_name().unwrap_or("").to_owned())
-                .collect();
-            let scopes: Vec<i32> = released.iter().map(|s| s.shard.scope()).collect();
-            let identifiers: Vec<i64> = released.iter().map(|s| s.shard.identifier()).collect();
-            (
-                &queries.release_some,
-                vec![
-                    Value::from(regions),
-                    Value::from(scopes),
-                    Value::from(identifiers),
-                ],
-            )
-        };
-        values.insert(0, Value::from(batch.token));
-        values.insert(0, Value::from(batch.kind.as_i16()));
-        txn.execute_raw(statement(BACKEND, sql, values))
+        // By their keys: exactly the rows the fence locked, so this takes no
+        // new lock (and cannot join a deadlock with a racing claim).
+        let regions: Vec<String> = released
+            .iter()
+            .map(|s| s.shard.region_name().unwrap_or("").to_owned())
+            .collect();
+        let scopes: Vec<i32> = released.iter().map(|s| s.shard.scope()).collect();
+        let identifiers: Vec<i64> = released.iter().map(|s| s.shard.identifier()).collect();
+        let values = vec![
+            Value::from(batch.kind.as_i16()),
+            Value::from(batch.token),
+            Value::from(regions),
+            Value::from(scopes),
+            Value::from(identifiers),
+        ];
+        txn.execute_raw(statement(BACKEND, &queries.release_some, values))
             .await
             .map_err(db_error("release claims"))?;
     }

@@ -7,10 +7,19 @@
 -- $1 kind, $2 token, $3 now, $4 ids.
 WITH relaxed AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
-), owned AS (
-    DELETE FROM outbox_shard_claim
+), mine AS (
+    -- Locked in key order, as claims and fences lock them (see fence.sql).
+    SELECT kind, region_name, shard_scope, shard_identifier
+    FROM outbox_shard_claim
     WHERE kind = $1 AND token = $2 AND owner IS NOT NULL AND lease_until > $3
-    RETURNING region_name, shard_scope, shard_identifier
+    ORDER BY region_name, shard_scope, shard_identifier
+    FOR UPDATE
+), owned AS (
+    DELETE FROM outbox_shard_claim c
+    USING mine m
+    WHERE c.kind = m.kind AND c.region_name = m.region_name
+      AND c.shard_scope = m.shard_scope AND c.shard_identifier = m.shard_identifier
+    RETURNING c.region_name, c.shard_scope, c.shard_identifier
 ), deleted AS (
     DELETE FROM {table} o
     WHERE o.id = ANY($4::bigint[])
