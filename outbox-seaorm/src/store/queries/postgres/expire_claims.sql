@@ -4,13 +4,11 @@
 -- failure counts stay. $1 kind, $2 token, $3 now.
 -- Locked in key order, as claims and fences lock them (see fence.sql).
 WITH mine AS (
-    SELECT kind, region_name, shard_scope, shard_identifier
+    SELECT ctid
     FROM outbox_shard_claim
     WHERE kind = $1 AND token = $2 AND owner IS NOT NULL AND lease_until > $3
     ORDER BY region_name, shard_scope, shard_identifier
     FOR UPDATE
 )
 UPDATE outbox_shard_claim c SET lease_until = $3
-FROM mine m
-WHERE c.kind = m.kind AND c.region_name = m.region_name
-  AND c.shard_scope = m.shard_scope AND c.shard_identifier = m.shard_identifier
+WHERE c.ctid = ANY(ARRAY(SELECT ctid FROM mine))

@@ -4,14 +4,13 @@
 -- claim locks every row it conflicts with, even one it leaves alone): locked
 -- in storage order instead, a fence and a racing claim can deadlock.
 WITH mine AS (
-    SELECT kind, region_name, shard_scope, shard_identifier
+    SELECT ctid
     FROM outbox_shard_claim
     WHERE kind = $1 AND token = $2 AND owner IS NOT NULL AND lease_until > $3
     ORDER BY region_name, shard_scope, shard_identifier
     FOR UPDATE
 )
+-- By ctid: the rows just locked, found without another index probe.
 UPDATE outbox_shard_claim c SET lease_until = $4
-FROM mine m
-WHERE c.kind = m.kind AND c.region_name = m.region_name
-  AND c.shard_scope = m.shard_scope AND c.shard_identifier = m.shard_identifier
+WHERE c.ctid = ANY(ARRAY(SELECT ctid FROM mine))
 RETURNING c.region_name, c.shard_scope, c.shard_identifier

@@ -9,16 +9,15 @@ WITH relaxed AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ), mine AS (
     -- Locked in key order, as claims and fences lock them (see fence.sql).
-    SELECT kind, region_name, shard_scope, shard_identifier
+    SELECT ctid
     FROM outbox_shard_claim
     WHERE kind = $1 AND token = $2 AND owner IS NOT NULL AND lease_until > $3
     ORDER BY region_name, shard_scope, shard_identifier
     FOR UPDATE
 ), owned AS (
+    -- By ctid: the rows just locked, found without another index probe.
     DELETE FROM outbox_shard_claim c
-    USING mine m
-    WHERE c.kind = m.kind AND c.region_name = m.region_name
-      AND c.shard_scope = m.shard_scope AND c.shard_identifier = m.shard_identifier
+    WHERE c.ctid = ANY(ARRAY(SELECT ctid FROM mine))
     RETURNING c.region_name, c.shard_scope, c.shard_identifier
 ), deleted AS (
     DELETE FROM {table} o
