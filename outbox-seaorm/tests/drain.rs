@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use common::{database, OutboxCategory, OutboxScope, Recorder};
 use outbox_core::{
-    BackoffPolicy, DeliveryError, DrainConfig, Drainer, FlushError, HandlerError, KillSwitch,
-    ManualClock, Message, OutboxKind, Receivers, ShardKey, ShardRead, Store,
+    BackoffPolicy, DeliveryError, DrainConfig, DrainReport, Drainer, FlushError, HandlerError,
+    KillSwitch, ManualClock, Message, OutboxKind, Receivers, ShardKey, ShardRead, Store,
+    StoreError,
 };
+use outbox_seaorm::testing::TestDatabase;
 use outbox_seaorm::{write_control, write_region, write_region_many, OutboxMessage};
 use sea_orm::{DbBackend, TransactionTrait};
 use serde_json::json;
@@ -378,21 +380,19 @@ async fn parallel_drains_never_share_a_shard(backend: DbBackend) {
     assert_eq!(objects.len(), 400, "every message delivered");
 }
 
-async fn expired_claim_is_taken_over_and_the_stale_worker_is_fenced(backend: DbBackend) {
-    let t = database(backend, "fencing").await;
-    let clock = ManualClock::starting_now();
-    let config = DrainConfig::default().lease(Duration::from_secs(30));
-    let row = write_region(
-        &t.db,
-        org(OutboxCategory::OrganizationUpdate, 1, 1, json!({})),
-    )
-    .await
-    .unwrap();
-
-    // Worker A enters the receiver and hangs there.
+/// Worker A: starts a round and returns once it is inside its receiver of
+/// `OrganizationUpdate`, with the round and what lets that receiver return.
+async fn a_round_stuck_in_its_receiver(
+    t: &TestDatabase,
+    clock: &ManualClock,
+    config: DrainConfig,
+) -> (
+    tokio::task::JoinHandle<Result<DrainReport, StoreError>>,
+    Arc<tokio::sync::Notify>,
+) {
     let entered = Arc::new(tokio::sync::Notify::new());
     let release = Arc::new(tokio::sync::Notify::new());
-    let receivers_a = Receivers::new()
+    let receivers = Receivers::new()
         .on(OutboxCategory::OrganizationUpdate, {
             let (entered, release) = (entered.clone(), release.clone());
             move |_message: Message<OutboxCategory>| {
@@ -407,11 +407,27 @@ async fn expired_claim_is_taken_over_and_the_stale_worker_is_fenced(backend: DbB
         .discard(OutboxCategory::OrganizationMemberUpdate)
         .discard(OutboxCategory::UserUpdate)
         .discard(OutboxCategory::AuditLogEvent);
-    let worker_a = Drainer::new(t.store(), receivers_a)
+    let worker_a = Drainer::new(t.store(), receivers)
         .with_clock(clock.clone())
         .with_config(config);
-    let stale = tokio::spawn(async move { worker_a.drain_due(OutboxKind::Region).await });
+    let round = tokio::spawn(async move { worker_a.drain_due(OutboxKind::Region).await });
     entered.notified().await;
+    (round, release)
+}
+
+async fn expired_claim_is_taken_over_and_the_stale_worker_is_fenced(backend: DbBackend) {
+    let t = database(backend, "fencing").await;
+    let clock = ManualClock::starting_now();
+    let config = DrainConfig::default().lease(Duration::from_secs(30));
+    let row = write_region(
+        &t.db,
+        org(OutboxCategory::OrganizationUpdate, 1, 1, json!({})),
+    )
+    .await
+    .unwrap();
+
+    // Worker A enters the receiver and hangs there.
+    let (stale, release) = a_round_stuck_in_its_receiver(&t, &clock, config).await;
 
     // While A's lease holds, nobody else gets the shard.
     let recorder = Recorder::new();
@@ -499,28 +515,7 @@ async fn expired_claims_free_their_shards_fence_their_token_and_keep_backoffs(ba
     )
     .await
     .unwrap();
-    let entered = Arc::new(tokio::sync::Notify::new());
-    let release = Arc::new(tokio::sync::Notify::new());
-    let receivers_a = Receivers::new()
-        .on(OutboxCategory::OrganizationUpdate, {
-            let (entered, release) = (entered.clone(), release.clone());
-            move |_message: Message<OutboxCategory>| {
-                let (entered, release) = (entered.clone(), release.clone());
-                async move {
-                    entered.notify_one();
-                    release.notified().await;
-                    Ok::<_, HandlerError>(())
-                }
-            }
-        })
-        .discard(OutboxCategory::OrganizationMemberUpdate)
-        .discard(OutboxCategory::UserUpdate)
-        .discard(OutboxCategory::AuditLogEvent);
-    let worker_a = Drainer::new(t.store(), receivers_a)
-        .with_clock(clock.clone())
-        .with_config(config);
-    let stale = tokio::spawn(async move { worker_a.drain_due(OutboxKind::Region).await });
-    entered.notified().await;
+    let (stale, release) = a_round_stuck_in_its_receiver(&t, &clock, config).await;
     let claim = outbox_shard_claim::Entity::find()
         .filter(outbox_shard_claim::Column::ShardIdentifier.eq(3))
         .one(&t.db)

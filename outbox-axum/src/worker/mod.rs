@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use sea_orm::{DatabaseConnection, DbBackend};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::JoinSet;
 
 use outbox_core::{
     Category, Clock, DeadLetterPolicy, DrainConfig, Drainer, IncompleteReceivers, KillSwitch,
@@ -223,35 +223,35 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         let parts = self.kinds.len() * self.loops_per_kind + usize::from(listens);
         let (ready_tx, ready) = watch::channel(0usize);
         let ready_tx = Arc::new(ready_tx);
-        let mut tasks = Vec::new();
+        let mut tasks = JoinSet::new();
         for &kind in &self.kinds {
             for _ in 0..self.loops_per_kind {
-                tasks.push(tokio::spawn(drain_loop(
+                tasks.spawn(drain_loop(
                     drainer.clone(),
                     kind,
                     waker.clone(),
                     self.poll_interval,
                     stopped.clone(),
                     ready_tx.clone(),
-                )));
+                ));
             }
         }
         if let Some(backfill) = &self.backfill {
-            tasks.push(tokio::spawn(backfill_loop(
+            tasks.spawn(backfill_loop(
                 self.db.clone(),
                 backfill.clone(),
                 self.backfill_interval,
                 waker.clone(),
                 stopped.clone(),
-            )));
+            ));
         }
         if listens {
-            tasks.push(tokio::spawn(listen_loop(
+            tasks.spawn(listen_loop(
                 self.db.clone(),
                 waker.clone(),
                 stopped.clone(),
                 ready_tx.clone(),
-            )));
+            ));
         }
         tracing::info!(kinds = ?self.kinds, loops = tasks.len(), "outbox worker started");
         Ok(WorkerHandle {
@@ -282,7 +282,7 @@ pub struct WorkerHandle<C: Category> {
     drainer: Drainer<C>,
     waker: OutboxWaker,
     stop: watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: JoinSet<()>,
     shutdown_timeout: Duration,
     ready: watch::Receiver<usize>,
     parts: usize,
@@ -336,7 +336,7 @@ impl<C: Category> WorkerHandle<C> {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let mut tasks = self.tasks;
-        let all = futures::future::join_all(tasks.iter_mut());
+        let all = async { while tasks.join_next().await.is_some() {} };
         if tokio::time::timeout(self.shutdown_timeout, all)
             .await
             .is_err()
@@ -345,18 +345,9 @@ impl<C: Category> WorkerHandle<C> {
                 timeout = ?self.shutdown_timeout,
                 "outbox worker did not stop in time; cancelling its rounds and releasing their claims"
             );
-            for task in &tasks {
-                task.abort();
-            }
-            // A cancelled task has dropped its round (and filed its claims)
-            // once it is finished. (Handles already awaited must not be
-            // polled again, so this watches them instead.)
-            let _ = tokio::time::timeout(self.shutdown_timeout, async {
-                while tasks.iter().any(|task| !task.is_finished()) {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-            })
-            .await;
+            // Aborts the tasks and waits until they are gone: a cancelled
+            // round has then dropped its future and filed its claims.
+            let _ = tokio::time::timeout(self.shutdown_timeout, tasks.shutdown()).await;
         }
         if self.drainer.has_abandoned() {
             match tokio::time::timeout(self.shutdown_timeout, self.drainer.release_abandoned())

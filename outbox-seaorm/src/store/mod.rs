@@ -6,7 +6,9 @@
 //! `LATERAL`, [`sqlite`] relies on SQLite's single writer and runs cheap
 //! per-shard statements. Both expose the same functions; the SQL lives in
 //! `queries/common/<name>.sql` when both backends run it, else in
-//! `queries/<backend>/<name>.sql`.
+//! `queries/<backend>/<name>.sql`. [`render`] fills their `{placeholders}`;
+//! `{lock_live_claims}` inlines `queries/postgres/lock_live_claims.sql`, the
+//! one place that says in which order claim rows are locked.
 
 pub mod postgres;
 pub mod sqlite;
@@ -194,6 +196,10 @@ pub(crate) fn table(kind: OutboxKind) -> &'static str {
 pub(crate) fn render(template: &str, kind: OutboxKind, region_literal: &str) -> String {
     let control = kind == OutboxKind::Control;
     let mut sql = template
+        .replace(
+            "{lock_live_claims}",
+            concat!("\n", include_str!("queries/postgres/lock_live_claims.sql")),
+        )
         .replace("{table}", table(kind))
         .replace(
             "{region_select}",

@@ -19,6 +19,24 @@ use crate::time;
 
 const BACKEND: DbBackend = DbBackend::Postgres;
 
+/// Shard keys as three parallel arrays (regions, scopes, identifiers), for
+/// `unnest`.
+fn key_arrays<'a>(shards: impl Iterator<Item = &'a ShardKey>) -> [Value; 3] {
+    let mut regions = Vec::new();
+    let mut scopes = Vec::new();
+    let mut identifiers = Vec::new();
+    for shard in shards {
+        regions.push(shard.region_name().unwrap_or("").to_owned());
+        scopes.push(shard.scope());
+        identifiers.push(shard.identifier());
+    }
+    [
+        Value::from(regions),
+        Value::from(scopes),
+        Value::from(identifiers),
+    ]
+}
+
 /// Reads a batch of rows of every shard in one query.
 pub(crate) async fn read_rows<Db: ConnectionTrait>(
     db: &Db,
@@ -29,20 +47,15 @@ pub(crate) async fn read_rows<Db: ConnectionTrait>(
     if shards.is_empty() {
         return Ok(Vec::new());
     }
-    let regions: Vec<String> = shards
-        .iter()
-        .map(|s| s.shard.region_name().unwrap_or("").to_owned())
-        .collect();
-    let scopes: Vec<i32> = shards.iter().map(|s| s.shard.scope()).collect();
-    let identifiers: Vec<i64> = shards.iter().map(|s| s.shard.identifier()).collect();
+    let [regions, scopes, identifiers] = key_arrays(shards.iter().map(|s| &s.shard));
     let up_to: Vec<i64> = shards
         .iter()
         .map(|s| s.up_to_id.unwrap_or(i64::MAX))
         .collect();
     let values = vec![
-        Value::from(regions),
-        Value::from(scopes),
-        Value::from(identifiers),
+        regions,
+        scopes,
+        identifiers,
         Value::from(up_to),
         Value::from(limit.min(i64::MAX as usize) as i64),
     ];
@@ -98,18 +111,13 @@ pub(crate) async fn commit<Db: TransactionTrait + ConnectionTrait>(
     if !released.is_empty() {
         // By their keys: exactly the rows the fence locked, so this takes no
         // new lock (and cannot join a deadlock with a racing claim).
-        let regions: Vec<String> = released
-            .iter()
-            .map(|s| s.shard.region_name().unwrap_or("").to_owned())
-            .collect();
-        let scopes: Vec<i32> = released.iter().map(|s| s.shard.scope()).collect();
-        let identifiers: Vec<i64> = released.iter().map(|s| s.shard.identifier()).collect();
+        let [regions, scopes, identifiers] = key_arrays(released.iter().map(|s| &s.shard));
         let values = vec![
             Value::from(batch.kind.as_i16()),
             Value::from(batch.token),
-            Value::from(regions),
-            Value::from(scopes),
-            Value::from(identifiers),
+            regions,
+            scopes,
+            identifiers,
         ];
         txn.execute_raw(statement(BACKEND, &queries.release_some, values))
             .await

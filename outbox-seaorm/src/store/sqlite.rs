@@ -5,10 +5,7 @@
 //! fails half-way on a lock upgrade. `FOR UPDATE SKIP LOCKED` does not exist
 //! here: claims are rows with a lease, written by one writer at a time.
 
-use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DbBackend, SqliteTransactionMode, TransactionOptions,
-    TransactionTrait, Value,
-};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Value};
 
 use outbox_core::{CommitBatch, OutboxKind, ShardEnd, ShardRead, StoreError, StoredRow};
 
@@ -54,11 +51,7 @@ pub(crate) async fn commit(
     queries: &Queries,
     batch: &CommitBatch,
 ) -> Result<outbox_core::CommitOutcome, StoreError> {
-    let txn = db
-        .begin_with_options(TransactionOptions {
-            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-            ..TransactionOptions::default()
-        })
+    let txn = crate::begin_write(db)
         .await
         .map_err(db_error("begin a commit"))?;
     let owned = fence(&txn, BACKEND, queries, batch).await?;

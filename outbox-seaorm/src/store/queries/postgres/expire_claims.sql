@@ -2,13 +2,7 @@
 -- had run out: other workers may claim the shards at once, and the token can
 -- no longer commit (the fence wants `lease_until > now`). Backoff state and
 -- failure counts stay. $1 kind, $2 token, $3 now.
--- Locked in key order, as claims and fences lock them (see fence.sql).
-WITH mine AS (
-    SELECT ctid
-    FROM outbox_shard_claim
-    WHERE kind = $1 AND token = $2 AND owner IS NOT NULL AND lease_until > $3
-    ORDER BY region_name, shard_scope, shard_identifier
-    FOR UPDATE
-)
+-- Locked in key order (see lock_live_claims.sql).
+WITH mine AS ({lock_live_claims})
 UPDATE outbox_shard_claim c SET lease_until = $3
 WHERE c.ctid = ANY(ARRAY(SELECT ctid FROM mine))

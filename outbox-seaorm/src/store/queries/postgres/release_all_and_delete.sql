@@ -7,15 +7,8 @@
 -- $1 kind, $2 token, $3 now, $4 ids.
 WITH relaxed AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
-), mine AS (
-    -- Locked in key order, as claims and fences lock them (see fence.sql).
-    SELECT ctid
-    FROM outbox_shard_claim
-    WHERE kind = $1 AND token = $2 AND owner IS NOT NULL AND lease_until > $3
-    ORDER BY region_name, shard_scope, shard_identifier
-    FOR UPDATE
-), owned AS (
-    -- By ctid: the rows just locked, found without another index probe.
+), mine AS ({lock_live_claims}), owned AS (
+    -- Locked in key order (see lock_live_claims.sql), then deleted by ctid.
     DELETE FROM outbox_shard_claim c
     WHERE c.ctid = ANY(ARRAY(SELECT ctid FROM mine))
     RETURNING c.region_name, c.shard_scope, c.shard_identifier
