@@ -6,7 +6,7 @@
 //! `LATERAL`, [`sqlite`] relies on SQLite's single writer and runs cheap
 //! per-shard statements. Both expose the same functions; the SQL lives in
 //! `queries/common/<name>.sql` when both backends run it, else in
-//! `queries/<backend>/<name>.sql`. [`render`] fills their `{placeholders}`;
+//! `queries/<backend>/<name>.sql`. `render` fills their `{placeholders}`;
 //! `{lock_live_claims}` inlines `queries/postgres/lock_live_claims.sql`, the
 //! one place that says in which order claim rows are locked.
 
