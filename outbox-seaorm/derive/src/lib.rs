@@ -39,18 +39,34 @@ use syn::{
 /// outbox); implement `RegionReplication` next to it.
 #[proc_macro_derive(ReplicatedRegionModel, attributes(outbox))]
 pub fn derive_replicated_region_model(input: TokenStream) -> TokenStream {
-    expand(parse_macro_input!(input as DeriveInput), Kind::Region)
-        .unwrap_or_else(syn::Error::into_compile_error)
-        .into()
+    derive(parse_macro_input!(input as DeriveInput), Kind::Region).into()
 }
 
 /// Derives `ReplicatedModel` for a control model (one control-outbox row per
 /// target region); implement `ControlReplication` next to it.
 #[proc_macro_derive(ReplicatedControlModel, attributes(outbox))]
 pub fn derive_replicated_control_model(input: TokenStream) -> TokenStream {
-    expand(parse_macro_input!(input as DeriveInput), Kind::Control)
-        .unwrap_or_else(syn::Error::into_compile_error)
-        .into()
+    derive(parse_macro_input!(input as DeriveInput), Kind::Control).into()
+}
+
+/// Expands the derive, or reports its error alone: when the attribute asked
+/// for the `ActiveModelBehavior`, a plain one stands in for it, so the user sees
+/// what to fix in `#[outbox(...)]` and not a cascade of errors about the
+/// missing trait.
+fn derive(input: DeriveInput, kind: Kind) -> TokenStream2 {
+    let wants_behavior = parse_options(&input).is_ok_and(|options| options.active_model_behavior);
+    match expand(input, kind) {
+        Ok(tokens) => tokens,
+        Err(error) => {
+            let mut tokens = error.into_compile_error();
+            if wants_behavior {
+                tokens.extend(quote! {
+                    impl ::outbox_seaorm::sea_orm::ActiveModelBehavior for ActiveModel {}
+                });
+            }
+            tokens
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
