@@ -15,6 +15,9 @@
 //!   PostgreSQL `NOTIFY`, polls as a fallback, survives the database going
 //!   away, and shuts down gracefully.
 //!
+//! The example below also needs `tokio` with the `macros`, `rt-multi-thread`,
+//! `net` and `signal` features (for `#[tokio::main]`, the listener and Ctrl-C):
+//!
 //! ```no_run
 //! outbox_core::registry! {
 //!     OrganizationScope = 0 (shard_field = "organization_id") {

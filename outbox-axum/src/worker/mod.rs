@@ -32,6 +32,7 @@
 //! let worker = OutboxWorker::builder(db.clone(), receivers).spawn()?;
 //! let app: Router = Router::new().layer(worker.layer());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! // Ctrl-C needs tokio's `signal` feature.
 //! axum::serve(listener, app)
 //!     .with_graceful_shutdown(async { let _ = tokio::signal::ctrl_c().await; })
 //!     .await?;
