@@ -2,21 +2,52 @@
 //!
 //! [`TestDatabase::postgres`] gives each test a fresh PostgreSQL database with
 //! the outbox migrations applied. It uses the server at `DATABASE_URL` when set;
-//! otherwise it starts (once per machine, shared by every test process) a
-//! throwaway cluster under the system temp directory, running `initdb` as the
-//! `postgres` system user when the tests run as root. It never skips: without
-//! a server and without the PostgreSQL binaries it fails with a message that
-//! says what to install.
+//! otherwise a throwaway cluster under the system temp directory, shared by
+//! every test process of the machine, running `initdb` as the `postgres`
+//! system user when the tests run as root. It never skips: without a server
+//! and without the PostgreSQL binaries it fails with a message that says what
+//! to install.
 //!
 //! [`TestDatabase::sqlite`] gives each test a fresh SQLite file in WAL mode.
+//!
+//! # Nothing left behind
+//!
+//! As in `sqlx`'s test support, a test's database is dropped (the SQLite file
+//! removed) when the last clone of its [`TestDatabase`] drops, and kept when
+//! that happens during a panic: the failing test's output ends with its URL.
+//! (So the last clone should be the test's own: one held by a spawned task
+//! drops outside the panic.)
+//!
+//! The throwaway cluster runs while test processes use it. The first one
+//! starts it (`initdb` only once: the data folder stays for the next run);
+//! when the last one exits, whether `cargo test` runs the test binaries one
+//! after another or `cargo nextest` runs tests in parallel processes, it drops
+//! the databases left behind and stops the server. Processes that were killed
+//! are recognised and do not count. A private cluster
+//! ([`start_cluster_at`]) that its test did not stop is stopped and removed
+//! when its process exits. Environment variables:
+//!
+//! - `DATABASE_URL`: use this server; nothing is started or stopped, test
+//!   databases of passing tests are still dropped.
+//! - `OUTBOX_TEST_KEEP_CLUSTER=1`: leave the cluster running after the tests,
+//!   with the databases of failing tests in it (`pg_ctl stop -D <dir>/data`,
+//!   as `postgres` when the tests ran as root, or [`stop_test_cluster`] to
+//!   stop it).
+//! - `OUTBOX_TEST_PG_DIR`: where the cluster lives (default: `outbox-test-pg`
+//!   in the system temp directory).
 
+mod cluster_users;
+mod owned_database;
 mod postgres;
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
 use sea_orm_migration::MigratorTrait;
 
+use owned_database::OwnedDatabase;
 pub use postgres::{
     admin_url, cluster_dir, restart_cluster_at, start_cluster_at, stop_cluster_at,
     stop_test_cluster,
@@ -33,13 +64,24 @@ impl From<sea_orm::DbErr> for TestDbError {
     }
 }
 
-/// A fresh, migrated database for one test.
+/// Whether `OUTBOX_TEST_KEEP_CLUSTER` asks to keep the test cluster running.
+fn keep_cluster() -> bool {
+    std::env::var("OUTBOX_TEST_KEEP_CLUSTER").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// A fresh, migrated database for one test, dropped when the last clone
+/// drops, unless the test is panicking (see the [module docs](self)).
 #[derive(Debug, Clone)]
 pub struct TestDatabase {
     /// A pooled connection to it.
     pub db: DatabaseConnection,
     /// Its URL, to open more connections (another "process").
     pub url: String,
+    #[allow(
+        dead_code,
+        reason = "held for its Drop: the database goes with the last clone"
+    )]
+    owned: Arc<OwnedDatabase>,
 }
 
 impl TestDatabase {
@@ -66,7 +108,13 @@ impl TestDatabase {
             .await?;
         admin_db.close().await?;
         let url = replace_database(&admin, &name);
-        Self::migrated(url).await
+        // Owned from here: a failed migration drops it again.
+        let owned = OwnedDatabase::Postgres {
+            admin,
+            name,
+            url: url.clone(),
+        };
+        Self::migrated(url, owned).await
     }
 
     /// A fresh SQLite database file named after `label`.
@@ -78,12 +126,13 @@ impl TestDatabase {
         let dir = std::env::temp_dir().join("outbox-tests-sqlite");
         std::fs::create_dir_all(&dir)
             .map_err(|e| TestDbError(format!("{}: {e}", dir.display())))?;
-        let path = dir.join(format!("{}.sqlite", database_name(label)));
+        let path: PathBuf = dir.join(format!("{}.sqlite", database_name(label)));
         let url = format!("sqlite://{}?mode=rwc", path.display());
+        let owned = OwnedDatabase::Sqlite { path };
         let db = connect(&url, 1).await?;
         db.execute_unprepared("PRAGMA journal_mode=WAL").await?;
         db.close().await?;
-        Self::migrated(url).await
+        Self::migrated(url, owned).await
     }
 
     /// A fresh database of `backend`.
@@ -98,10 +147,11 @@ impl TestDatabase {
         }
     }
 
-    async fn migrated(url: String) -> Result<Self, TestDbError> {
+    async fn migrated(url: String, owned: OwnedDatabase) -> Result<Self, TestDbError> {
+        let owned = Arc::new(owned);
         let db = connect(&url, 10).await?;
         outbox_migrations::OutboxMigrator::up(&db, None).await?;
-        Ok(Self { db, url })
+        Ok(Self { db, url, owned })
     }
 
     /// Another, independent connection pool to the same database.
@@ -125,6 +175,11 @@ impl TestDatabase {
 
 /// Connects with a bounded pool and quiet statement logging.
 ///
+/// The pool reaps no idle or old connections: that leaves sqlx without its
+/// maintenance task, which can spin forever when its idle count races below
+/// zero, and with it hang the test runtime's shutdown
+/// (launchbadge/sqlx#3645; seen here with sqlx 0.9.0).
+///
 /// # Errors
 ///
 /// [`TestDbError`] when it cannot connect.
@@ -134,6 +189,8 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnecti
         .max_connections(max_connections)
         .min_connections(0)
         .acquire_timeout(Duration::from_secs(30))
+        .idle_timeout(None::<Duration>)
+        .max_lifetime(None::<Duration>)
         .sqlx_logging(false);
     Database::connect(options)
         .await
@@ -207,6 +264,9 @@ macro_rules! on_both_backends {
         }
     };
 }
+
+#[cfg(test)]
+mod harness_tests;
 
 #[cfg(test)]
 mod tests {

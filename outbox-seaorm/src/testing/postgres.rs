@@ -1,16 +1,36 @@
-//! A throwaway PostgreSQL cluster shared by every test process of a machine.
+//! A throwaway PostgreSQL cluster shared by every test process of a machine,
+//! and the private clusters some tests start for themselves.
+//!
+//! The shared cluster's life, all under the exclusive `lock` file of its
+//! folder:
+//!
+//! - a process's first [`admin_url`] joins it: registers the process as a
+//!   user ([`cluster_users`](super::cluster_users)), runs `initdb` if the
+//!   folder has no data yet (once per folder), and starts the server if it is
+//!   not running;
+//! - at exit (an `atexit(3)` handler), the process leaves; the last live user
+//!   drops the databases left behind (by failing tests) and stops the server
+//!   (`pg_ctl stop -m fast`), unless `OUTBOX_TEST_KEEP_CLUSTER` is set. The
+//!   data folder stays: the next test process pays a `pg_ctl start`, not an
+//!   `initdb`.
+//!
+//! A private cluster ([`start_cluster_at`]) that its process did not stop
+//! ([`stop_cluster_at`]) is stopped and removed at exit, unless
+//! `OUTBOX_TEST_KEEP_CLUSTER` is set.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, Once, OnceLock, PoisonError};
 
 use fs2::FileExt;
 
-use super::TestDbError;
+use super::cluster_users::{self, ClusterUser};
+use super::{keep_cluster, owned_database, TestDbError};
 
 /// The URL of a PostgreSQL server on which tests may create databases:
-/// `DATABASE_URL` when set, else the throwaway test cluster (started if needed).
+/// `DATABASE_URL` when set, else the shared throwaway test cluster (joined,
+/// and started if needed, on the first call of the process).
 ///
 /// # Errors
 ///
@@ -19,14 +39,14 @@ pub fn admin_url() -> Result<String, TestDbError> {
     static URL: OnceLock<Result<String, String>> = OnceLock::new();
     URL.get_or_init(|| match std::env::var("DATABASE_URL") {
         Ok(url) if !url.is_empty() => Ok(url),
-        _ => start_cluster().map_err(|e| e.0),
+        _ => join_shared_cluster().map_err(|e| e.0),
     })
     .clone()
     .map_err(TestDbError)
 }
 
-/// Where the test cluster lives: `OUTBOX_TEST_PG_DIR`, or a folder in the
-/// system temp directory.
+/// Where the shared test cluster lives: `OUTBOX_TEST_PG_DIR`, or a folder in
+/// the system temp directory.
 pub fn cluster_dir() -> PathBuf {
     match std::env::var_os("OUTBOX_TEST_PG_DIR") {
         Some(dir) => PathBuf::from(dir),
@@ -34,11 +54,11 @@ pub fn cluster_dir() -> PathBuf {
     }
 }
 
-/// Stops the test cluster (if running) and deletes it.
+/// Stops the shared test cluster (if running) and deletes it, whoever uses it.
 ///
 /// # Errors
 ///
-/// [`TestDbError`] when `pg_ctl stop` fails.
+/// [`TestDbError`] when the folder cannot be removed.
 pub fn stop_test_cluster() -> Result<(), TestDbError> {
     stop_cluster_at(&cluster_dir())
 }
@@ -50,6 +70,7 @@ pub fn stop_test_cluster() -> Result<(), TestDbError> {
 /// [`TestDbError`] when the folder cannot be removed.
 pub fn stop_cluster_at(dir: &Path) -> Result<(), TestDbError> {
     let dir = dir.to_path_buf();
+    locked(&PRIVATE_CLUSTERS).retain(|private| private != &dir);
     let data = dir.join("data");
     if data.join("PG_VERSION").exists() {
         let pg_ctl = binary("pg_ctl")?;
@@ -85,11 +106,10 @@ pub fn restart_cluster_at(dir: &Path) -> Result<(), TestDbError> {
     )
 }
 
-fn start_cluster() -> Result<String, TestDbError> {
-    start_cluster_at(&cluster_dir(), false)
-}
-
-/// Starts (or reuses) a throwaway cluster in `dir` and returns its admin URL.
+/// Starts (or reuses) a private throwaway cluster in `dir` and returns its
+/// admin URL. Stop it with [`stop_cluster_at`]; if the process exits first
+/// (a failing test), it is stopped and removed then, unless
+/// `OUTBOX_TEST_KEEP_CLUSTER` is set.
 ///
 /// `durable = false` turns fsync and synchronous commit off, for fast tests;
 /// `durable = true` keeps PostgreSQL's defaults, for benchmarks.
@@ -99,13 +119,181 @@ fn start_cluster() -> Result<String, TestDbError> {
 /// [`TestDbError`] when the binaries are missing or the server does not start.
 pub fn start_cluster_at(dir: &Path, durable: bool) -> Result<String, TestDbError> {
     let dir = dir.to_path_buf();
-    fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+    {
+        let mut private = locked(&PRIVATE_CLUSTERS);
+        if !private.contains(&dir) {
+            private.push(dir.clone());
+        }
+    }
+    register_exit_handler();
+    with_cluster_lock(&dir, || ensure_running(&dir, durable))
+}
+
+/// The shared cluster as this process uses it.
+struct SharedClusterUse {
+    dir: PathBuf,
+    admin: String,
+    user: ClusterUser,
+}
+
+static SHARED_CLUSTER: Mutex<Option<SharedClusterUse>> = Mutex::new(None);
+static PRIVATE_CLUSTERS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Whether `url` names a database of the shared cluster this process uses.
+pub(crate) fn on_shared_cluster(url: &str) -> bool {
+    locked(&SHARED_CLUSTER).as_ref().is_some_and(|shared| {
+        let server = |url: &str| url.rsplit_once('/').map(|(server, _)| server.to_owned());
+        server(url).is_some() && server(url) == server(&shared.admin)
+    })
+}
+
+fn join_shared_cluster() -> Result<String, TestDbError> {
+    let dir = cluster_dir();
+    register_exit_handler();
+    let (user, admin) = join_cluster_at(&dir)?;
+    *locked(&SHARED_CLUSTER) = Some(SharedClusterUse {
+        dir,
+        admin: admin.clone(),
+        user,
+    });
+    Ok(admin)
+}
+
+/// Registers a user of the cluster in `dir` and makes sure it runs.
+pub(crate) fn join_cluster_at(dir: &Path) -> Result<(ClusterUser, String), TestDbError> {
+    with_cluster_lock(dir, || {
+        let users = dir.join("users");
+        let user = cluster_users::join(&users).map_err(|e| io_error(&users, e))?;
+        // On an error, `user` drops: the process does not stay registered.
+        let admin = ensure_running(dir, false)?;
+        Ok((user, admin))
+    })
+}
+
+/// What leaving a cluster did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Left {
+    /// Other users remain: the server runs on.
+    InUse,
+    /// The last user left, but `OUTBOX_TEST_KEEP_CLUSTER` keeps the server.
+    Kept,
+    /// The last user left: leftover databases dropped, server stopped.
+    Stopped,
+    /// The last user left a server that was not running.
+    NotRunning,
+}
+
+/// Unregisters `user` from the cluster in `dir`; the last one out drops the
+/// leftover databases and stops the server, unless `keep`.
+pub(crate) fn leave_cluster_at(
+    dir: &Path,
+    user: ClusterUser,
+    keep: bool,
+) -> Result<Left, TestDbError> {
+    with_cluster_lock(dir, || {
+        user.leave();
+        let users = dir.join("users");
+        let live = cluster_users::live_users(&users).map_err(|e| io_error(&users, e))?;
+        let data = dir.join("data");
+        if live > 0 {
+            return Ok(Left::InUse);
+        }
+        if keep {
+            return Ok(Left::Kept);
+        }
+        if !data.join("PG_VERSION").exists() || !is_running(&data)? {
+            return Ok(Left::NotRunning);
+        }
+        let dropped = match fs::read_to_string(dir.join("port")) {
+            Ok(port) => owned_database::drop_all_databases(&admin_url_for(port.trim())),
+            Err(e) => Err(io_error(&dir.join("port"), e)),
+        };
+        let pg_ctl = binary("pg_ctl")?;
+        run_as_postgres(
+            Command::new(pg_ctl)
+                .arg("stop")
+                .arg("-D")
+                .arg(&data)
+                .args(["-m", "fast", "-w", "-t", "60"]),
+        )?;
+        dropped.map(|()| Left::Stopped)
+    })
+}
+
+fn admin_url_for(port: &str) -> String {
+    format!("postgres://postgres@127.0.0.1:{port}/postgres")
+}
+
+/// Runs `f` holding the exclusive lock of the cluster in `dir`.
+fn with_cluster_lock<T>(
+    dir: &Path,
+    f: impl FnOnce() -> Result<T, TestDbError>,
+) -> Result<T, TestDbError> {
+    fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
     let lock_path = dir.join("lock");
     let lock = File::create(&lock_path).map_err(|e| io_error(&lock_path, e))?;
     lock.lock_exclusive().map_err(|e| io_error(&lock_path, e))?;
-    let result = ensure_running(&dir, durable);
+    let result = f();
     let _ = FileExt::unlock(&lock);
     result
+}
+
+#[allow(unsafe_code)]
+fn register_exit_handler() {
+    static REGISTERED: Once = Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: atexit(3) only records the address of `leave_clusters_at_exit`,
+        // a C-ABI function without arguments that lives as long as the program
+        // and never unwinds (it catches panics).
+        let status = unsafe { libc::atexit(leave_clusters_at_exit) };
+        if status != 0 {
+            eprintln!(
+                "outbox test harness: atexit failed; the test clusters this process \
+                 starts will keep running after it"
+            );
+        }
+    });
+}
+
+extern "C" fn leave_clusters_at_exit() {
+    let _ = std::panic::catch_unwind(leave_clusters);
+}
+
+/// Leaves the shared cluster (the last user stops it) and stops the private
+/// clusters nobody stopped, unless `OUTBOX_TEST_KEEP_CLUSTER` is set.
+fn leave_clusters() {
+    let keep = keep_cluster();
+    let shared = locked(&SHARED_CLUSTER).take();
+    if let Some(SharedClusterUse { dir, admin, user }) = shared {
+        match leave_cluster_at(&dir, user, keep) {
+            Ok(Left::Kept) => eprintln!(
+                "outbox test harness: the test cluster keeps running \
+                 (OUTBOX_TEST_KEEP_CLUSTER): {admin} (data in {})",
+                dir.display()
+            ),
+            Ok(_) => {}
+            Err(error) => eprintln!("outbox test harness: leaving the test cluster: {}", error.0),
+        }
+    }
+    let private = std::mem::take(&mut *locked(&PRIVATE_CLUSTERS));
+    for dir in private {
+        if keep {
+            eprintln!(
+                "outbox test harness: a private test cluster keeps running \
+                 (OUTBOX_TEST_KEEP_CLUSTER) in {}",
+                dir.display()
+            );
+        } else if let Err(error) = stop_cluster_at(&dir) {
+            eprintln!(
+                "outbox test harness: stopping a private test cluster: {}",
+                error.0
+            );
+        }
+    }
 }
 
 fn ensure_running(dir: &Path, durable: bool) -> Result<String, TestDbError> {
@@ -163,7 +351,7 @@ fn ensure_running(dir: &Path, durable: bool) -> Result<String, TestDbError> {
     Ok(format!("postgres://postgres@127.0.0.1:{port}/postgres"))
 }
 
-fn is_running(data: &Path) -> Result<bool, TestDbError> {
+pub(crate) fn is_running(data: &Path) -> Result<bool, TestDbError> {
     let pg_ctl = binary("pg_ctl")?;
     let mut command = Command::new(pg_ctl);
     command.arg("status").arg("-D").arg(data);
