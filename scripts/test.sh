@@ -1,7 +1,19 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs what is missing
-# (PostgreSQL server binaries), then runs every test of the workspace against
-# real PostgreSQL (a throwaway cluster, unless DATABASE_URL is set) and SQLite.
+# (PostgreSQL server binaries), then tests each crate of the workspace on its
+# own, `cargo test -p <crate> --locked`, against real PostgreSQL (a throwaway
+# cluster, unless DATABASE_URL is set) and SQLite.
+#
+# One crate at a time, not `cargo test --workspace`: a workspace build turns on,
+# for every crate, the features any crate asks of a dependency, so a crate (or
+# a doctest) that only compiles thanks to another crate's features passes
+# there and fails for its users. Every crate runs even when one fails; the
+# script then exits non-zero.
+#
+# Arguments go to every `cargo test` (a test name filter, `-- --nocapture`),
+# except `-p <crate>` / `--package <crate>`, which pick the crates to run.
+# OUTBOX_TEST_KEEP_CLUSTER=1 keeps the throwaway cluster (and the databases of
+# failing tests) after the run instead of removing it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,24 +28,81 @@ if [ -z "${DATABASE_URL:-}" ] && ! have_postgres; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends postgresql
 fi
 
-# One throwaway cluster for all test processes, removed at the end.
+# `-p`/`--package` pick crates; everything else goes to each `cargo test`.
+crates=()
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --) args+=("$@"); break ;;
+    -p | --package) crates+=("$2"); shift 2 ;;
+    -p*) crates+=("${1#-p}"); shift ;;
+    --package=*) crates+=("${1#--package=}"); shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+if [ ${#crates[@]} -eq 0 ]; then
+  # Every workspace member (with --no-deps, `packages` holds only those).
+  mapfile -t crates < <(cargo metadata --no-deps --format-version 1 --locked |
+    grep -o '"name":"[^"]*","version"' | cut -d'"' -f4)
+  if [ ${#crates[@]} -eq 0 ]; then
+    echo "no workspace members found in \`cargo metadata\`" >&2
+    exit 1
+  fi
+fi
+
+# One throwaway cluster for all test processes, removed at the end. The test
+# harness starts it when a test needs it and stops it when the last test
+# process exits; the data folder stays between test binaries (one initdb).
 export OUTBOX_TEST_PG_DIR="${OUTBOX_TEST_PG_DIR:-$(mktemp -d /tmp/outbox-test-pg.XXXXXX)}"
+pg_ctl_bin=$(command -v pg_ctl || ls /usr/lib/postgresql/*/bin/pg_ctl 2>/dev/null | sort -V | tail -n 1 || true)
+as_postgres() {
+  if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+cluster_running() {
+  [ -n "$pg_ctl_bin" ] && [ -f "$OUTBOX_TEST_PG_DIR/data/PG_VERSION" ] &&
+    as_postgres "$pg_ctl_bin" status -D "$OUTBOX_TEST_PG_DIR/data" >/dev/null 2>&1
+}
+case "${OUTBOX_TEST_KEEP_CLUSTER:-}" in "" | 0) keep_cluster="" ;; *) keep_cluster=1 ;; esac
+log=$(mktemp /tmp/outbox-test-log.XXXXXX)
 cleanup() {
-  if [ -f "$OUTBOX_TEST_PG_DIR/data/PG_VERSION" ]; then
-    pg_ctl_bin=$(command -v pg_ctl || ls /usr/lib/postgresql/*/bin/pg_ctl | sort -V | tail -n 1)
-    if [ "$(id -u)" -eq 0 ]; then
-      runuser -u postgres -- "$pg_ctl_bin" stop -D "$OUTBOX_TEST_PG_DIR/data" -m immediate -w >/dev/null 2>&1 || true
-    else
-      "$pg_ctl_bin" stop -D "$OUTBOX_TEST_PG_DIR/data" -m immediate -w >/dev/null 2>&1 || true
+  rm -f "$log"
+  if [ -n "$keep_cluster" ]; then
+    if cluster_running; then
+      echo "kept the test cluster (OUTBOX_TEST_KEEP_CLUSTER): $OUTBOX_TEST_PG_DIR;" \
+        "stop it with: pg_ctl stop -D $OUTBOX_TEST_PG_DIR/data" >&2
     fi
+    return
+  fi
+  if cluster_running; then
+    as_postgres "$pg_ctl_bin" stop -D "$OUTBOX_TEST_PG_DIR/data" -m immediate -w >/dev/null 2>&1 || true
   fi
   rm -rf "$OUTBOX_TEST_PG_DIR"
 }
 trap cleanup EXIT
 if [ "$(id -u)" -eq 0 ]; then chmod 755 "$OUTBOX_TEST_PG_DIR"; fi
 
-log=$(mktemp /tmp/outbox-test-log.XXXXXX)
-cargo test --workspace --locked "$@" 2>&1 | tee "$log"
+failed=()
+started=$SECONDS
+for crate in "${crates[@]}"; do
+  echo "=== cargo test -p $crate --locked ${args[*]}"
+  crate_started=$SECONDS
+  if ! cargo test -p "$crate" --locked "${args[@]}" 2>&1 | tee -a "$log"; then
+    failed+=("$crate")
+  fi
+  echo "=== $crate: $((SECONDS - crate_started)) s"
+done
+
+# The harness stops the cluster after the last test process; one still
+# running here was leaked (unless kept on purpose or not ours at all).
+if [ -z "${DATABASE_URL:-}" ] && [ -z "$keep_cluster" ] && cluster_running; then
+  echo "the test cluster in $OUTBOX_TEST_PG_DIR is still running after the last test process" >&2
+  failed+=("(cluster left running)")
+fi
+
+echo "=== all crates: $((SECONDS - started)) s"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED: ${failed[*]}"
+fi
 # One closing line for the whole run (cargo prints one per test binary).
-awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
-rm -f "$log"
+awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+[ ${#failed[@]} -eq 0 ]
