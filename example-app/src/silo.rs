@@ -276,7 +276,7 @@ async fn pending_shards(
     let mut shards = Vec::new();
     for kind in OutboxKind::ALL {
         let depths = drainer
-            .store()
+            .admin()
             .shard_depths(kind, 100)
             .await
             .map_err(|error| {

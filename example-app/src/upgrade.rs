@@ -152,7 +152,7 @@ async fn upgrade(
             for kind in OutboxKind::ALL {
                 let round = silo.drainer.drain_due(kind).await?;
                 report.delivered += round.deliveries;
-                pending += silo.drainer.store().pending_count(kind).await?;
+                pending += silo.drainer.admin().pending_count(kind).await?;
             }
         }
         // Deliveries may write more rows (a membership brings its user):

@@ -8,10 +8,12 @@
 //! - `outbox_dead_letter`, rows of scopes that opted into dead-lettering;
 //! - `outbox_backfill_cursor` and `outbox_option`, the backfill cursors and
 //!   runtime options (see `outbox_seaorm::backfill`);
-//! - `outbox_shard_claim`, the leases that give one worker a shard at a time
-//!   and hold a failing shard's backoff. On PostgreSQL it is `UNLOGGED`: it is
-//!   rebuilt by the workers after a crash (which releases every claim, safe
-//!   thanks to fencing) and writes no WAL.
+//! - `outbox_claim_bucket`, the leases that give one worker a bucket of shards
+//!   at a time. On PostgreSQL it is `UNLOGGED`: it writes no WAL, and a crash
+//!   that empties it only ends leases, which fencing makes safe; its rows are
+//!   created again on first use;
+//! - `outbox_shard_state`, the backoff of each failing shard: attempts, last
+//!   delay and error, next attempt.
 //!
 //! Both PostgreSQL and SQLite are supported.
 //!
@@ -49,10 +51,12 @@ use sea_orm_migration::prelude::*;
 mod m20261121_000001_create_outbox_tables;
 mod m20261121_000002_create_backfill_tables;
 mod m20261121_000003_create_dead_letter_table;
+mod m20261123_000004_bucket_claims;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
 pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
 pub use m20261121_000003_create_dead_letter_table::Migration as CreateDeadLetterTable;
+pub use m20261123_000004_bucket_claims::Migration as BucketClaims;
 
 /// The outbox migrations, in order, to append to your own `MigratorTrait::migrations`.
 pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
@@ -60,6 +64,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(CreateOutboxTables),
         Box::new(CreateBackfillTables),
         Box::new(CreateDeadLetterTable),
+        Box::new(BucketClaims),
     ]
 }
 

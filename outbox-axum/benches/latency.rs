@@ -192,7 +192,7 @@ async fn main() {
     let drainer = Drainer::new(SeaOrmStore::new(db.db.clone()).unwrap(), receivers);
     let layered = Router::new()
         .route("/widgets/{n}", post(with_layer))
-        .layer(OutboxLayer::new(db.db.clone(), drainer));
+        .layer(OutboxLayer::from_parts(db.db.clone(), drainer));
     let plain = Router::new()
         .route("/widgets/{n}", post(hand_written))
         .with_state(db.db.clone());

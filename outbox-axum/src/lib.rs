@@ -73,4 +73,14 @@ pub use layer::{
     DefaultOnFlushError, OnFlushError, Outbox, OutboxLayer, RespondWith, ResponseFuture,
 };
 pub use tx::{Tx, TxRejection};
-pub use worker::{OutboxWaker, OutboxWorker, OutboxWorkerBuilder, WorkerError, WorkerHandle};
+pub use worker::{OutboxWorker, OutboxWorkerBuilder, WorkerError, WorkerHandle};
+
+// The layer and the worker do not know each other; this is where they meet.
+impl<C: outbox_core::Category> WorkerHandle<C> {
+    /// An [`OutboxLayer`] sharing this worker's drainer and waking it when a
+    /// request leaves rows to it: mount it on the router.
+    pub fn layer(&self) -> OutboxLayer<C> {
+        OutboxLayer::from_parts(self.connection().clone(), self.drainer().clone())
+            .waker(self.waker().clone())
+    }
+}

@@ -122,7 +122,7 @@ impl ConnectionTrait for Tx {
 pub enum TxRejection {
     /// The router has no `OutboxLayer` above this handler.
     #[error(
-        "`Tx` needs `OutboxLayer`: add `.layer(OutboxLayer::new(db, drainer))` to the router \
+        "`Tx` needs `OutboxLayer`: add `.layer(worker.layer())` (or `OutboxLayer::new(db, receivers)`) to the router \
          (outside the routes that use `Tx`)"
     )]
     MissingLayer,

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use outbox_axum::OutboxWorker;
-use outbox_core::{DrainConfig, HandlerError, Message, OutboxKind, Receivers, Store};
+use outbox_core::{DrainConfig, HandlerError, Message, OutboxKind, Receivers, StoreAdmin};
 use outbox_seaorm::testing::{connect, TestDatabase};
 use outbox_seaorm::{write_region, OutboxMessage};
 use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
@@ -51,14 +51,13 @@ async fn crash_child() {
         .drain_config(
             DrainConfig::default()
                 .lease(Duration::from_secs(2))
-                .shards_per_claim(8)
                 .batch_size(4),
         )
         .poll_interval(Duration::from_millis(20))
         .spawn()
         .unwrap();
     if std::env::var(CHILD_FINAL).is_ok() {
-        let store = worker.drainer().store().clone();
+        let store = worker.drainer().admin().clone();
         while store.pending_count(OutboxKind::Region).await.unwrap() > 0 {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -181,7 +181,7 @@ async fn tx_without_the_layer_is_a_typed_rejection(backend: DbBackend) {
     let app = TestApp::new(backend, "layer_missing").await;
     let (status, body, _) = send(app.routes(), "/widgets/7/x").await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert!(body.contains("add `.layer(OutboxLayer::new"), "{body}");
+    assert!(body.contains("add `.layer(worker.layer())`"), "{body}");
     assert_eq!(app.widgets().await, 0);
 }
 

@@ -127,7 +127,7 @@ async fn replicated_effect_is_visible_when_the_response_returns(backend: DbBacke
     let app = Router::new()
         .route("/organizations/{name}", post(create))
         .route("/organizations/by-id/{id}", delete(remove))
-        .layer(OutboxLayer::new(db.db.clone(), drainer));
+        .layer(OutboxLayer::from_parts(db.db.clone(), drainer));
 
     let response = app
         .clone()

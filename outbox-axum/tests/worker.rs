@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_axum::{OutboxWorker, WorkerError};
-use outbox_core::{HandlerError, Message, OutboxContext, OutboxKind, Receivers, Store};
+use outbox_core::{HandlerError, Message, OutboxContext, OutboxKind, Receivers, StoreAdmin};
 use outbox_seaorm::testing::{restart_cluster_at, start_cluster_at, stop_cluster_at, TestDatabase};
 use outbox_seaorm::{listener, write_region, OutboxMessage};
 use sea_orm::{DbBackend, TransactionTrait};
@@ -299,8 +299,11 @@ async fn a_receiver_that_writes_outboxes_cascades_without_deadlock(backend: DbBa
                 async move { recorder.handle(message).await }
             }
         });
-    let drainer =
-        outbox_core::Drainer::from_shared(app.drainer.store().clone(), Arc::new(receivers));
+    let drainer = outbox_core::Drainer::from_parts(
+        app.drainer.store().clone(),
+        app.drainer.admin().clone(),
+        Arc::new(receivers),
+    );
     *drainer_slot.lock().unwrap() = Some(drainer.clone());
     let row = write_region(&app.db.db, message(10, 1)).await.unwrap();
     let report = tokio::time::timeout(

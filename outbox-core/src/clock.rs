@@ -39,9 +39,12 @@ impl ManualClock {
         }
     }
 
-    /// A clock stopped at the current wall-clock time.
+    /// A clock stopped at the current wall-clock time, to the microsecond
+    /// (what databases store: a time read back equals the time written).
     pub fn starting_now() -> Self {
-        Self::new(Utc::now())
+        let now = Utc::now();
+        let micros = now.timestamp_micros();
+        Self::new(DateTime::from_timestamp_micros(micros).unwrap_or(now))
     }
 
     /// Moves the clock forward by `by`.

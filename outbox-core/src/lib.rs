@@ -3,7 +3,7 @@
 //! The database-free heart of a transactional outbox modelled on Sentry's
 //! hybrid-cloud outboxes: a compile-time registry of scopes and categories,
 //! shards, coalescing, whole-shard backoff, receivers, and a drain engine
-//! written against the [`Store`] trait.
+//! written against the [`DrainStore`] trait.
 //!
 //! - [`registry!`] declares scopes and categories; the compiler rejects a
 //!   category in two scopes or a number used twice.
@@ -54,6 +54,8 @@
 pub mod backoff;
 pub mod clock;
 pub mod coalesce;
+#[cfg(feature = "test-utils")]
+pub mod conformance;
 pub mod context;
 pub mod drain;
 pub mod kill_switch;
@@ -67,6 +69,7 @@ pub mod shard;
 pub mod store;
 #[cfg(feature = "test-utils")]
 pub mod testing;
+pub mod worker;
 
 pub use backoff::BackoffPolicy;
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -77,14 +80,15 @@ pub use drain::{
 };
 pub use kill_switch::KillSwitch;
 #[cfg(feature = "test-utils")]
-pub use memory::MemoryStore;
+pub use memory::{MemoryStore, MemoryTransaction};
 pub use message::{Message, PayloadError, StoredRow};
 pub use receiver::{HandlerError, IncompleteReceivers, Receivers};
 pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
-pub use shard::{OutboxKind, ShardKey};
+pub use shard::{OutboxKind, ShardKey, CLAIM_BUCKETS, MAX_BUCKETS_PER_CLAIM};
 pub use store::{
-    BoxError, ClaimRequest, CommitBatch, CommitOutcome, DeadLetter, DeadLetterRow, ShardClaim,
-    ShardCommit, ShardDepth, ShardEnd, ShardRead, Store, StoreError,
+    BoxError, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetter, DeadLetterRow,
+    DrainStore, FailingShard, ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardState, Store,
+    StoreAdmin, StoreError,
 };
 
 /// The `scheduled_for` given to new rows: 2016-08-01, so a new row is due at

@@ -1,13 +1,13 @@
-//! An in-memory [`Store`] for fast, deterministic tests.
+//! An in-memory store for fast, deterministic tests.
 //!
-//! It keeps the same contract as the database stores (claims with leases and
-//! fencing tokens, whole-shard backoff, bounded reads) so that the engine's
-//! rules can be checked by property tests over random interleavings. Every
-//! method is atomic, like a database statement.
+//! It keeps the contract of the database stores (bucket leases with fencing
+//! tokens, whole-shard backoff state, prefixes of rows in id order), so that
+//! the conformance suite and the property tests check the engine against the
+//! same rules. Every method is atomic, like a database statement; writes can
+//! be grouped in a [`MemoryTransaction`] that commits or rolls back.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -16,29 +16,83 @@ use serde_json::Value;
 use crate::clock::Clock;
 use crate::message::StoredRow;
 use crate::registry::Category;
-use crate::shard::{OutboxKind, ShardKey};
+use crate::shard::{OutboxKind, ShardKey, MAX_BUCKETS_PER_CLAIM};
 use crate::store::{
-    ClaimRequest, CommitBatch, CommitOutcome, DeadLetterRow, ShardClaim, ShardDepth, ShardEnd,
-    ShardRead, Store, StoreError,
+    ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore,
+    FailingShard, ShardClaim, ShardDepth, ShardEnd, ShardState, StoreAdmin, StoreError,
 };
 
 #[derive(Clone, Debug)]
 struct Lease {
-    token: i64,
-    held: bool,
+    token: Option<i64>,
     lease_until: DateTime<Utc>,
-    last_backoff: Option<Duration>,
-    attempts: u32,
+}
+
+impl Lease {
+    fn live_for(&self, token: i64, now: DateTime<Utc>) -> bool {
+        self.token == Some(token) && self.lease_until > now
+    }
+
+    fn is_live(&self, now: DateTime<Utc>) -> bool {
+        self.token.is_some() && self.lease_until > now
+    }
 }
 
 #[derive(Debug, Default)]
 struct State {
     next_id: i64,
     rows: HashMap<OutboxKind, BTreeMap<i64, StoredRow>>,
-    leases: HashMap<ShardKey, Lease>,
+    leases: HashMap<(OutboxKind, i32), Lease>,
+    states: HashMap<ShardKey, ShardState>,
     dead: HashMap<OutboxKind, BTreeMap<i64, DeadLetterRow>>,
     skip_before_failing: u32,
     fail_next: u32,
+}
+
+impl State {
+    fn held(&self, kind: OutboxKind, bucket: i32, now: DateTime<Utc>) -> bool {
+        self.leases
+            .get(&(kind, bucket))
+            .is_some_and(|lease| lease.is_live(now))
+    }
+
+    /// The pending rows of `shard` up to `up_to`, in id order, at most `limit`.
+    fn shard_rows(&self, shard: &ShardKey, up_to: Option<i64>, limit: usize) -> Vec<StoredRow> {
+        self.rows
+            .get(&shard.kind())
+            .into_iter()
+            .flat_map(|rows| rows.values())
+            .filter(|row| &row.shard == shard && up_to.is_none_or(|up| row.id <= up))
+            .take(limit)
+            .cloned()
+            .collect()
+    }
+
+    fn grant(&mut self, request: &ClaimRequest, bucket: i32) {
+        self.leases.insert(
+            (request.kind, bucket),
+            Lease {
+                token: Some(request.token),
+                lease_until: request.lease_until,
+            },
+        );
+    }
+
+    fn reschedule(
+        &mut self,
+        shard: &ShardKey,
+        now: DateTime<Utc>,
+        mut change: impl FnMut(DateTime<Utc>) -> Option<DateTime<Utc>>,
+    ) {
+        if let Some(rows) = self.rows.get_mut(&shard.kind()) {
+            for row in rows.values_mut().filter(|row| &row.shard == shard) {
+                if let Some(at) = change(row.scheduled_for) {
+                    row.scheduled_for = at;
+                    row.scheduled_from = now;
+                }
+            }
+        }
+    }
 }
 
 /// An in-memory outbox store. Clones share the same data.
@@ -53,6 +107,57 @@ impl std::fmt::Debug for MemoryStore {
         f.debug_struct("MemoryStore")
             .field("state", &*self.lock())
             .finish_non_exhaustive()
+    }
+}
+
+/// Rows written together: visible when [`commit`](Self::commit) is called,
+/// gone when dropped without it. Ids are assigned at write time, as a
+/// database sequence does, so a transaction that commits late can expose ids
+/// lower than rows already delivered.
+#[derive(Debug)]
+pub struct MemoryTransaction {
+    store: MemoryStore,
+    rows: Vec<StoredRow>,
+}
+
+impl MemoryTransaction {
+    /// Writes one row; returns its id.
+    pub fn write<C: Category>(
+        &mut self,
+        shard: &ShardKey,
+        category: C,
+        object_identifier: i64,
+        payload: Option<Value>,
+    ) -> i64 {
+        self.write_raw(shard, category.value(), object_identifier, payload)
+    }
+
+    /// Writes one row with a raw category value (possibly unknown).
+    pub fn write_raw(
+        &mut self,
+        shard: &ShardKey,
+        category: i32,
+        object_identifier: i64,
+        payload: Option<Value>,
+    ) -> i64 {
+        let row = self
+            .store
+            .new_row(shard, category, object_identifier, payload);
+        let id = row.id;
+        self.rows.push(row);
+        id
+    }
+
+    /// Makes the rows visible.
+    pub fn commit(self) {
+        let mut state = self.store.lock();
+        for row in self.rows {
+            state
+                .rows
+                .entry(row.shard.kind())
+                .or_default()
+                .insert(row.id, row);
+        }
     }
 }
 
@@ -80,6 +185,36 @@ impl MemoryStore {
         }
     }
 
+    fn new_row(
+        &self,
+        shard: &ShardKey,
+        category: i32,
+        object_identifier: i64,
+        payload: Option<Value>,
+    ) -> StoredRow {
+        let now = self.now();
+        let mut state = self.lock();
+        state.next_id += 1;
+        StoredRow {
+            id: state.next_id,
+            shard: shard.clone(),
+            category,
+            object_identifier,
+            payload,
+            scheduled_from: now,
+            scheduled_for: crate::the_past(),
+            date_added: now,
+        }
+    }
+
+    /// Begins a group of writes that commits or rolls back as one.
+    pub fn begin(&self) -> MemoryTransaction {
+        MemoryTransaction {
+            store: self.clone(),
+            rows: Vec::new(),
+        }
+    }
+
     /// Writes one row, as a committed transaction would; returns its id.
     pub fn write<C: Category>(
         &self,
@@ -99,23 +234,9 @@ impl MemoryStore {
         object_identifier: i64,
         payload: Option<Value>,
     ) -> i64 {
-        let now = self.now();
-        let mut state = self.lock();
-        state.next_id += 1;
-        let id = state.next_id;
-        state.rows.entry(shard.kind()).or_default().insert(
-            id,
-            StoredRow {
-                id,
-                shard: shard.clone(),
-                category,
-                object_identifier,
-                payload,
-                scheduled_from: now,
-                scheduled_for: crate::the_past(),
-                date_added: now,
-            },
-        );
+        let mut txn = self.begin();
+        let id = txn.write_raw(shard, category, object_identifier, payload);
+        txn.commit();
         id
     }
 
@@ -155,61 +276,65 @@ impl MemoryStore {
         }
         Ok(())
     }
-
-    fn grant(state: &mut State, request: &ClaimRequest, shard: &ShardKey) -> ShardClaim {
-        let lease = state.leases.entry(shard.clone()).or_insert(Lease {
-            token: 0,
-            held: false,
-            lease_until: request.now,
-            last_backoff: None,
-            attempts: 0,
-        });
-        lease.token = request.token;
-        lease.held = true;
-        lease.lease_until = request.lease_until;
-        ShardClaim {
-            shard: shard.clone(),
-            token: request.token,
-            lease_until: request.lease_until,
-            last_backoff: lease.last_backoff,
-            attempts: lease.attempts,
-        }
-    }
 }
 
 #[async_trait]
-impl Store for MemoryStore {
-    async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ShardClaim>, StoreError> {
+impl DrainStore for MemoryStore {
+    async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ClaimedShard>, StoreError> {
         let mut state = self.lock();
         Self::check_failure(&mut state, "claim due shards")?;
-        let mut due: HashMap<ShardKey, (DateTime<Utc>, i64)> = HashMap::new();
-        if let Some(rows) = state.rows.get(&request.kind) {
-            for row in rows.values() {
-                if row.scheduled_for > request.now || request.up_to_id.is_some_and(|up| row.id > up)
-                {
-                    continue;
-                }
-                let entry = due
-                    .entry(row.shard.clone())
-                    .or_insert((row.scheduled_for, row.id));
-                entry.0 = entry.0.min(row.scheduled_for);
-                entry.1 = entry.1.min(row.id);
-            }
-        }
-        let mut due: Vec<(ShardKey, (DateTime<Utc>, i64))> = due
+        let kind = request.kind;
+        let mut candidates: Vec<&StoredRow> = state
+            .rows
+            .get(&kind)
             .into_iter()
-            .filter(|(shard, _)| {
-                state
-                    .leases
-                    .get(shard)
-                    .is_none_or(|lease| lease.lease_until <= request.now)
+            .flat_map(|rows| rows.values())
+            .filter(|row| {
+                row.scheduled_for <= request.now
+                    && request.up_to_id.is_none_or(|up| row.id <= up)
+                    && !state.held(kind, row.shard.bucket(), request.now)
             })
             .collect();
-        due.sort_by_key(|(_, order)| *order);
-        due.truncate(request.limit);
-        Ok(due
+        candidates.sort_by_key(|row| (row.scheduled_for, row.id));
+        candidates.truncate(request.rows);
+
+        // Buckets in order of their first candidate, at most a quarter.
+        let mut buckets: Vec<i32> = Vec::new();
+        // Shards in order of their first candidate, with their candidate count.
+        let mut shards: Vec<(ShardKey, usize)> = Vec::new();
+        for row in &candidates {
+            let bucket = row.shard.bucket();
+            if !buckets.contains(&bucket) {
+                if buckets.len() == MAX_BUCKETS_PER_CLAIM {
+                    continue;
+                }
+                buckets.push(bucket);
+            }
+            match shards.iter_mut().find(|(shard, _)| shard == &row.shard) {
+                Some((_, count)) => *count += 1,
+                None => shards.push((row.shard.clone(), 1)),
+            }
+        }
+        for &bucket in &buckets {
+            state.grant(request, bucket);
+        }
+        Ok(shards
             .into_iter()
-            .map(|(shard, _)| Self::grant(&mut state, request, &shard))
+            .map(|(shard, count)| {
+                let shard_state = state.states.get(&shard).cloned();
+                // A backing-off shard's rows are read in full, in id order:
+                // its rescheduled rows sort after newer due ones.
+                let limit = if shard_state.is_some() {
+                    request.rows
+                } else {
+                    count
+                };
+                ClaimedShard {
+                    rows: state.shard_rows(&shard, request.up_to_id, limit),
+                    shard,
+                    state: shard_state,
+                }
+            })
             .collect())
     }
 
@@ -217,76 +342,79 @@ impl Store for MemoryStore {
         &self,
         request: &ClaimRequest,
         shard: &ShardKey,
-    ) -> Result<Option<ShardClaim>, StoreError> {
+    ) -> Result<ShardClaim, StoreError> {
         let mut state = self.lock();
         Self::check_failure(&mut state, "claim a shard")?;
-        let free = state
-            .leases
-            .get(shard)
-            .is_none_or(|lease| !lease.held || lease.lease_until <= request.now);
-        Ok(free.then(|| Self::grant(&mut state, request, shard)))
+        let shard_state = state.states.get(shard).cloned();
+        if let Some(backoff) = shard_state.as_ref() {
+            if backoff.retry_at > request.now {
+                return Ok(ShardClaim::BackingOff(backoff.clone()));
+            }
+        }
+        if state.held(request.kind, shard.bucket(), request.now) {
+            return Ok(ShardClaim::Held);
+        }
+        state.grant(request, shard.bucket());
+        Ok(ShardClaim::Claimed(ClaimedShard {
+            shard: shard.clone(),
+            rows: state.shard_rows(shard, request.up_to_id, request.rows),
+            state: shard_state,
+        }))
     }
 
-    async fn read_rows(
+    async fn renew(
         &self,
         kind: OutboxKind,
-        shards: &[ShardRead],
-        limit: usize,
-    ) -> Result<Vec<StoredRow>, StoreError> {
+        token: i64,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
         let mut state = self.lock();
-        Self::check_failure(&mut state, "read outbox rows")?;
-        let Some(rows) = state.rows.get(&kind) else {
-            return Ok(Vec::new());
-        };
-        let mut out = Vec::new();
-        for read in shards {
-            out.extend(
-                rows.values()
-                    .filter(|row| {
-                        row.shard == read.shard && read.up_to_id.is_none_or(|up| row.id <= up)
-                    })
-                    .take(limit)
-                    .cloned(),
-            );
+        Self::check_failure(&mut state, "renew claims")?;
+        let mut renewed = 0;
+        for ((lease_kind, _), lease) in &mut state.leases {
+            if *lease_kind == kind && lease.live_for(token, now) {
+                lease.lease_until = until;
+                renewed += 1;
+            }
         }
-        Ok(out)
+        Ok(renewed)
     }
 
     async fn commit(&self, batch: &CommitBatch) -> Result<CommitOutcome, StoreError> {
         let mut state = self.lock();
         Self::check_failure(&mut state, "commit a drain round")?;
+        let kind = batch.kind;
+        let owned = |state: &State, shard: &ShardKey| {
+            state
+                .leases
+                .get(&(kind, shard.bucket()))
+                .is_some_and(|lease| lease.live_for(batch.token, batch.now))
+        };
         let mut outcome = CommitOutcome::default();
-        for shard in &batch.shards {
-            let owned = state.leases.get(&shard.shard).is_some_and(|lease| {
-                lease.held && lease.token == batch.token && lease.lease_until > batch.now
-            });
-            if !owned {
-                outcome.lost.push(shard.shard.clone());
+        for commit in &batch.shards {
+            let shard = &commit.shard;
+            if !owned(&state, shard) {
+                outcome.lost.push(shard.clone());
                 continue;
             }
-            if let Some(rows) = state.rows.get_mut(&batch.kind) {
-                for id in &shard.delete_ids {
-                    if rows.get(id).is_some_and(|row| row.shard == shard.shard) {
+            if let Some(rows) = state.rows.get_mut(&kind) {
+                for id in &commit.delete_ids {
+                    if rows.get(id).is_some_and(|row| &row.shard == shard) {
                         rows.remove(id);
                         outcome.deleted += 1;
                     }
                 }
             }
-            if !shard.dead_letters.is_empty() {
-                // The shard gave up on a group: its failure count starts over.
-                if let Some(lease) = state.leases.get_mut(&shard.shard) {
-                    lease.attempts = 0;
-                    lease.last_backoff = None;
-                }
-            }
-            for dead in &shard.dead_letters {
+            for dead in &commit.dead_letters {
                 for id in &dead.ids {
                     let moved = state
                         .rows
-                        .get_mut(&batch.kind)
+                        .get_mut(&kind)
+                        .filter(|rows| rows.get(id).is_some_and(|row| &row.shard == shard))
                         .and_then(|rows| rows.remove(id));
                     if let Some(row) = moved {
-                        state.dead.entry(batch.kind).or_default().insert(
+                        state.dead.entry(kind).or_default().insert(
                             *id,
                             DeadLetterRow {
                                 row,
@@ -298,34 +426,45 @@ impl Store for MemoryStore {
                     }
                 }
             }
-            match &shard.end {
-                ShardEnd::Continue => {
-                    if let Some(lease) = state.leases.get_mut(&shard.shard) {
-                        lease.lease_until = batch.renew_until;
-                    }
-                }
-                ShardEnd::Release => {
-                    state.leases.remove(&shard.shard);
+            match &commit.end {
+                ShardEnd::Done => {}
+                ShardEnd::Recovered => {
+                    state.states.remove(shard);
+                    state.reschedule(shard, batch.now, |_| Some(crate::the_past()));
                 }
                 ShardEnd::Backoff {
                     retry_at,
                     delay,
+                    error,
                     attempts,
-                    ..
                 } => {
-                    if let Some(lease) = state.leases.get_mut(&shard.shard) {
-                        lease.held = false;
-                        lease.lease_until = *retry_at;
-                        lease.last_backoff = Some(*delay);
-                        lease.attempts = *attempts;
-                    }
-                    if let Some(rows) = state.rows.get_mut(&batch.kind) {
-                        for row in rows.values_mut().filter(|row| row.shard == shard.shard) {
-                            row.scheduled_for = *retry_at;
-                            row.scheduled_from = batch.now;
-                        }
-                    }
+                    state.states.insert(
+                        shard.clone(),
+                        ShardState {
+                            attempts: *attempts,
+                            last_backoff: Some(*delay),
+                            retry_at: *retry_at,
+                            last_error: Some(error.clone()),
+                            failed_at: batch.now,
+                        },
+                    );
+                    state.reschedule(shard, batch.now, |_| Some(*retry_at));
                 }
+                ShardEnd::Wait { retry_at } => {
+                    state.reschedule(shard, batch.now, |at| (at < *retry_at).then_some(*retry_at));
+                }
+            }
+        }
+        let kept: Vec<i32> = batch.in_flight.iter().map(ShardKey::bucket).collect();
+        for ((lease_kind, bucket), lease) in &mut state.leases {
+            if *lease_kind != kind || !lease.live_for(batch.token, batch.now) {
+                continue;
+            }
+            if kept.contains(bucket) {
+                lease.lease_until = batch.renew_until;
+            } else {
+                lease.token = None;
+                lease.lease_until = batch.now;
             }
         }
         Ok(outcome)
@@ -340,16 +479,18 @@ impl Store for MemoryStore {
         let mut state = self.lock();
         Self::check_failure(&mut state, "expire abandoned claims")?;
         let mut expired = 0;
-        for (shard, lease) in &mut state.leases {
-            if shard.kind() == kind && lease.held && lease.token == token && lease.lease_until > now
-            {
+        for ((lease_kind, _), lease) in &mut state.leases {
+            if *lease_kind == kind && lease.live_for(token, now) {
                 lease.lease_until = now;
                 expired += 1;
             }
         }
         Ok(expired)
     }
+}
 
+#[async_trait]
+impl StoreAdmin for MemoryStore {
     async fn pending_count(&self, kind: OutboxKind) -> Result<u64, StoreError> {
         let mut state = self.lock();
         Self::check_failure(&mut state, "count pending rows")?;
@@ -390,6 +531,15 @@ impl Store for MemoryStore {
             .and_then(|rows| rows.values().map(|row| row.date_added).min()))
     }
 
+    async fn max_id(&self, kind: OutboxKind) -> Result<Option<i64>, StoreError> {
+        let mut state = self.lock();
+        Self::check_failure(&mut state, "find the highest row id")?;
+        Ok(state
+            .rows
+            .get(&kind)
+            .and_then(|rows| rows.keys().next_back().copied()))
+    }
+
     async fn has_due(&self, kind: OutboxKind, now: DateTime<Utc>) -> Result<bool, StoreError> {
         let mut state = self.lock();
         Self::check_failure(&mut state, "look for due rows")?;
@@ -397,12 +547,34 @@ impl Store for MemoryStore {
         Ok(state.rows.get(&kind).is_some_and(|rows| {
             rows.values().any(|row| {
                 row.scheduled_for <= now
+                    && !state.held(kind, row.shard.bucket(), now)
                     && state
-                        .leases
+                        .states
                         .get(&row.shard)
-                        .is_none_or(|lease| lease.lease_until <= now)
+                        .is_none_or(|backoff| backoff.retry_at <= now)
             })
         }))
+    }
+
+    async fn failing_shards(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<FailingShard>, StoreError> {
+        let mut state = self.lock();
+        Self::check_failure(&mut state, "list failing shards")?;
+        let mut failing: Vec<FailingShard> = state
+            .states
+            .iter()
+            .filter(|(shard, _)| shard.kind() == kind)
+            .map(|(shard, backoff)| FailingShard {
+                shard: shard.clone(),
+                state: backoff.clone(),
+            })
+            .collect();
+        failing.sort_by(|a, b| (a.state.retry_at, &a.shard).cmp(&(b.state.retry_at, &b.shard)));
+        failing.truncate(limit);
+        Ok(failing)
     }
 
     async fn dead_letters(
@@ -412,11 +584,14 @@ impl Store for MemoryStore {
     ) -> Result<Vec<DeadLetterRow>, StoreError> {
         let mut state = self.lock();
         Self::check_failure(&mut state, "list dead letters")?;
-        Ok(state
+        let mut dead: Vec<DeadLetterRow> = state
             .dead
             .get(&kind)
-            .map(|dead| dead.values().take(limit).cloned().collect())
-            .unwrap_or_default())
+            .map(|dead| dead.values().cloned().collect())
+            .unwrap_or_default();
+        dead.sort_by_key(|dead| (dead.dead_lettered_at, dead.row.id));
+        dead.truncate(limit);
+        Ok(dead)
     }
 
     async fn replay_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
@@ -433,14 +608,5 @@ impl Store for MemoryStore {
             }
         }
         Ok(moved)
-    }
-
-    async fn max_id(&self, kind: OutboxKind) -> Result<Option<i64>, StoreError> {
-        let mut state = self.lock();
-        Self::check_failure(&mut state, "find the highest row id")?;
-        Ok(state
-            .rows
-            .get(&kind)
-            .and_then(|rows| rows.keys().next_back().copied()))
     }
 }

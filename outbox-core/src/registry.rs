@@ -190,7 +190,7 @@ macro_rules! registry {
             pub const fn shard_field(self) -> ::core::option::Option<&'static str> {
                 match self {
                     $(Self::$scope => {
-                        #[allow(unused_mut)]
+                        #[allow(unused_mut, unused_assignments)]
                         let mut field = ::core::option::Option::None;
                         $(field = ::core::option::Option::Some($shard_field);)?
                         field
@@ -203,7 +203,7 @@ macro_rules! registry {
             pub const fn owner_table(self) -> ::core::option::Option<&'static str> {
                 match self {
                     $(Self::$scope => {
-                        #[allow(unused_mut)]
+                        #[allow(unused_mut, unused_assignments)]
                         let mut table = ::core::option::Option::None;
                         $($(table = ::core::option::Option::Some($owner_table);)?)?
                         table
@@ -278,7 +278,7 @@ macro_rules! registry {
             fn is_retired(self) -> bool {
                 match self {
                     $($(Self::$category => {
-                        #[allow(unused_mut)]
+                        #[allow(unused_mut, unused_assignments)]
                         let mut retired = false;
                         $(
                             const _: () = {

@@ -1,4 +1,12 @@
-//! Shards: the unit of ordering and of mutual exclusion.
+//! Shards: the unit of ordering; and their claim buckets, the unit of mutual
+//! exclusion.
+//!
+//! A worker never claims a single shard: shards are hashed into
+//! [`CLAIM_BUCKETS`] buckets per outbox kind, and a worker leases whole
+//! buckets (see [`ShardKey::bucket`]). One lease covers every shard of its
+//! bucket, so a round that delivers many small shards pays for a few leases
+//! instead of one per shard, and a sync flush and a background round can never
+//! work on one shard at once.
 
 use std::fmt;
 
@@ -43,6 +51,16 @@ impl fmt::Display for OutboxKind {
         f.write_str(self.as_str())
     }
 }
+
+/// Claim buckets per outbox kind: 1,024. Part of the storage contract: every
+/// store maps a shard to the same bucket ([`ShardKey::bucket`]), and the SQL
+/// stores compute it in their statements.
+pub const CLAIM_BUCKETS: i32 = 1024;
+
+/// Buckets one background claim leases at most: 256, a quarter of them. The
+/// rest stay free for other workers and for synchronous flushes, which wait
+/// when a background round holds their shard's bucket.
+pub const MAX_BUCKETS_PER_CLAIM: usize = 256;
 
 /// A shard: `(shard_scope, shard_identifier)`, plus the target region for the
 /// control outbox. Rows of one shard are delivered in order, by at most one
@@ -105,6 +123,33 @@ impl ShardKey {
     pub fn region_name(&self) -> Option<&str> {
         self.region.as_deref()
     }
+
+    /// The claim bucket of this shard, in `0..CLAIM_BUCKETS`: `((identifier
+    /// mod 1024) + (scope mod 1024) × 37) mod 1024`, with remainders taken
+    /// toward zero as SQL's `%` does, then made non-negative. The region of a
+    /// control-outbox shard is left out: one organization's shards for every
+    /// region share a bucket, which costs a little parallelism and nothing
+    /// else.
+    ///
+    /// ```
+    /// # outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
+    /// use outbox_core::ShardKey;
+    /// assert_eq!(ShardKey::region(OutboxScope::OrgScope, 7).bucket(), 7);
+    /// assert_eq!(ShardKey::region(OutboxScope::OrgScope, 1031).bucket(), 7);
+    /// assert_eq!(ShardKey::control("us", OutboxScope::OrgScope, 7).bucket(), 7);
+    /// ```
+    pub fn bucket(&self) -> i32 {
+        bucket_of(self.scope, self.identifier)
+    }
+}
+
+/// The bucket of a `(scope, identifier)` pair; see [`ShardKey::bucket`].
+pub fn bucket_of(scope: i32, identifier: i64) -> i32 {
+    let n = i64::from(CLAIM_BUCKETS);
+    // `%` truncates toward zero in Rust as in PostgreSQL and SQLite.
+    let mixed = (identifier % n + (i64::from(scope) % n) * 37) % n;
+    // In 0..CLAIM_BUCKETS after the adjustment, so the cast cannot truncate.
+    ((mixed + n) % n) as i32
 }
 
 impl fmt::Display for ShardKey {
@@ -117,5 +162,31 @@ impl fmt::Display for ShardKey {
             ),
             None => write!(f, "{}:{}/{}", self.kind, self.scope, self.identifier),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_cover_the_range_and_handle_negative_values() {
+        for (scope, identifier) in [
+            (0, 0),
+            (0, -1),
+            (-3, 5),
+            (i32::MIN, i64::MIN),
+            (i32::MAX, i64::MAX),
+            (7, 1_000_000_007),
+        ] {
+            let bucket = bucket_of(scope, identifier);
+            assert!(
+                (0..CLAIM_BUCKETS).contains(&bucket),
+                "{scope}/{identifier}: {bucket}"
+            );
+        }
+        assert_eq!(bucket_of(0, -1), 1023);
+        assert_eq!(bucket_of(1, 0), 37);
+        assert_eq!(bucket_of(0, 1024 * 5 + 3), 3);
     }
 }

@@ -2,9 +2,15 @@
 //!
 //! Enabled by the `test-utils` feature.
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+
 use crate::drain::{DrainReport, Drainer, FlushError};
 use crate::registry::Category;
-use crate::shard::OutboxKind;
+use crate::shard::{OutboxKind, ShardKey};
 use crate::store::StoreError;
 
 /// Rounds [`drain_until_idle`] runs before it gives up: 10.
@@ -50,7 +56,7 @@ pub async fn drain_until_idle<C: Category>(
     for _round in 0..MAX_ROUNDS {
         let mut worked = false;
         for &kind in kinds {
-            let Some(bound) = drainer.store().max_id(kind).await? else {
+            let Some(bound) = drainer.admin().max_id(kind).await? else {
                 continue;
             };
             loop {
@@ -70,7 +76,7 @@ pub async fn drain_until_idle<C: Category>(
         }
     }
     for &kind in kinds {
-        if drainer.store().has_due(kind, drainer.now()).await? {
+        if drainer.admin().has_due(kind, drainer.now()).await? {
             return Err(RunnerError::RecursionLimit { rounds: MAX_ROUNDS });
         }
     }
@@ -81,7 +87,7 @@ pub async fn drain_until_idle<C: Category>(
 #[derive(Clone, Debug, PartialEq)]
 pub struct Delivery<C> {
     /// The shard.
-    pub shard: crate::ShardKey,
+    pub shard: ShardKey,
     /// The category.
     pub category: C,
     /// The object.
@@ -98,30 +104,30 @@ pub struct Delivery<C> {
     pub synchronous: bool,
 }
 
-type FailRule<C> = std::sync::Arc<dyn Fn(&crate::Message<C>) -> bool + Send + Sync>;
+type Rule<C> = Arc<dyn Fn(&crate::Message<C>) -> bool + Send + Sync>;
 
-/// A receiver for tests: records every delivery, fails on demand, and counts
-/// deliveries of one shard that overlap in time (two workers at once).
+/// A receiver for tests: records every delivery, fails or holds deliveries on
+/// demand, and counts deliveries of one shard that overlap in time (two
+/// workers at once, which rule 3 forbids).
 pub struct Recorder<C: Category> {
-    deliveries: std::sync::Arc<std::sync::Mutex<Vec<Delivery<C>>>>,
-    active: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<crate::ShardKey>>>,
-    overlaps: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    fail: std::sync::Arc<std::sync::Mutex<Option<FailRule<C>>>>,
-    yield_inside: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    delivered: std::sync::Arc<tokio::sync::Notify>,
+    inner: Arc<RecorderInner<C>>,
+}
+
+struct RecorderInner<C: Category> {
+    deliveries: Mutex<Vec<Delivery<C>>>,
+    active: Mutex<HashSet<ShardKey>>,
+    overlaps: AtomicUsize,
+    calls: AtomicUsize,
+    fail: Mutex<Option<Rule<C>>>,
+    hold: Mutex<Option<(Rule<C>, Gate)>>,
+    yield_inside: AtomicBool,
+    delivered: Notify,
 }
 
 impl<C: Category> Clone for Recorder<C> {
     fn clone(&self) -> Self {
         Self {
-            deliveries: self.deliveries.clone(),
-            active: self.active.clone(),
-            overlaps: self.overlaps.clone(),
-            calls: self.calls.clone(),
-            fail: self.fail.clone(),
-            yield_inside: self.yield_inside.clone(),
-            delivered: self.delivered.clone(),
+            inner: self.inner.clone(),
         }
     }
 }
@@ -129,13 +135,16 @@ impl<C: Category> Clone for Recorder<C> {
 impl<C: Category> Default for Recorder<C> {
     fn default() -> Self {
         Self {
-            deliveries: Default::default(),
-            active: Default::default(),
-            overlaps: Default::default(),
-            calls: Default::default(),
-            fail: Default::default(),
-            yield_inside: Default::default(),
-            delivered: Default::default(),
+            inner: Arc::new(RecorderInner {
+                deliveries: Mutex::default(),
+                active: Mutex::default(),
+                overlaps: AtomicUsize::new(0),
+                calls: AtomicUsize::new(0),
+                fail: Mutex::default(),
+                hold: Mutex::default(),
+                yield_inside: AtomicBool::new(false),
+                delivered: Notify::new(),
+            }),
         }
     }
 }
@@ -148,6 +157,69 @@ impl<C: Category> std::fmt::Debug for Recorder<C> {
     }
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A gate that held deliveries wait at (see [`Recorder::hold_when`]).
+/// Clones share the gate.
+#[derive(Clone, Debug, Default)]
+pub struct Gate {
+    inner: Arc<GateInner>,
+}
+
+#[derive(Debug, Default)]
+struct GateInner {
+    waiting: AtomicUsize,
+    arrived: Notify,
+    open: AtomicBool,
+    opened: Notify,
+}
+
+impl Gate {
+    /// Waits until at least `count` deliveries have reached the gate (in
+    /// total, whether or not they have passed it since).
+    pub async fn reached(&self, count: usize) {
+        loop {
+            let arrived = self.inner.arrived.notified();
+            if self.inner.waiting.load(Ordering::SeqCst) >= count {
+                return;
+            }
+            arrived.await;
+        }
+    }
+
+    /// Lets every held delivery through, now and later.
+    pub fn open(&self) {
+        self.inner.open.store(true, Ordering::SeqCst);
+        self.inner.opened.notify_waiters();
+    }
+
+    async fn pass(&self) {
+        let opened = self.inner.opened.notified();
+        tokio::pin!(opened);
+        opened.as_mut().enable();
+        self.inner.waiting.fetch_add(1, Ordering::SeqCst);
+        self.inner.arrived.notify_waiters();
+        if !self.inner.open.load(Ordering::SeqCst) {
+            opened.await;
+        }
+    }
+}
+
+/// Removes a shard from the active set when its delivery ends, even when the
+/// delivery is cancelled half-way.
+struct Active<'a> {
+    set: &'a Mutex<HashSet<ShardKey>>,
+    shard: ShardKey,
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        lock(self.set).remove(&self.shard);
+    }
+}
+
 impl<C: Category> Recorder<C> {
     /// A recorder that accepts everything.
     pub fn new() -> Self {
@@ -156,36 +228,45 @@ impl<C: Category> Recorder<C> {
 
     /// Fails every message for which `rule` holds.
     pub fn fail_when(&self, rule: impl Fn(&crate::Message<C>) -> bool + Send + Sync + 'static) {
-        *self.fail.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::sync::Arc::new(rule));
+        *lock(&self.inner.fail) = Some(Arc::new(rule));
     }
 
     /// Stops failing.
     pub fn stop_failing(&self) {
-        *self.fail.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *lock(&self.inner.fail) = None;
+    }
+
+    /// Holds every message for which `rule` holds at the returned gate until
+    /// it is opened (a receiver that hangs, or a crash point).
+    pub fn hold_when(
+        &self,
+        rule: impl Fn(&crate::Message<C>) -> bool + Send + Sync + 'static,
+    ) -> Gate {
+        let gate = Gate::default();
+        *lock(&self.inner.hold) = Some((Arc::new(rule), gate.clone()));
+        gate
     }
 
     /// Yields to the scheduler inside each delivery, to widen race windows.
     pub fn yield_inside(&self, yield_inside: bool) {
-        self.yield_inside
-            .store(yield_inside, std::sync::atomic::Ordering::Relaxed);
+        self.inner
+            .yield_inside
+            .store(yield_inside, Ordering::Relaxed);
     }
 
     /// Successful deliveries so far, in order.
     pub fn deliveries(&self) -> Vec<Delivery<C>> {
-        self.deliveries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.inner.deliveries).clone()
     }
 
     /// Receiver calls so far, failed ones included.
     pub fn calls(&self) -> usize {
-        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+        self.inner.calls.load(Ordering::SeqCst)
     }
 
     /// Times one shard was delivered by two callers at once (must stay 0).
     pub fn overlaps(&self) -> usize {
-        self.overlaps.load(std::sync::atomic::Ordering::SeqCst)
+        self.inner.overlaps.load(Ordering::SeqCst)
     }
 
     /// Waits until at least `count` deliveries were recorded, or `timeout`.
@@ -193,14 +274,8 @@ impl<C: Category> Recorder<C> {
     pub async fn wait_for(&self, count: usize, timeout: std::time::Duration) -> bool {
         let wait = async {
             loop {
-                let notified = self.delivered.notified();
-                if self
-                    .deliveries
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .len()
-                    >= count
-                {
+                let notified = self.inner.delivered.notified();
+                if lock(&self.inner.deliveries).len() >= count {
                     return;
                 }
                 notified.await;
@@ -215,44 +290,40 @@ impl<C: Category> Recorder<C> {
     ///
     /// When the fail rule holds for the message.
     pub async fn handle(&self, message: crate::Message<C>) -> Result<(), crate::HandlerError> {
-        use std::sync::atomic::Ordering;
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        if !self
-            .active
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(message.shard.clone())
-        {
-            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        self.inner.calls.fetch_add(1, Ordering::SeqCst);
+        if !lock(&self.inner.active).insert(message.shard.clone()) {
+            self.inner.overlaps.fetch_add(1, Ordering::SeqCst);
         }
-        if self.yield_inside.load(Ordering::Relaxed) {
+        let _active = Active {
+            set: &self.inner.active,
+            shard: message.shard.clone(),
+        };
+        if self.inner.yield_inside.load(Ordering::Relaxed) {
             tokio::task::yield_now().await;
         }
-        let fail = self.fail.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let result = if fail.is_some_and(|rule| rule(&message)) {
-            Err(format!("receiver refused {}", message.id).into())
-        } else {
-            self.deliveries
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(Delivery {
-                    shard: message.shard.clone(),
-                    category: message.category,
-                    object: message.object_identifier,
-                    id: message.id,
-                    first_id: message.first_id,
-                    coalesced: message.coalesced,
-                    payload: message.payload.clone(),
-                    synchronous: message.synchronous,
-                });
-            self.delivered.notify_waiters();
-            Ok(())
-        };
-        self.active
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&message.shard);
-        result
+        let hold = lock(&self.inner.hold)
+            .as_ref()
+            .filter(|(rule, _)| rule(&message))
+            .map(|(_, gate)| gate.clone());
+        if let Some(gate) = hold {
+            gate.pass().await;
+        }
+        let fail = lock(&self.inner.fail).clone();
+        if fail.is_some_and(|rule| rule(&message)) {
+            return Err(format!("receiver refused {}", message.id).into());
+        }
+        lock(&self.inner.deliveries).push(Delivery {
+            shard: message.shard.clone(),
+            category: message.category,
+            object: message.object_identifier,
+            id: message.id,
+            first_id: message.first_id,
+            coalesced: message.coalesced,
+            payload: message.payload.clone(),
+            synchronous: message.synchronous,
+        });
+        self.inner.delivered.notify_waiters();
+        Ok(())
     }
 
     /// Receivers for every live category, all into this recorder.

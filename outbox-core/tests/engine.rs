@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_core::{
-    DeliveryError, DrainConfig, Drainer, FlushError, HandlerError, ManualClock, MemoryStore,
-    Message, OutboxKind, PayloadError, Receivers, ShardKey, Store,
+    DeliveryError, DrainConfig, DrainStore, Drainer, FlushError, HandlerError, ManualClock,
+    MemoryStore, Message, OutboxKind, PayloadError, Receivers, ShardClaim, ShardKey, StoreAdmin,
 };
 use serde_json::json;
 
@@ -162,7 +162,10 @@ async fn a_database_lost_mid_round_loses_nothing_and_its_claims_expire() {
     // The claim goes through, then the database goes away.
     store.fail_calls(1, 1);
     let error = drainer.drain_due(OutboxKind::Region).await.unwrap_err();
-    assert!(error.to_string().contains("read outbox rows"), "{error}");
+    assert!(
+        error.to_string().contains("commit a drain round"),
+        "{error}"
+    );
     assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 1);
     // The orphaned claim holds the shard for its lease only.
     assert_eq!(
@@ -181,7 +184,7 @@ async fn a_store_error_files_the_claims_and_releasing_them_frees_the_shard_at_on
     let store = MemoryStore::new();
     store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
     let drainer = Drainer::new(store.clone(), ok_receivers()).with_clock(clock.clone());
-    store.fail_calls(1, 1); // the claim goes through, the read fails
+    store.fail_calls(1, 1); // the claim goes through, the commit fails
     drainer.drain_due(OutboxKind::Region).await.unwrap_err();
     assert!(drainer.has_abandoned());
     // While the database is still away, the claims stay filed.
@@ -269,14 +272,13 @@ async fn a_sync_flush_reports_a_busy_shard() {
         lease_until: outbox_core::Clock::now(&clock) + chrono::Duration::seconds(30),
         token: 7,
         owner: "someone else".into(),
-        limit: 1,
+        rows: 1,
         up_to_id: None,
     };
-    assert!(store
-        .claim_shard(&request, &org(1))
-        .await
-        .unwrap()
-        .is_some());
+    assert!(matches!(
+        store.claim_shard(&request, &org(1)).await.unwrap(),
+        ShardClaim::Claimed(_)
+    ));
     let drainer = Drainer::new(store.clone(), ok_receivers())
         .with_clock(clock.clone())
         .with_config(DrainConfig::default().sync_wait(Duration::from_millis(30)));
@@ -503,4 +505,133 @@ async fn after_a_dead_letter_the_next_poison_group_gets_its_full_attempts() {
     // The first group dies on its 2nd failure (round 2); in that same round the
     // second group fails once (attempts start over), and dies on round 3.
     assert_eq!(dead_after, vec![(first, 2), (second, 3)]);
+}
+
+/// Runs the manual clock and tokio's paused clock forward together, one
+/// second at a time, so that heartbeats fire and see the time pass.
+async fn pass_time(clock: &ManualClock, seconds: u64) {
+    for _ in 0..seconds {
+        clock.advance(Duration::from_secs(1));
+        tokio::time::advance(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_receiver_keeps_its_claim_alive_past_the_lease() {
+    let clock = ManualClock::starting_now();
+    let store = MemoryStore::new();
+    store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
+    let recorder = outbox_core::testing::Recorder::<OutboxCategory>::new();
+    let gate = recorder.hold_when(|_| true);
+    let slow = Drainer::new(store.clone(), recorder.receivers())
+        .with_clock(clock.clone())
+        .with_config(DrainConfig::default().delivery_timeout(Duration::from_secs(60)));
+    let round = tokio::spawn({
+        let slow = slow.clone();
+        async move { slow.drain_due(OutboxKind::Region).await.unwrap() }
+    });
+    gate.reached(1).await;
+    // Ten leases' worth of time: the heartbeats renew the claim each second.
+    pass_time(&clock, 30).await;
+    let other = Drainer::new(store.clone(), ok_receivers()).with_clock(clock.clone());
+    assert!(
+        other
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the claim must still hold"
+    );
+    gate.open();
+    let report = round.await.unwrap();
+    assert_eq!((report.deliveries, report.lost_claims.len()), (1, 0));
+    assert!(store.rows(OutboxKind::Region).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_that_cannot_be_renewed_stops_its_receivers_before_the_lease_ends() {
+    let clock = ManualClock::starting_now();
+    let store = MemoryStore::new();
+    store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
+    let recorder = outbox_core::testing::Recorder::<OutboxCategory>::new();
+    let gate = recorder.hold_when(|_| true);
+    let config = DrainConfig::default().delivery_timeout(Duration::from_secs(60));
+    let cut_off = Drainer::new(store.clone(), recorder.receivers())
+        .with_clock(clock.clone())
+        .with_config(config);
+    let round = tokio::spawn({
+        let cut_off = cut_off.clone();
+        async move { cut_off.drain_due(OutboxKind::Region).await.unwrap() }
+    });
+    gate.reached(1).await;
+    // The database goes away: every renewal fails.
+    store.fail_next_calls(u32::MAX);
+    tokio::time::advance(config.lease_duration() - Duration::from_millis(400)).await;
+    let report = round.await.unwrap();
+    assert_eq!(
+        report.lost_claims,
+        vec![org(1)],
+        "given up before the lease ended"
+    );
+    assert!(recorder.deliveries().is_empty());
+    // The claim ends with its lease; the row is delivered by the next owner.
+    store.fail_next_calls(0);
+    clock.advance(config.lease_duration());
+    let next = Drainer::new(store.clone(), ok_receivers()).with_clock(clock.clone());
+    assert_eq!(
+        next.drain_due(OutboxKind::Region).await.unwrap().deliveries,
+        1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_receiver_holds_only_its_own_bucket() {
+    let clock = ManualClock::starting_now();
+    let store = MemoryStore::new();
+    for id in 1..=5 {
+        store.write(&org(id), OutboxCategory::OrgUpdate, id, None);
+    }
+    let recorder = outbox_core::testing::Recorder::<OutboxCategory>::new();
+    let gate = recorder.hold_when(|message| message.shard_identifier() == 1);
+    let config = DrainConfig::default();
+    let drainer = Drainer::new(store.clone(), recorder.receivers())
+        .with_clock(clock.clone())
+        .with_config(config);
+    let round = tokio::spawn({
+        let drainer = drainer.clone();
+        async move { drainer.drain_due(OutboxKind::Region).await.unwrap() }
+    });
+    gate.reached(1).await;
+    assert!(recorder.wait_for(4, Duration::from_secs(1)).await);
+    // Within the commit interval, the four finished shards commit without
+    // waiting for the slow one, and their buckets are free again.
+    let remaining = || -> Vec<i64> {
+        store
+            .rows(OutboxKind::Region)
+            .iter()
+            .map(|row| row.object_identifier)
+            .collect()
+    };
+    let step = Duration::from_millis(5);
+    let mut waited = Duration::ZERO;
+    while remaining() != vec![1] && waited <= outbox_core::drain::DEFAULT_COMMIT_INTERVAL * 2 {
+        tokio::time::advance(step).await;
+        tokio::task::yield_now().await;
+        waited += step;
+    }
+    assert_eq!(remaining(), vec![1]);
+    let id = store.write(&org(2), OutboxCategory::OrgUpdate, 6, None);
+    let flush = Drainer::new(store.clone(), ok_receivers()).with_clock(clock.clone());
+    assert_eq!(
+        flush
+            .drain_shard(&org(2), Some(id))
+            .await
+            .unwrap()
+            .deliveries,
+        1
+    );
+    gate.open();
+    let report = round.await.unwrap();
+    assert_eq!((report.deliveries, report.lost_claims.len()), (5, 0));
+    assert!(store.rows(OutboxKind::Region).is_empty());
 }

@@ -36,7 +36,7 @@ outbox_core::registry! {
 const MESSAGES: i64 = 20_000;
 
 async fn fill(db: &DatabaseConnection, shards: i64, objects_per_shard: Option<i64>) {
-    db.execute_unprepared("TRUNCATE region_outbox; TRUNCATE outbox_shard_claim")
+    db.execute_unprepared("TRUNCATE region_outbox, outbox_claim_bucket, outbox_shard_state")
         .await
         .unwrap();
     let messages: Vec<OutboxMessage<OutboxCategory>> = (0..MESSAGES)
@@ -139,7 +139,7 @@ async fn drain(
     let wal = wal_since(db, &wal).await;
     assert_eq!(
         drainer
-            .store()
+            .admin()
             .pending_count(OutboxKind::Region)
             .await
             .unwrap(),
@@ -148,13 +148,13 @@ async fn drain(
     (elapsed, deliveries, wal)
 }
 
-/// The drain's tuning: defaults, or `OUTBOX_BENCH_SHARDS_PER_CLAIM` to explore.
+/// The drain's tuning: defaults, or `OUTBOX_BENCH_BATCH_SIZE` to explore.
 fn config() -> DrainConfig {
-    match std::env::var("OUTBOX_BENCH_SHARDS_PER_CLAIM")
+    match std::env::var("OUTBOX_BENCH_BATCH_SIZE")
         .ok()
         .and_then(|v| v.parse().ok())
     {
-        Some(shards) => DrainConfig::default().shards_per_claim(shards),
+        Some(rows) => DrainConfig::default().batch_size(rows),
         None => DrainConfig::default(),
     }
 }

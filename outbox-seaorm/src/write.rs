@@ -26,12 +26,11 @@
 //! ```
 
 use chrono::Utc;
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Value};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
 use serde::Serialize;
 
 use outbox_core::{Category, OutboxKind, Scope, ShardKey};
 
-use crate::store::{statement, table};
 use crate::time;
 
 /// Rows per insert statement (8–9 bind values each, within every backend's
@@ -228,7 +227,9 @@ async fn insert<C: Category, Db: ConnectionTrait>(
     let mut written = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
         let (sql, values) = insert_statement(backend, kind, chunk, now);
-        let results = db.query_all_raw(statement(backend, &sql, values)).await?;
+        let results = db
+            .query_all_raw(Statement::from_sql_and_values(backend, &sql, values))
+            .await?;
         let mut ids = results
             .iter()
             .map(|row| row.try_get::<i64>("", "id"))
@@ -254,6 +255,14 @@ async fn insert<C: Category, Db: ConnectionTrait>(
         }
     }
     Ok(written)
+}
+
+/// The outbox table of `kind`.
+fn table(kind: OutboxKind) -> &'static str {
+    match kind {
+        OutboxKind::Region => "region_outbox",
+        OutboxKind::Control => "control_outbox",
+    }
 }
 
 fn insert_statement<C: Category>(

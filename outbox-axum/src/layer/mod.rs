@@ -78,8 +78,8 @@
 //! outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
 //! use axum::{routing::post, Router};
 //! use outbox_axum::{OutboxLayer, Tx};
-//! use outbox_core::{Drainer, Receivers};
-//! use outbox_seaorm::{write_region, OutboxMessage, SeaOrmStore};
+//! use outbox_core::Receivers;
+//! use outbox_seaorm::{write_region, OutboxMessage};
 //!
 //! async fn rename(tx: Tx) -> Result<&'static str, axum::http::StatusCode> {
 //!     write_region(&tx, OutboxMessage::new(OutboxCategory::OrgUpdate, 1, 1))
@@ -90,10 +90,9 @@
 //!
 //! # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), Box<dyn std::error::Error>> {
 //! let receivers = Receivers::new().discard(OutboxCategory::OrgUpdate);
-//! let drainer = Drainer::new(SeaOrmStore::new(db.clone())?, receivers);
 //! let app: Router = Router::new()
 //!     .route("/rename", post(rename))
-//!     .layer(OutboxLayer::new(db, drainer));
+//!     .layer(OutboxLayer::new(db, receivers)?);
 //! # Ok(()) }
 //! ```
 

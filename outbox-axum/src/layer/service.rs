@@ -9,12 +9,13 @@ use futures::FutureExt;
 use sea_orm::{DatabaseConnection, TransactionOptions};
 use tower::{Layer, Service};
 
-use outbox_core::{Category, Drainer};
+use outbox_core::worker::Waker;
+use outbox_core::{Category, Drainer, Receivers};
+use outbox_seaorm::{SeaOrmStore, UnsupportedBackend};
 
 use super::future::ResponseFuture;
 use super::on_flush_error::{DefaultOnFlushError, OnFlushError};
 use crate::slot::RequestHandle;
-use crate::worker::OutboxWaker;
 
 type CommitPredicate = Arc<dyn Fn(&Response) -> bool + Send + Sync>;
 
@@ -24,7 +25,7 @@ struct Shared<C: Category> {
     drainer: Drainer<C>,
     commit_when: CommitPredicate,
     on_flush_error: Arc<dyn OnFlushError>,
-    waker: Option<OutboxWaker>,
+    waker: Option<Waker>,
 }
 
 /// A [`Layer`] that gives every request a transaction and an outbox context;
@@ -48,8 +49,26 @@ impl<C: Category> std::fmt::Debug for OutboxLayer<C> {
 }
 
 impl<C: Category> OutboxLayer<C> {
-    /// A layer over `db` that flushes through `drainer`.
-    pub fn new(db: DatabaseConnection, drainer: Drainer<C>) -> Self {
+    /// A layer over `db` that flushes to `receivers` (with a default
+    /// [`Drainer`]). With a background worker, mount its
+    /// [`layer`](crate::WorkerHandle::layer) instead: it shares the worker's
+    /// drainer and wakes it.
+    ///
+    /// # Errors
+    ///
+    /// [`UnsupportedBackend`] for a database other than PostgreSQL or SQLite.
+    pub fn new(
+        db: DatabaseConnection,
+        receivers: Receivers<C>,
+    ) -> Result<Self, UnsupportedBackend> {
+        let drainer = Drainer::new(SeaOrmStore::new(db.clone())?, receivers);
+        Ok(Self::from_parts(db, drainer))
+    }
+
+    /// A layer over `db` that flushes through `drainer`, which must deliver
+    /// from the same database (a drainer with its own clock or tuning, in
+    /// tests).
+    pub fn from_parts(db: DatabaseConnection, drainer: Drainer<C>) -> Self {
         Self {
             shared: Arc::new(Shared {
                 db,
@@ -109,7 +128,7 @@ impl<C: Category> OutboxLayer<C> {
 
     /// Wakes this background drain when a request leaves rows to it.
     /// Default: none (the drain finds them at its next poll).
-    pub fn waker(self, waker: OutboxWaker) -> Self {
+    pub fn waker(self, waker: Waker) -> Self {
         self.map(|shared| shared.waker = Some(waker))
     }
 }

@@ -1,25 +1,11 @@
-//! The background drain, spawned at startup.
+//! Spawning the background drain at startup, and stopping it with the
+//! server.
 //!
-//! It delivers what the synchronous flush did not: rows of requests that
-//! opted out (`flush = false`), rows whose flush failed, retries after backoff,
-//! rows written outside any request. Each kind gets its drain loop(s):
-//!
-//! - after a round that did work, the next starts at once;
-//! - when idle, a loop sleeps until woken: by an in-process commit (the
-//!   layer's [`OutboxWaker`]), by PostgreSQL `NOTIFY` from another process, or
-//!   by its poll interval, whichever comes first;
-//! - when the database goes away, rounds fail and the loop retries with
-//!   doubling delays (100 ms up to 30 s); the connection pool and the
-//!   `LISTEN` connection reconnect by themselves, no operator needed;
-//! - with [`OutboxWorkerBuilder::backfill`], it also runs a backfill tick at
-//!   start and then once a minute;
-//! - claims left by rounds that stopped half-way (a synchronous flush whose
-//!   client went away, a store error) are ended before the next round
-//!   ([`Drainer::release_abandoned`]), so their shards wait for no lease;
-//! - on shutdown it stops claiming, lets the rounds in flight finish (bounded
-//!   by [`OutboxWorkerBuilder::shutdown_timeout`]), cancels those cut off at
-//!   the bound and releases their claims, so that another process can take
-//!   their shards at once.
+//! The drain loop itself is `outbox_core::worker`; this module wires it to
+//! the database: the store for the connection's backend, PostgreSQL `LISTEN`
+//! for wake-ups from other processes (on a connection of its own, see
+//! [`OutboxWorkerBuilder::listen_url`]), `NOTIFY` to wake them, and the
+//! backfill of replicated models as a task of the worker.
 //!
 //! ```no_run
 //! outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
@@ -29,49 +15,44 @@
 //!
 //! # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), Box<dyn std::error::Error>> {
 //! let receivers = Receivers::new().discard(OutboxCategory::OrgUpdate);
-//! let worker = OutboxWorker::builder(db.clone(), receivers).spawn()?;
+//! let worker = OutboxWorker::builder(db, receivers).spawn()?;
 //! let app: Router = Router::new().layer(worker.layer());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-//! // Ctrl-C needs tokio's `signal` feature.
+//! // Stops serving when the worker is told to stop, or on your own signal.
 //! axum::serve(listener, app)
-//!     .with_graceful_shutdown(async { let _ = tokio::signal::ctrl_c().await; })
+//!     .with_graceful_shutdown(worker.stopping().cancelled_owned())
 //!     .await?;
 //! worker.shutdown().await;
 //! # Ok(()) }
 //! ```
-
-mod waker;
+//!
+//! `worker.stopping()` is a `tokio_util` `CancellationToken`: cancel it (from
+//! a signal handler, say) and both the server and the worker begin to stop;
+//! `worker.shutdown()` then waits for the deliveries in flight within its
+//! bound.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::{DatabaseConnection, DbBackend};
-use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
+use outbox_core::worker::{Waker, WorkerBuilder};
 use outbox_core::{
     Category, Clock, DeadLetterPolicy, DrainConfig, Drainer, IncompleteReceivers, KillSwitch,
     OutboxKind, Receivers,
 };
 use outbox_seaorm::backfill::Backfill;
-use outbox_seaorm::listener::{OutboxListener, Wakeup};
+use outbox_seaorm::listener::{PgNotifier, PgWakeSource};
 use outbox_seaorm::{SeaOrmStore, UnsupportedBackend};
 
-pub use waker::OutboxWaker;
+pub use outbox_core::worker::{
+    DEFAULT_POLL_INTERVAL, DEFAULT_ROUNDS_IN_FLIGHT, DEFAULT_SHUTDOWN_TIMEOUT,
+};
 
-use crate::layer::OutboxLayer;
-
-/// Default time an idle drain waits before looking again: 1 s.
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
-/// Default bound on a graceful shutdown: 10 s.
-pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default drain loops per kind: 1 (each delivers many shards at once).
-pub const DEFAULT_LOOPS_PER_KIND: usize = 1;
 /// Default time between two backfill ticks: 60 s (the backfill budget is per
 /// minute).
 pub const DEFAULT_BACKFILL_INTERVAL: Duration = Duration::from_secs(60);
-const FIRST_ERROR_DELAY: Duration = Duration::from_millis(100);
-const MAX_ERROR_DELAY: Duration = Duration::from_secs(30);
 
 /// Why the worker did not start.
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +66,17 @@ pub enum WorkerError {
     UnsupportedBackend(#[from] UnsupportedBackend),
 }
 
-/// Builds and spawns the background drain.
+/// How the worker listens for wake-ups from other processes.
+#[derive(Clone, Debug)]
+enum Listen {
+    Off,
+    /// A dedicated connection with the pool's own options.
+    Pool,
+    /// A dedicated connection to this URL.
+    Url(String),
+}
+
+/// Builds and spawns the background drain over a database.
 pub struct OutboxWorkerBuilder<C: Category> {
     db: DatabaseConnection,
     receivers: Receivers<C>,
@@ -93,8 +84,8 @@ pub struct OutboxWorkerBuilder<C: Category> {
     poll_interval: Duration,
     shutdown_timeout: Duration,
     kinds: Vec<OutboxKind>,
-    loops_per_kind: usize,
-    listen: bool,
+    rounds_in_flight: usize,
+    listen: Listen,
     kill_switch: KillSwitch,
     clock: Option<Arc<dyn Clock>>,
     backfill: Option<Arc<Backfill>>,
@@ -103,6 +94,7 @@ pub struct OutboxWorkerBuilder<C: Category> {
 }
 
 /// The background drain.
+#[derive(Debug)]
 pub struct OutboxWorker;
 
 impl OutboxWorker {
@@ -118,8 +110,8 @@ impl OutboxWorker {
             poll_interval: DEFAULT_POLL_INTERVAL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             kinds: OutboxKind::ALL.to_vec(),
-            loops_per_kind: DEFAULT_LOOPS_PER_KIND,
-            listen: true,
+            rounds_in_flight: DEFAULT_ROUNDS_IN_FLIGHT,
+            listen: Listen::Pool,
             kill_switch: KillSwitch::new(),
             clock: None,
             backfill: None,
@@ -130,8 +122,8 @@ impl OutboxWorker {
 }
 
 impl<C: Category> OutboxWorkerBuilder<C> {
-    /// The drain's tuning (batch size, shards per claim, concurrency, lease,
-    /// delivery timeout, backoff). Default: [`DrainConfig::default`].
+    /// The drain's tuning (batch size, concurrency, lease, delivery timeout,
+    /// backoff). Default: [`DrainConfig::default`].
     pub fn drain_config(mut self, config: DrainConfig) -> Self {
         self.config = config;
         self
@@ -140,7 +132,7 @@ impl<C: Category> OutboxWorkerBuilder<C> {
     /// How long an idle drain waits before looking again when nothing wakes
     /// it. Default: 1 s.
     pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval.max(Duration::from_millis(1));
+        self.poll_interval = interval;
         self
     }
 
@@ -156,16 +148,25 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         self
     }
 
-    /// Drain loops per kind (at least 1). Default: 1.
-    pub fn loops_per_kind(mut self, loops: usize) -> Self {
-        self.loops_per_kind = loops.max(1);
+    /// Rounds of one kind in flight at once. Default: 4.
+    pub fn rounds_in_flight(mut self, rounds: usize) -> Self {
+        self.rounds_in_flight = rounds;
         self
     }
 
-    /// Whether to `LISTEN` for wake-ups on PostgreSQL. Turn it off behind
-    /// PgBouncer in transaction pooling mode. Default: on.
+    /// Whether to `LISTEN` for wake-ups from other processes on PostgreSQL,
+    /// on a dedicated connection opened with the pool's options. Default: on.
     pub fn listen(mut self, listen: bool) -> Self {
-        self.listen = listen;
+        self.listen = if listen { Listen::Pool } else { Listen::Off };
+        self
+    }
+
+    /// `LISTEN` on a dedicated connection to `url` instead of the pool's:
+    /// what a pool behind a transaction-pooling proxy (PgBouncer in
+    /// `pool_mode = transaction`) needs, since `LISTEN` is session state.
+    /// Point it at PostgreSQL directly, or at a pooler in session mode.
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen = Listen::Url(url.into());
         self
     }
 
@@ -201,7 +202,8 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         self
     }
 
-    /// Starts the drain loops (and the `LISTEN` task on PostgreSQL).
+    /// Starts the drain loops (and, on PostgreSQL, the `LISTEN` connection)
+    /// on the current tokio runtime.
     ///
     /// # Errors
     ///
@@ -216,98 +218,68 @@ impl<C: Category> OutboxWorkerBuilder<C> {
             .with_kill_switch(self.kill_switch)
             .with_dead_letters(self.dead_letters);
         if let Some(clock) = self.clock {
-            drainer = drainer.with_clock(SharedClock(clock));
+            drainer = drainer.with_shared_clock(clock);
         }
-        let waker = OutboxWaker::new().with_notify(self.db.clone());
-        let (stop, stopped) = watch::channel(false);
-        let listens = self.listen && self.db.get_database_backend() == DbBackend::Postgres;
-        let parts = self.kinds.len() * self.loops_per_kind + usize::from(listens);
-        let (ready_tx, ready) = watch::channel(0usize);
-        let ready_tx = Arc::new(ready_tx);
-        let mut tasks = JoinSet::new();
-        for &kind in &self.kinds {
-            for _ in 0..self.loops_per_kind {
-                tasks.spawn(drain_loop(
-                    drainer.clone(),
-                    kind,
-                    waker.clone(),
-                    self.poll_interval,
-                    stopped.clone(),
-                    ready_tx.clone(),
-                ));
-            }
+        let waker = Waker::new().with_notifier(PgNotifier::new(self.db.clone()));
+        let mut worker = WorkerBuilder::new(drainer)
+            .kinds(self.kinds)
+            .poll_interval(self.poll_interval)
+            .shutdown_timeout(self.shutdown_timeout)
+            .rounds_in_flight(self.rounds_in_flight)
+            .waker(waker);
+        let source = match self.listen {
+            Listen::Off => None,
+            Listen::Pool => PgWakeSource::from_pool(&self.db),
+            Listen::Url(url) => (self.db.get_database_backend() == DbBackend::Postgres)
+                .then(|| PgWakeSource::connect(url)),
+        };
+        if let Some(source) = source {
+            worker = worker.wake_source(source);
         }
+        let handle = worker.spawn();
         if let Some(backfill) = &self.backfill {
-            tasks.spawn(backfill_loop(
-                self.db.clone(),
-                backfill.clone(),
-                self.backfill_interval,
-                waker.clone(),
-                stopped.clone(),
-            ));
+            let (db, backfill, waker) = (self.db.clone(), backfill.clone(), handle.waker().clone());
+            let interval = self.backfill_interval;
+            handle.spawn(move |stop| backfill_loop(db, backfill, interval, waker, stop));
         }
-        if listens {
-            tasks.spawn(listen_loop(
-                self.db.clone(),
-                waker.clone(),
-                stopped.clone(),
-                ready_tx.clone(),
-            ));
-        }
-        tracing::info!(kinds = ?self.kinds, loops = tasks.len(), "outbox worker started");
         Ok(WorkerHandle {
-            backfill: self.backfill,
             db: self.db,
-            drainer,
-            waker,
-            stop,
-            tasks,
-            shutdown_timeout: self.shutdown_timeout,
-            ready,
-            parts,
+            backfill: self.backfill,
+            inner: handle,
         })
-    }
-}
-
-struct SharedClock(Arc<dyn Clock>);
-
-impl Clock for SharedClock {
-    fn now(&self) -> chrono::DateTime<chrono::Utc> {
-        self.0.now()
     }
 }
 
 /// A running background drain.
 pub struct WorkerHandle<C: Category> {
     db: DatabaseConnection,
-    drainer: Drainer<C>,
-    waker: OutboxWaker,
-    stop: watch::Sender<bool>,
-    tasks: JoinSet<()>,
-    shutdown_timeout: Duration,
-    ready: watch::Receiver<usize>,
-    parts: usize,
     backfill: Option<Arc<Backfill>>,
+    inner: outbox_core::worker::WorkerHandle<C>,
 }
 
 impl<C: Category> std::fmt::Debug for WorkerHandle<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WorkerHandle")
-            .field("tasks", &self.tasks.len())
+            .field("inner", &self.inner)
             .finish_non_exhaustive()
     }
 }
 
 impl<C: Category> WorkerHandle<C> {
-    /// An [`OutboxLayer`] sharing this worker's drainer and waker: mount it on
-    /// the router.
-    pub fn layer(&self) -> OutboxLayer<C> {
-        OutboxLayer::new(self.db.clone(), self.drainer.clone()).waker(self.waker.clone())
+    /// The database the worker drains.
+    pub fn connection(&self) -> &DatabaseConnection {
+        &self.db
     }
 
     /// The drainer (for flushes outside HTTP, inspection, tests).
     pub fn drainer(&self) -> &Drainer<C> {
-        &self.drainer
+        self.inner.drainer()
+    }
+
+    /// The waker of this worker's loops (and, on PostgreSQL, of other
+    /// processes' through `NOTIFY`).
+    pub fn waker(&self) -> &Waker {
+        self.inner.waker()
     }
 
     /// The backfill this worker runs, if any (for its status).
@@ -315,109 +287,29 @@ impl<C: Category> WorkerHandle<C> {
         self.backfill.as_ref()
     }
 
-    /// The waker of this worker's loops.
-    pub fn waker(&self) -> &OutboxWaker {
-        &self.waker
+    /// Cancelled when the worker begins to stop; cancel it to stop it. Pass
+    /// `stopping().cancelled_owned()` to axum's `with_graceful_shutdown`, so
+    /// that the server stops with the worker.
+    pub fn stopping(&self) -> CancellationToken {
+        self.inner.stopping()
     }
 
-    /// Waits until every drain loop has gone idle once (found nothing due)
-    /// and, on PostgreSQL, the `LISTEN` connection is up: from then on, a
-    /// commit's wake-up is not missed. Readiness probes and tests use it.
+    /// Waits until every drain loop has gone idle once and, on PostgreSQL,
+    /// the `LISTEN` connection is up (or found unavailable: the worker then
+    /// polls). From then on, a commit's wake-up is not missed. Readiness
+    /// probes and tests use it.
     pub async fn ready(&self) {
-        let mut ready = self.ready.clone();
-        let parts = self.parts;
-        let _ = ready.wait_for(|count| *count >= parts).await;
+        self.inner.ready().await;
     }
 
     /// Stops claiming, lets the rounds in flight finish within the shutdown
-    /// timeout, cancels the rounds still running then and releases their
-    /// claims (another process may take those shards at once; their rows are
-    /// delivered again, at least once). Wire it after
-    /// `axum::serve(..).with_graceful_shutdown(..)` returns.
+    /// timeout, cancels those still running then and ends their claims
+    /// (another process may take those shards at once; their rows are
+    /// delivered again, at least once). Call it after
+    /// `axum::serve(..).with_graceful_shutdown(..)` returns, so that the
+    /// requests in flight flush first.
     pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        let mut tasks = self.tasks;
-        let all = async { while tasks.join_next().await.is_some() {} };
-        if tokio::time::timeout(self.shutdown_timeout, all)
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                timeout = ?self.shutdown_timeout,
-                "outbox worker did not stop in time; cancelling its rounds and releasing their claims"
-            );
-            // Aborts the tasks and waits until they are gone: a cancelled
-            // round has then dropped its future and filed its claims.
-            let _ = tokio::time::timeout(self.shutdown_timeout, tasks.shutdown()).await;
-        }
-        if self.drainer.has_abandoned() {
-            match tokio::time::timeout(self.shutdown_timeout, self.drainer.release_abandoned())
-                .await
-            {
-                Ok(Ok(_)) => {}
-                Ok(Err(error)) => {
-                    tracing::warn!(%error, "could not release the claims of cancelled outbox rounds; they expire after their lease")
-                }
-                Err(_) => tracing::warn!(
-                    "releasing the claims of cancelled outbox rounds timed out; they expire after their lease"
-                ),
-            }
-        }
-        tracing::info!("outbox worker stopped");
-    }
-}
-
-async fn drain_loop<C: Category>(
-    drainer: Drainer<C>,
-    kind: OutboxKind,
-    waker: OutboxWaker,
-    poll_interval: Duration,
-    mut stopped: watch::Receiver<bool>,
-    ready: Arc<watch::Sender<usize>>,
-) {
-    let mut error_delay = FIRST_ERROR_DELAY;
-    let mut announced = false;
-    loop {
-        if *stopped.borrow() {
-            return;
-        }
-        if drainer.has_abandoned() {
-            if let Err(error) = drainer.release_abandoned().await {
-                tracing::warn!(%error, "could not release the claims of cancelled outbox rounds; retrying before the next round");
-            }
-        }
-        // Registered before the round, so a wake-up during it is not lost.
-        let notified = waker.notified(kind);
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        let wait = match drainer.drain_due(kind).await {
-            Ok(report) => {
-                error_delay = FIRST_ERROR_DELAY;
-                if !report.is_empty() {
-                    continue;
-                }
-                poll_interval
-            }
-            Err(error) => {
-                tracing::warn!(%error, kind = kind.as_str(), retry_in = ?error_delay, "outbox drain round failed");
-                let wait = error_delay;
-                error_delay = (error_delay * 2).min(MAX_ERROR_DELAY);
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = stopped.changed() => {}
-                }
-                continue;
-            }
-        };
-        if !announced {
-            announced = true;
-            ready.send_modify(|count| *count += 1);
-        }
-        tokio::select! {
-            _ = &mut notified => {}
-            _ = tokio::time::sleep(wait) => {}
-            _ = stopped.changed() => {}
-        }
+        self.inner.shutdown().await;
     }
 }
 
@@ -425,13 +317,10 @@ async fn backfill_loop(
     db: DatabaseConnection,
     backfill: Arc<Backfill>,
     interval: Duration,
-    waker: OutboxWaker,
-    mut stopped: watch::Receiver<bool>,
+    waker: Waker,
+    stop: CancellationToken,
 ) {
     loop {
-        if *stopped.borrow() {
-            return;
-        }
         match backfill.tick(&db).await {
             Ok(report) if report.backfilled > 0 => {
                 for kind in OutboxKind::ALL {
@@ -444,63 +333,8 @@ async fn backfill_loop(
             }
         }
         tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = stopped.changed() => return,
-        }
-    }
-}
-
-async fn listen_loop(
-    db: DatabaseConnection,
-    waker: OutboxWaker,
-    mut stopped: watch::Receiver<bool>,
-    ready: Arc<watch::Sender<usize>>,
-) {
-    let mut error_delay = FIRST_ERROR_DELAY;
-    let mut announced = false;
-    loop {
-        if *stopped.borrow() {
-            return;
-        }
-        let mut listener = match OutboxListener::connect(&db).await {
-            Ok(Some(listener)) => listener,
-            Ok(None) => return, // not PostgreSQL: polling and in-process wake-ups only
-            Err(error) => {
-                tracing::warn!(%error, retry_in = ?error_delay, "outbox LISTEN connection failed");
-                tokio::select! {
-                    _ = tokio::time::sleep(error_delay) => {}
-                    _ = stopped.changed() => {}
-                }
-                error_delay = (error_delay * 2).min(MAX_ERROR_DELAY);
-                continue;
-            }
-        };
-        error_delay = FIRST_ERROR_DELAY;
-        if !announced {
-            announced = true;
-            ready.send_modify(|count| *count += 1);
-        }
-        // Rows committed while we were not listening get no notification.
-        for kind in OutboxKind::ALL {
-            waker.wake_local(kind);
-        }
-        loop {
-            let wakeup = tokio::select! {
-                wakeup = listener.recv() => wakeup,
-                _ = stopped.changed() => return,
-            };
-            match wakeup {
-                Ok(Wakeup::Notified(kind)) => waker.wake_local(kind),
-                Ok(Wakeup::Reconnected) => {
-                    for kind in OutboxKind::ALL {
-                        waker.wake_local(kind);
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "outbox LISTEN connection lost; reconnecting");
-                    break;
-                }
-            }
+            () = tokio::time::sleep(interval) => {}
+            () = stop.cancelled() => return,
         }
     }
 }

@@ -65,7 +65,7 @@ impl TestApp {
     }
 
     pub fn layer(&self) -> OutboxLayer<OutboxCategory> {
-        OutboxLayer::new(self.db.db.clone(), self.drainer.clone())
+        OutboxLayer::from_parts(self.db.db.clone(), self.drainer.clone())
     }
 
     /// The routes, without the layer.
@@ -111,7 +111,7 @@ impl TestApp {
 
     pub async fn pending(&self) -> u64 {
         self.drainer
-            .store()
+            .admin()
             .pending_count(OutboxKind::Region)
             .await
             .unwrap()

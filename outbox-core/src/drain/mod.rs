@@ -11,20 +11,25 @@
 //!
 //! # One round
 //!
-//! 1. Claim up to `shards_per_claim` shards in one statement. A claim is a lease
-//!    with a random fencing token; nobody else takes the shard until it expires.
-//! 2. Read up to `batch_size` rows of every claimed shard in one query, and fold
-//!    each shard's rows into coalescing groups ordered by lowest id.
-//! 3. Deliver each shard's groups in order, shards concurrently, outside any
-//!    transaction. The first failure stops its shard.
-//! 4. Commit in one transaction: delete delivered rows (in bounded chunks),
-//!    release finished shards, renew those with more rows, and reschedule failed
-//!    shards with doubling backoff. Every write is fenced by the claim token, so
-//!    a worker whose lease expired deletes nothing.
+//! 1. Claim: lease the free buckets (at most a quarter of them) that hold the
+//!    oldest due rows, and read those rows, in one statement on PostgreSQL.
+//!    A lease lasts seconds and carries a random fencing token; nobody else
+//!    takes any shard of a leased bucket until it ends.
+//! 2. Fold each shard's rows into coalescing groups ordered by lowest id and
+//!    deliver each shard's groups in order, shards concurrently, each in its
+//!    own task, outside any transaction. The first failure stops its shard.
+//!    A shard that backs off after an earlier failure is not delivered.
+//! 3. Commit what finished in one transaction: delete delivered rows, release
+//!    the buckets, reschedule failed shards with doubling backoff. Shards
+//!    still running after `commit_interval` keep their buckets while the rest
+//!    commit, so one slow receiver holds one bucket, not the round's.
+//! 4. While receivers run, renew the leases every third of the lease. A round
+//!    that cannot renew cancels its receivers before the lease ends, and a
+//!    commit under an expired lease writes nothing (fencing), so two workers
+//!    never deliver one shard at the same time.
 //!
-//! A delivery is never started unless the lease covers its whole timeout, so a
-//! handler cannot outlive its claim, and two workers never deliver one shard at
-//! the same time.
+//! How many rows a round claims follows the receivers' speed: about what they
+//! deliver in `round_duration` at the configured concurrency.
 //!
 //! # Example
 //!
@@ -52,13 +57,16 @@
 
 mod abandoned;
 mod config;
-mod engine;
+mod deliver;
+mod drainer;
+mod observe;
+mod pace;
 mod report;
+mod round;
 
 pub use config::{
-    DrainConfig, DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY, DEFAULT_DELETE_CHUNK,
-    DEFAULT_DELIVERY_TIMEOUT, DEFAULT_LEASE, DEFAULT_MAX_ROWS_PER_CLAIM, DEFAULT_SHARDS_PER_CLAIM,
-    DEFAULT_SYNC_WAIT,
+    DrainConfig, DEFAULT_BATCH_SIZE, DEFAULT_COMMIT_INTERVAL, DEFAULT_CONCURRENCY,
+    DEFAULT_DELIVERY_TIMEOUT, DEFAULT_LEASE, DEFAULT_ROUND_DURATION, DEFAULT_SYNC_WAIT,
 };
-pub use engine::{DeadLetterPolicy, Drainer};
+pub use drainer::{DeadLetterPolicy, Drainer};
 pub use report::{DeliveryError, DrainReport, FlushError, ShardFailure};

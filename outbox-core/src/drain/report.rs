@@ -113,9 +113,12 @@ pub struct DrainReport {
     /// Shards whose claim expired or was taken before their commit; nothing was
     /// written for them, and their rows are delivered again by the next owner.
     pub lost_claims: Vec<ShardKey>,
-    /// Synchronous flushes deferred because their shard was already being
-    /// delivered further up the call stack (a receiver writing outboxes).
+    /// Synchronous flushes deferred because their shard's bucket was already
+    /// being delivered further up the call stack (a receiver writing
+    /// outboxes).
     pub deferred: usize,
+    /// Claimed shards left alone because they back off after a failure.
+    pub backing_off: usize,
 }
 
 impl DrainReport {
@@ -129,6 +132,7 @@ impl DrainReport {
         self.failures.extend(other.failures);
         self.lost_claims.extend(other.lost_claims);
         self.deferred += other.deferred;
+        self.backing_off += other.backing_off;
     }
 
     /// Whether nothing was claimed, delivered or deferred.
@@ -162,7 +166,20 @@ pub enum FlushError {
         #[source]
         source: DeliveryError,
     },
-    /// Another worker held the shard for longer than the flush may wait.
+    /// The shard backs off after a failed delivery; nothing was tried
+    /// (rule 5: a failing shard waits, whoever asks).
+    #[error(
+        "outbox shard {shard} backs off after a failed delivery until {retry_at}; its rows \
+         are left to the background drain"
+    )]
+    BackingOff {
+        /// The shard.
+        shard: ShardKey,
+        /// When the background drain tries it again.
+        retry_at: DateTime<Utc>,
+    },
+    /// Another worker held the shard's bucket for longer than the flush may
+    /// wait.
     #[error(
         "outbox shard {shard} was held by another worker for {waited:?}; its rows are left \
          to the background drain"

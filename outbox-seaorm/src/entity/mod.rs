@@ -18,5 +18,6 @@
 //! ```
 
 pub mod control_outbox;
-pub mod outbox_shard_claim;
+pub mod outbox_claim_bucket;
+pub mod outbox_shard_state;
 pub mod region_outbox;

@@ -1,0 +1,216 @@
+//! Rule 5: a handler error stops its shard, and the whole shard is
+//! rescheduled with a delay doubling from 1 s; other shards are unaffected.
+//! A backing-off shard waits whoever asks: the background drain, or a
+//! synchronous flush racing it. A scope may opt into dead-lettering instead.
+
+use std::time::Duration;
+
+use super::{audit, drainer, org, update, Backend, NewRow, OutboxCategory, OutboxScope};
+use crate::clock::{Clock, ManualClock};
+use crate::drain::{DrainConfig, FlushError};
+use crate::shard::OutboxKind;
+use crate::store::StoreAdmin;
+use crate::testing::{drain_until_idle, Recorder};
+
+async fn state_of<S: StoreAdmin>(store: &S) -> crate::store::ShardState {
+    let failing = store.failing_shards(OutboxKind::Region, 10).await.unwrap();
+    assert_eq!(failing.len(), 1, "{failing:?}");
+    failing[0].state.clone()
+}
+
+/// The failing shard's rows (even one written during its backoff) wait for
+/// 1 s, then 2 s, then 4 s, and are then delivered in order; the healthy
+/// shard is delivered at once; a flush of the failing shard is refused.
+pub async fn a_failing_shard_backs_off_as_a_whole_and_others_flow<B: Backend>(backend: &B) {
+    let store = backend.fresh("backoff").await;
+    let (failing, healthy) = (org(1), org(2));
+    backend
+        .write(
+            &store,
+            &[
+                update(&failing, 1, 1),
+                update(&failing, 2, 2),
+                update(&healthy, 3, 3),
+            ],
+        )
+        .await;
+    let clock = ManualClock::starting_now();
+    let start = clock.now();
+    let recorder = Recorder::new();
+    recorder.fail_when(|message| message.object_identifier == 1);
+    let drainer = drainer(store.clone(), &recorder, &clock, DrainConfig::default());
+
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.deliveries, 1, "the healthy shard flows");
+    assert_eq!(report.failures.len(), 1);
+    let state = state_of(&store).await;
+    assert_eq!(
+        (state.attempts, state.last_backoff, state.retry_at),
+        (
+            1,
+            Some(Duration::from_secs(1)),
+            start + chrono::Duration::seconds(1)
+        )
+    );
+    assert!(state.last_error.unwrap_or_default().contains("refused"));
+
+    // A row written during the backoff waits with the rest.
+    let ids = backend.write(&store, &[update(&failing, 4, 4)]).await;
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.deliveries, 0);
+    assert!(!store
+        .has_due(OutboxKind::Region, clock.now())
+        .await
+        .unwrap());
+    let error = drainer
+        .drain_shard(&failing, Some(ids[0]))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, FlushError::BackingOff { .. }), "{error}");
+
+    // Attempt 2 after 1 s; attempt 3 after 2 s more; then 4 s; never earlier.
+    clock.advance(Duration::from_secs(1));
+    for (attempts, delay) in [(2, 2), (3, 4)] {
+        let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+        assert_eq!(report.failures.len(), 1, "attempt {attempts}");
+        let state = state_of(&store).await;
+        assert_eq!(state.attempts, attempts);
+        assert_eq!(state.last_backoff, Some(Duration::from_secs(delay)));
+        clock.advance(Duration::from_millis(delay * 1000 - 1));
+        assert!(
+            drainer
+                .drain_due(OutboxKind::Region)
+                .await
+                .unwrap()
+                .is_empty(),
+            "tried before its backoff ended"
+        );
+        clock.advance(Duration::from_millis(1));
+    }
+    recorder.stop_failing();
+    drain_until_idle(&drainer, &[OutboxKind::Region])
+        .await
+        .unwrap();
+    let objects: Vec<i64> = recorder.deliveries().iter().map(|d| d.object).collect();
+    assert_eq!(objects, vec![3, 1, 2, 4]);
+    assert_eq!(
+        recorder.calls() - recorder.deliveries().len(),
+        3,
+        "three failed attempts"
+    );
+    assert!(store
+        .failing_shards(OutboxKind::Region, 10)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+/// The retry race: the background drain delivers a failing shard while a
+/// synchronous flush of the same shard arrives and waits for its bucket.
+/// When the drain's failure is committed, the flush must see the backoff and
+/// leave the shard alone: each backoff step gets one attempt, never two, and
+/// the delays still double. Flushes and drains arriving right after a
+/// failure find nothing to do either.
+pub async fn a_flush_racing_a_drain_on_a_failing_shard_tries_once_per_step<B: Backend>(
+    backend: &B,
+) {
+    let store = backend.fresh("retry_race").await;
+    let shard = org(1);
+    let id = backend.write(&store, &[update(&shard, 1, 1)]).await[0];
+    let clock = ManualClock::starting_now();
+    let recorder = Recorder::new();
+    recorder.fail_when(|_| true);
+    let config = DrainConfig::default().sync_wait(Duration::from_secs(30));
+    let background = drainer(store.clone(), &recorder, &clock, config);
+    let flusher = drainer(backend.reconnect(&store).await, &recorder, &clock, config);
+    for (step, delay) in [1u64, 2, 4, 8].into_iter().enumerate() {
+        let gate = recorder.hold_when(|_| true);
+        let drain = tokio::spawn({
+            let background = background.clone();
+            async move { background.drain_due(OutboxKind::Region).await.unwrap() }
+        });
+        gate.reached(1).await;
+        // The request's flush arrives while the drain's receiver runs.
+        let flush = tokio::spawn({
+            let (flusher, shard) = (flusher.clone(), shard.clone());
+            async move { flusher.drain_shard(&shard, Some(id)).await }
+        });
+        gate.open();
+        assert_eq!(drain.await.unwrap().failures.len(), 1);
+        match flush.await.unwrap() {
+            Err(FlushError::BackingOff { .. }) => {}
+            other => panic!("step {step}: the flush should see the backoff: {other:?}"),
+        }
+        // Arriving right after the failure, neither tries again.
+        assert!(background
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .is_empty());
+        let again = flusher.drain_shard(&shard, Some(id)).await.unwrap_err();
+        assert!(matches!(again, FlushError::BackingOff { .. }), "{again}");
+
+        assert_eq!(
+            recorder.calls(),
+            step + 1,
+            "step {step}: one attempt, not two"
+        );
+        let state = state_of(&store).await;
+        assert_eq!(state.attempts as usize, step + 1);
+        assert_eq!(state.last_backoff, Some(Duration::from_secs(delay)));
+        clock.advance(Duration::from_secs(delay));
+    }
+}
+
+/// A scope that opts in dead-letters a poison group after its attempts: the
+/// shard goes on in the same round, the dead letter can be listed and
+/// replayed, and the next failure starts counting from zero.
+pub async fn an_opted_in_scope_dead_letters_and_the_shard_goes_on<B: Backend>(backend: &B) {
+    let store = backend.fresh("dead_letters").await;
+    let shard = audit(5);
+    let event = |object| NewRow {
+        category: OutboxCategory::AuditLogEvent,
+        ..update(&shard, object, object)
+    };
+    let ids = backend.write(&store, &[event(1), event(2)]).await;
+    let clock = ManualClock::starting_now();
+    let recorder = Recorder::new();
+    recorder.fail_when(|message| message.object_identifier == 1);
+    let drainer = drainer(store.clone(), &recorder, &clock, DrainConfig::default())
+        .with_dead_letter(OutboxScope::AuditLogScope, 2);
+
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!((report.deliveries, report.dead_lettered), (0, 0));
+    clock.advance(Duration::from_secs(1));
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!((report.deliveries, report.dead_lettered), (1, 1));
+    assert!(report.failures[0].dead_lettered);
+    let dead = store.dead_letters(OutboxKind::Region, 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!((dead[0].row.id, &dead[0].row.shard), (ids[0], &shard));
+    assert!(dead[0].error.contains("refused"), "{}", dead[0].error);
+    assert!(store
+        .failing_shards(OutboxKind::Region, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+
+    recorder.stop_failing();
+    assert_eq!(
+        store
+            .replay_dead_letters(OutboxKind::Region, &ids[..1])
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(store
+        .dead_letters(OutboxKind::Region, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    drainer.drain_due(OutboxKind::Region).await.unwrap();
+    let objects: Vec<i64> = recorder.deliveries().iter().map(|d| d.object).collect();
+    assert_eq!(objects, vec![2, 1]);
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+}

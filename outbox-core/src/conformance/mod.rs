@@ -1,0 +1,171 @@
+//! One suite of tests for every store: the rules of the outbox, each in its
+//! own file, generic over a [`Backend`] (feature `test-utils`).
+//!
+//! | file | rule |
+//! |---|---|
+//! | [`atomic_write`] | 1. an outbox row exists iff its transaction committed |
+//! | [`no_loss`] | 2. crashes and cancellations change when, never whether |
+//! | [`order`] | 3. groups in order of their lowest pending id |
+//! | [`exclusivity`] | 3. at most one worker on a shard, in any process |
+//! | [`coalescing`] | 4. the newest payload of a group, rows written meanwhile stay |
+//! | [`backoff`] | 5. a failing shard waits as a whole, whoever asks; dead letters |
+//! | [`at_least_once`] | 6. a delivery whose commit was lost is made again |
+//! | [`fencing`] | 7. no transaction across a receiver; an expired claim writes nothing |
+//!
+//! `MemoryStore` runs it in this crate; `outbox-seaorm` runs it against real
+//! PostgreSQL and SQLite. Tests synchronise on gates, barriers and a
+//! [`ManualClock`](crate::ManualClock), never on sleeps.
+//!
+//! ```ignore
+//! // tests/conformance.rs of a store crate:
+//! use my_store::MyBackend;
+//! outbox_core::conformance_tests!(MyBackend::new());
+//! ```
+
+// These are tests: a failed expectation is a panic, with the value in it.
+#![allow(clippy::unwrap_used)]
+
+pub mod at_least_once;
+pub mod atomic_write;
+pub mod backoff;
+pub mod coalescing;
+pub mod exclusivity;
+pub mod fencing;
+pub mod no_loss;
+pub mod order;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::clock::ManualClock;
+use crate::drain::{DrainConfig, Drainer};
+use crate::shard::ShardKey;
+use crate::store::{DrainStore, StoreAdmin};
+use crate::testing::Recorder;
+
+crate::registry! {
+    /// Organization-owned data, sharded by organization id.
+    OrganizationScope = 0 (shard_field = "organization_id") {
+        /// An organization changed.
+        OrganizationUpdate = 1,
+        /// A membership changed.
+        OrganizationMemberUpdate = 2,
+    }
+    /// One shard per event.
+    AuditLogScope = 2 {
+        /// An audit event.
+        AuditLogEvent = 20,
+    }
+}
+
+/// A store under test, and how to write rows into it as the write API does.
+#[async_trait]
+pub trait Backend: Clone + Send + Sync + 'static {
+    /// The store.
+    type Store: DrainStore + StoreAdmin + Clone;
+
+    /// A fresh, empty store (a new database), kept until the backend drops.
+    async fn fresh(&self, label: &str) -> Self::Store;
+
+    /// Writes `rows` in one transaction that commits; returns their ids.
+    async fn write(&self, store: &Self::Store, rows: &[NewRow]) -> Vec<i64>;
+
+    /// Writes `rows` in one transaction that rolls back.
+    async fn write_rolled_back(&self, store: &Self::Store, rows: &[NewRow]);
+
+    /// Another store over the same data with connections of its own: another
+    /// process.
+    async fn reconnect(&self, store: &Self::Store) -> Self::Store;
+}
+
+/// A row to write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewRow {
+    /// Its shard (region or control outbox).
+    pub shard: ShardKey,
+    /// Its category; its scope must be the shard's.
+    pub category: OutboxCategory,
+    /// The object: with the category, its coalescing group.
+    pub object: i64,
+    /// The payload.
+    pub payload: Option<Value>,
+}
+
+/// A region-outbox shard of an organization.
+pub fn org(id: i64) -> ShardKey {
+    ShardKey::region(OutboxScope::OrganizationScope, id)
+}
+
+/// A region-outbox shard of an audit event.
+pub fn audit(id: i64) -> ShardKey {
+    ShardKey::region(OutboxScope::AuditLogScope, id)
+}
+
+/// An organization update of `object` on `shard`, with payload `{"v": v}`.
+pub fn update(shard: &ShardKey, object: i64, v: i64) -> NewRow {
+    NewRow {
+        shard: shard.clone(),
+        category: OutboxCategory::OrganizationUpdate,
+        object,
+        payload: Some(serde_json::json!({ "v": v })),
+    }
+}
+
+/// The suite's drainer: `recorder` as receivers, `clock` as clock, `config`.
+pub fn drainer<S: DrainStore + StoreAdmin>(
+    store: S,
+    recorder: &Recorder<OutboxCategory>,
+    clock: &ManualClock,
+    config: DrainConfig,
+) -> Drainer<OutboxCategory> {
+    Drainer::new(store, recorder.receivers())
+        .with_clock(clock.clone())
+        .with_config(config)
+}
+
+/// The `v` of a delivered payload.
+pub fn v(payload: &Option<Value>) -> i64 {
+    payload.as_ref().and_then(|p| p["v"].as_i64()).unwrap_or(-1)
+}
+
+/// Generates one `#[tokio::test]` per conformance test, in a module
+/// `conformance`, each with a fresh backend from `$backend` (an expression
+/// evaluated in the calling module's scope). The calling crate needs `tokio`
+/// with `macros` and `rt-multi-thread`.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($backend:expr) => {
+        $crate::conformance_tests!(@tests $backend;
+            atomic_write::rolled_back_writes_leave_no_row_and_fire_nothing,
+            atomic_write::committed_writes_are_delivered_as_written,
+            no_loss::a_worker_cut_off_mid_delivery_loses_nothing,
+            no_loss::a_crashed_worker_is_replaced_once_its_lease_ends,
+            order::groups_are_delivered_in_order_of_their_lowest_id,
+            order::a_recovered_shard_delivers_its_older_rows_before_newer_ones,
+            order::a_sync_flush_delivers_only_up_to_its_id,
+            exclusivity::concurrent_drains_and_flushes_never_share_a_shard,
+            exclusivity::a_held_bucket_blocks_its_shards_and_no_other,
+            coalescing::only_the_newest_payload_of_a_group_is_delivered,
+            coalescing::rows_written_during_a_delivery_stay_for_the_next_round,
+            backoff::a_failing_shard_backs_off_as_a_whole_and_others_flow,
+            backoff::a_flush_racing_a_drain_on_a_failing_shard_tries_once_per_step,
+            backoff::an_opted_in_scope_dead_letters_and_the_shard_goes_on,
+            at_least_once::a_delivery_whose_lease_ended_before_its_commit_is_made_again,
+            fencing::a_worker_whose_lease_ended_writes_nothing,
+            fencing::receivers_run_outside_any_transaction,
+        );
+    };
+    (@tests $backend:expr; $($file:ident :: $test:ident),* $(,)?) => {
+        mod conformance {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $test() {
+                    let backend = $backend;
+                    $crate::conformance::$file::$test(&backend).await;
+                }
+            )*
+        }
+    };
+}

@@ -1,0 +1,477 @@
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::oneshot;
+
+use super::abandoned::Abandoned;
+use super::config::DrainConfig;
+use super::observe;
+use super::pace::Pace;
+use super::report::{DrainReport, FlushError};
+use super::round::Round;
+use crate::clock::{Clock, SystemClock};
+use crate::kill_switch::KillSwitch;
+use crate::receiver::Receivers;
+use crate::registry::{Category, Scope};
+use crate::shard::{OutboxKind, ShardKey};
+use crate::store::{ClaimRequest, DrainStore, ShardClaim, Store, StoreAdmin, StoreError};
+
+tokio::task_local! {
+    /// Shards being delivered further up this task's call stack.
+    pub(crate) static DELIVERING: Arc<Vec<ShardKey>>;
+}
+
+/// The longest pause between two tries of a synchronous flush whose shard's
+/// bucket is held: 20 ms.
+const MAX_FLUSH_PAUSE: Duration = Duration::from_millis(20);
+
+/// Delivers outbox messages from a store to [`Receivers`].
+///
+/// Cheap to clone; clones share the store, receivers, clock and kill switch.
+/// See the [module documentation](crate::drain) for how a round works.
+pub struct Drainer<C: Category> {
+    store: Arc<dyn DrainStore>,
+    admin: Arc<dyn StoreAdmin>,
+    receivers: Arc<Receivers<C>>,
+    config: DrainConfig,
+    kill_switch: KillSwitch,
+    clock: Arc<dyn Clock>,
+    owner: Arc<str>,
+    dead_letter_after: Arc<DeadLetterPolicy>,
+    abandoned: Arc<Abandoned>,
+    pace: Arc<Pace>,
+}
+
+/// Which scopes give up on a failing group, and after how many attempts.
+/// Scopes not named retry forever (Sentry's behaviour, the default).
+///
+/// ```
+/// # outbox_core::registry! { AuditScope = 0 { AuditEvent = 1 } }
+/// use outbox_core::DeadLetterPolicy;
+/// let policy = DeadLetterPolicy::new().after(OutboxScope::AuditScope, 5);
+/// assert_eq!(policy.attempts_for(OutboxScope::AuditScope.into()), Some(5));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeadLetterPolicy {
+    attempts: HashMap<i32, u32>,
+}
+
+impl DeadLetterPolicy {
+    /// Every scope retries forever.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `scope` dead-letters a group after `attempts` failed attempts in a row
+    /// (at least 1).
+    pub fn after<S: Scope>(mut self, scope: S, attempts: u32) -> Self {
+        self.attempts.insert(scope.value(), attempts.max(1));
+        self
+    }
+
+    /// The attempts allowed in the scope with this stored value, if it opted in.
+    pub fn attempts_for(&self, scope_value: i32) -> Option<u32> {
+        self.attempts.get(&scope_value).copied()
+    }
+}
+
+impl<C: Category> Clone for Drainer<C> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            admin: self.admin.clone(),
+            receivers: self.receivers.clone(),
+            config: self.config,
+            kill_switch: self.kill_switch.clone(),
+            clock: self.clock.clone(),
+            owner: self.owner.clone(),
+            dead_letter_after: self.dead_letter_after.clone(),
+            abandoned: self.abandoned.clone(),
+            pace: self.pace.clone(),
+        }
+    }
+}
+
+impl<C: Category> std::fmt::Debug for Drainer<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Drainer")
+            .field("owner", &self.owner)
+            .field("config", &self.config)
+            .field("receivers", &self.receivers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How the first part of a background round went, for the worker loop: the
+/// number of shards claimed once their first commit is done (0 when nothing
+/// was due), or the store's error.
+pub(crate) type RoundStarted = oneshot::Sender<Result<usize, String>>;
+
+impl<C: Category> Drainer<C> {
+    /// A drainer over `store` with the default [`DrainConfig`], the system
+    /// clock and an empty kill switch.
+    pub fn new(store: impl Store, receivers: Receivers<C>) -> Self {
+        let store = Arc::new(store);
+        Self::from_parts(store.clone(), store, Arc::new(receivers))
+    }
+
+    /// A drainer over a store and receivers that are already shared; `admin`
+    /// is what [`admin`](Self::admin) returns (usually the same store).
+    pub fn from_parts(
+        store: Arc<dyn DrainStore>,
+        admin: Arc<dyn StoreAdmin>,
+        receivers: Arc<Receivers<C>>,
+    ) -> Self {
+        let owner = format!("pid{}-{:08x}", std::process::id(), rand::random::<u32>());
+        Self {
+            store,
+            admin,
+            receivers,
+            config: DrainConfig::default(),
+            kill_switch: KillSwitch::default(),
+            clock: Arc::new(SystemClock),
+            owner: owner.into(),
+            dead_letter_after: Arc::new(DeadLetterPolicy::new()),
+            abandoned: Arc::default(),
+            pace: Arc::default(),
+        }
+    }
+
+    /// Opts `scope` into dead-lettering: after `attempts` failed attempts in a
+    /// row, a failing group is moved to the dead-letter table and its shard
+    /// goes on with the next group. Scopes not named here retry forever
+    /// (Sentry's behaviour, and the default). Dead-lettered rows can be
+    /// listed and replayed through [`StoreAdmin`].
+    pub fn with_dead_letter<S: Scope>(mut self, scope: S, attempts: u32) -> Self {
+        let policy = Arc::make_mut(&mut self.dead_letter_after);
+        *policy = std::mem::take(policy).after(scope, attempts);
+        self
+    }
+
+    /// Replaces the dead-letter policy. Default: every scope retries forever.
+    pub fn with_dead_letters(mut self, policy: DeadLetterPolicy) -> Self {
+        self.dead_letter_after = Arc::new(policy);
+        self
+    }
+
+    /// Replaces the tuning.
+    pub fn with_config(mut self, config: DrainConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Replaces the clock (tests move a [`ManualClock`](crate::ManualClock)).
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Replaces the clock with one that is already shared.
+    pub fn with_shared_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Shares `kill_switch` with this drainer.
+    pub fn with_kill_switch(mut self, kill_switch: KillSwitch) -> Self {
+        self.kill_switch = kill_switch;
+        self
+    }
+
+    /// Names this worker in claims (default: process id and a random suffix).
+    pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = owner.into().into();
+        self
+    }
+
+    /// The tuning.
+    pub fn config(&self) -> &DrainConfig {
+        &self.config
+    }
+
+    /// The store's hot path.
+    pub fn store(&self) -> &Arc<dyn DrainStore> {
+        &self.store
+    }
+
+    /// The store's inspection and administration.
+    pub fn admin(&self) -> &Arc<dyn StoreAdmin> {
+        &self.admin
+    }
+
+    /// The receivers.
+    pub fn receivers(&self) -> &Receivers<C> {
+        &self.receivers
+    }
+
+    /// The kill switch.
+    pub fn kill_switch(&self) -> &KillSwitch {
+        &self.kill_switch
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The current time of the drainer's clock.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    pub(crate) fn dead_letter_policy(&self) -> &DeadLetterPolicy {
+        &self.dead_letter_after
+    }
+
+    pub(crate) fn pace(&self) -> &Pace {
+        &self.pace
+    }
+
+    pub(crate) fn abandoned(&self) -> &Arc<Abandoned> {
+        &self.abandoned
+    }
+
+    /// How long the oldest pending row of `kind` has waited, by this
+    /// drainer's clock; `None` when nothing is pending.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn oldest_pending_age(
+        &self,
+        kind: OutboxKind,
+    ) -> Result<Option<Duration>, StoreError> {
+        let oldest = self.admin.oldest_pending(kind).await?;
+        Ok(oldest.map(|oldest| {
+            (self.clock.now() - oldest)
+                .to_std()
+                .unwrap_or(Duration::ZERO)
+        }))
+    }
+
+    /// Ends, now, the claims of rounds that stopped without ending them, so
+    /// that their shards need not wait for the lease to run out: a round whose
+    /// future was dropped (a worker cut off at its shutdown bound, a client
+    /// gone during a synchronous flush) or that failed on a store error.
+    /// Clones of this drainer share the list. The background worker calls
+    /// this before each round and at shutdown. Returns how many claims it
+    /// ended.
+    ///
+    /// Safe: a dropped round can no longer deliver or commit, and a commit
+    /// under an expired claim deletes nothing (fencing).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails; the claims not yet ended are
+    /// kept for the next call (or expire by themselves).
+    pub async fn release_abandoned(&self) -> Result<u64, StoreError> {
+        let now = self.clock.now();
+        let mut pending = self
+            .abandoned
+            .take()
+            .into_iter()
+            .filter(|claim| claim.lease_until > now);
+        let mut released = 0;
+        while let Some(claim) = pending.next() {
+            match self.store.expire_claims(claim.kind, claim.token, now).await {
+                Ok(count) => {
+                    released += count;
+                    observe::abandoned_released(claim.kind, count);
+                }
+                Err(error) => {
+                    self.abandoned.push(claim);
+                    pending.for_each(|rest| self.abandoned.push(rest));
+                    return Err(error);
+                }
+            }
+        }
+        if released > 0 {
+            tracing::info!(
+                claims = released,
+                "released the claims of cancelled outbox rounds"
+            );
+        }
+        Ok(released)
+    }
+
+    /// Whether [`release_abandoned`](Self::release_abandoned) has anything to do.
+    pub fn has_abandoned(&self) -> bool {
+        !self.abandoned.is_empty()
+    }
+
+    /// One background round over `kind`: claims the free buckets of the
+    /// oldest due rows and delivers them. Delivery failures are in the
+    /// report; only a store failure is an error.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails; claims already made are then
+    /// filed for [`release_abandoned`](Self::release_abandoned), and expire
+    /// after their lease if nobody releases them.
+    pub async fn drain_due(&self, kind: OutboxKind) -> Result<DrainReport, StoreError> {
+        self.drain_due_up_to(kind, None).await
+    }
+
+    /// Like [`drain_due`](Self::drain_due), limited to rows with ids at most
+    /// `up_to_id` (everything written before a point in time).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn drain_due_up_to(
+        &self,
+        kind: OutboxKind,
+        up_to_id: Option<i64>,
+    ) -> Result<DrainReport, StoreError> {
+        self.round_due(kind, up_to_id, None).await
+    }
+
+    /// A background round that reports through `started` once its first
+    /// commit is done, so that the worker can claim the next while this one
+    /// waits for its slow receivers.
+    pub(crate) async fn round_due(
+        &self,
+        kind: OutboxKind,
+        up_to_id: Option<i64>,
+        started: Option<RoundStarted>,
+    ) -> Result<DrainReport, StoreError> {
+        let rows = self.pace.rows_per_round(&self.config);
+        let request = self.claim_request(kind, rows, up_to_id);
+        let shards = match self.store.claim_due(&request).await {
+            Ok(shards) => shards,
+            Err(error) => {
+                if let Some(started) = started {
+                    let _ = started.send(Err(error.to_string()));
+                }
+                return Err(error);
+            }
+        };
+        if shards.is_empty() {
+            if let Some(started) = started {
+                let _ = started.send(Ok(0));
+            }
+            return Ok(DrainReport::default());
+        }
+        Round::new(self.clone(), &request, false)
+            .run(shards, started)
+            .await
+    }
+
+    /// The synchronous flush of one shard: claims its bucket (waiting up to
+    /// `sync_wait` if another worker holds it), delivers its rows up to
+    /// `up_to_id` (all of them when `None`) and reports the first failure.
+    /// With a free bucket it costs two statements: claim and read, then
+    /// delete and release.
+    ///
+    /// A shard that backs off after a failure is not tried
+    /// ([`FlushError::BackingOff`]): the background drain delivers it when
+    /// its backoff ends. Called from inside a receiver on a shard whose
+    /// bucket this task is already delivering, it returns at once with the
+    /// flush counted as deferred: the rows are delivered by the claim up the
+    /// stack or by the background drain.
+    ///
+    /// # Errors
+    ///
+    /// [`FlushError`] naming the shard and what happened. The rows stay
+    /// committed for the background drain.
+    pub async fn drain_shard(
+        &self,
+        shard: &ShardKey,
+        up_to_id: Option<i64>,
+    ) -> Result<DrainReport, FlushError> {
+        let held_up_the_stack = DELIVERING
+            .try_with(|stack| {
+                stack
+                    .iter()
+                    .any(|held| held.kind() == shard.kind() && held.bucket() == shard.bucket())
+            })
+            .unwrap_or(false);
+        if held_up_the_stack {
+            return Ok(DrainReport {
+                deferred: 1,
+                ..DrainReport::default()
+            });
+        }
+        let kind = shard.kind();
+        let mut total = DrainReport::default();
+        let mut started = Instant::now();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let request = self.claim_request(kind, self.config.batch_size, up_to_id);
+            let claimed = match self.store.claim_shard(&request, shard).await? {
+                ShardClaim::Claimed(claimed) => claimed,
+                ShardClaim::BackingOff(state) => {
+                    return Err(FlushError::BackingOff {
+                        shard: shard.clone(),
+                        retry_at: state.retry_at,
+                    })
+                }
+                ShardClaim::Held => {
+                    let waited = started.elapsed();
+                    if waited >= self.config.sync_wait {
+                        return Err(FlushError::ShardBusy {
+                            shard: shard.clone(),
+                            waited,
+                        });
+                    }
+                    tokio::time::sleep(pause.min(self.config.sync_wait - waited)).await;
+                    pause = (pause * 2).min(MAX_FLUSH_PAUSE);
+                    continue;
+                }
+            };
+            // More rows up to `up_to_id` than one batch: another claim after
+            // this one's commit.
+            let more = claimed.rows.len() >= request.rows;
+            let mut report = Round::new(self.clone(), &request, true)
+                .run(vec![claimed], None)
+                .await?;
+            if let Some(failure) = report.failures.pop() {
+                return Err(FlushError::from_failure(failure));
+            }
+            if let Some(shard) = report.lost_claims.pop() {
+                return Err(FlushError::ClaimLost { shard });
+            }
+            total.absorb(report);
+            if !more {
+                return Ok(total);
+            }
+            started = Instant::now();
+            pause = Duration::from_millis(1);
+        }
+    }
+
+    pub(crate) fn claim_request(
+        &self,
+        kind: OutboxKind,
+        rows: usize,
+        up_to_id: Option<i64>,
+    ) -> ClaimRequest {
+        let now = self.clock.now();
+        ClaimRequest {
+            kind,
+            now,
+            lease_until: now + to_chrono(self.config.lease),
+            token: new_token(),
+            owner: self.owner.to_string(),
+            rows,
+            up_to_id,
+        }
+    }
+}
+
+/// Converts a std duration, saturating at chrono's maximum.
+pub(crate) fn to_chrono(duration: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
+}
+
+/// A random, non-zero fencing token.
+fn new_token() -> i64 {
+    loop {
+        let token = rand::random::<i64>() & i64::MAX;
+        if token != 0 {
+            return token;
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Inspection and administration: what operators and tests use.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::drain::ShardState;
+use super::error::StoreError;
+use crate::message::StoredRow;
+use crate::shard::{OutboxKind, ShardKey};
+
+/// A pending shard, for inspection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardDepth {
+    /// The shard.
+    pub shard: ShardKey,
+    /// Rows pending.
+    pub depth: u64,
+    /// When its oldest pending row was written.
+    pub oldest_date_added: DateTime<Utc>,
+    /// The earliest `scheduled_for` of its rows.
+    pub next_scheduled_for: DateTime<Utc>,
+}
+
+/// A shard that failed and has not succeeded since.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailingShard {
+    /// The shard.
+    pub shard: ShardKey,
+    /// Its backoff state: attempts, last delay and error, next attempt.
+    pub state: ShardState,
+}
+
+/// A dead-lettered row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeadLetterRow {
+    /// The row as it was in the outbox.
+    pub row: StoredRow,
+    /// Why it was dead-lettered.
+    pub error: String,
+    /// When.
+    pub dead_lettered_at: DateTime<Utc>,
+}
+
+/// Inspection and administration of an outbox store. The drain never calls
+/// these; each is one read or one transaction.
+#[async_trait]
+pub trait StoreAdmin: Send + Sync + 'static {
+    /// Rows pending in `kind`.
+    async fn pending_count(&self, kind: OutboxKind) -> Result<u64, StoreError>;
+
+    /// The deepest pending shards first, at most `limit` (Sentry's
+    /// `get_shard_depths_descending`).
+    async fn shard_depths(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<ShardDepth>, StoreError>;
+
+    /// When the oldest pending row of `kind` was written.
+    async fn oldest_pending(&self, kind: OutboxKind) -> Result<Option<DateTime<Utc>>, StoreError>;
+
+    /// The highest row id of `kind`, if any row is pending.
+    async fn max_id(&self, kind: OutboxKind) -> Result<Option<i64>, StoreError>;
+
+    /// Whether a row of `kind` is due at `now` in a shard that is neither
+    /// claimed nor backing off: what a drain round would find.
+    async fn has_due(&self, kind: OutboxKind, now: DateTime<Utc>) -> Result<bool, StoreError>;
+
+    /// Shards that failed and have not succeeded since, next attempt first,
+    /// at most `limit`.
+    async fn failing_shards(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<FailingShard>, StoreError>;
+
+    /// Dead-lettered rows of `kind`, oldest first, at most `limit`.
+    async fn dead_letters(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<DeadLetterRow>, StoreError>;
+
+    /// Moves dead-lettered rows back into the outbox (same ids, due at once),
+    /// for another try after a fix. Returns how many were moved.
+    async fn replay_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError>;
+}

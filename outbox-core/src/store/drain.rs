@@ -1,0 +1,214 @@
+//! The hot path: claim, renew, commit, expire.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::error::StoreError;
+use crate::message::StoredRow;
+use crate::shard::{OutboxKind, ShardKey};
+
+/// What a claim asks for.
+#[derive(Clone, Debug)]
+pub struct ClaimRequest {
+    /// The outbox table.
+    pub kind: OutboxKind,
+    /// The current time: leases that end at or before it are free.
+    pub now: DateTime<Utc>,
+    /// The end of the leases taken.
+    pub lease_until: DateTime<Utc>,
+    /// The fencing token of the leases taken; random per claim.
+    pub token: i64,
+    /// Who claims, for operators (process and a random suffix).
+    pub owner: String,
+    /// At most this many rows are returned; a store scans at most this many
+    /// due rows to find them.
+    pub rows: usize,
+    /// Only rows with ids at most this one, if set.
+    pub up_to_id: Option<i64>,
+}
+
+/// A backing-off shard: what its failures left behind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardState {
+    /// Failed attempts since the shard's last success.
+    pub attempts: u32,
+    /// The delay of the last failure (the next one doubles it).
+    pub last_backoff: Option<Duration>,
+    /// When the shard may be tried again.
+    pub retry_at: DateTime<Utc>,
+    /// What failed last, for operators.
+    pub last_error: Option<String>,
+    /// When it failed last.
+    pub failed_at: DateTime<Utc>,
+}
+
+/// One shard of a claim, with its rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClaimedShard {
+    /// The shard.
+    pub shard: ShardKey,
+    /// A prefix of the shard's pending rows, in id order: everything the
+    /// worker may deliver now. Rows beyond it wait for a later claim.
+    pub rows: Vec<StoredRow>,
+    /// Set when the shard failed and has not succeeded since. A shard whose
+    /// `retry_at` is still ahead must not be delivered; its rows (new ones
+    /// written meanwhile) are rescheduled instead ([`ShardEnd::Wait`]).
+    pub state: Option<ShardState>,
+}
+
+/// What a synchronous claim of one shard found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ShardClaim {
+    /// The shard's bucket is now leased to the caller.
+    Claimed(ClaimedShard),
+    /// Another worker holds the shard's bucket; nothing was taken.
+    Held,
+    /// The shard backs off after a failure until `retry_at`; nothing was
+    /// taken (rule 5: a failing shard waits, whoever asks).
+    BackingOff(ShardState),
+}
+
+/// How a claimed shard ends.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ShardEnd {
+    /// Delivered (or nothing to do); the shard had no backoff state.
+    Done,
+    /// Delivered after it had failed before: forget its backoff state and
+    /// make its remaining rows due at once again.
+    Recovered,
+    /// A delivery failed: reschedule every row of the shard at `retry_at` and
+    /// record why.
+    Backoff {
+        /// The next attempt.
+        retry_at: DateTime<Utc>,
+        /// The delay that led to `retry_at`.
+        delay: Duration,
+        /// What failed, for operators.
+        error: String,
+        /// Failed attempts since the shard's last success, this one included.
+        attempts: u32,
+    },
+    /// The shard was backing off: nothing was delivered; rows due before
+    /// `retry_at` (written since the failure) are rescheduled to it.
+    Wait {
+        /// The shard's next attempt.
+        retry_at: DateTime<Utc>,
+    },
+}
+
+/// Rows moved to the dead-letter table instead of being retried.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeadLetter {
+    /// The rows (one coalescing group).
+    pub ids: Vec<i64>,
+    /// Why they failed.
+    pub error: String,
+}
+
+/// The outcome of one claimed shard.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardCommit {
+    /// The shard.
+    pub shard: ShardKey,
+    /// Rows to delete (delivered or culled).
+    pub delete_ids: Vec<i64>,
+    /// Rows to move to the dead-letter table (their scope's policy said so).
+    pub dead_letters: Vec<DeadLetter>,
+    /// What happens to the shard's schedule and backoff state.
+    pub end: ShardEnd,
+}
+
+/// What a commit applies, atomically and fenced by `token`.
+#[derive(Clone, Debug)]
+pub struct CommitBatch {
+    /// The outbox table.
+    pub kind: OutboxKind,
+    /// The fencing token of the claim.
+    pub token: i64,
+    /// The current time: leases that ended at or before it are lost.
+    pub now: DateTime<Utc>,
+    /// Shards whose work is done. Their buckets are released, unless a shard
+    /// of `in_flight` shares one.
+    pub shards: Vec<ShardCommit>,
+    /// Shards of the same claim still being delivered: their buckets stay
+    /// leased, until `renew_until`.
+    pub in_flight: Vec<ShardKey>,
+    /// The new end of the leases kept for `in_flight`.
+    pub renew_until: DateTime<Utc>,
+}
+
+/// What a commit did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommitOutcome {
+    /// Rows deleted (delivered or culled).
+    pub deleted: u64,
+    /// Rows moved to the dead-letter table.
+    pub dead_lettered: u64,
+    /// Shards whose lease had expired or been taken: nothing was written for
+    /// them, and their rows are delivered again by the next owner.
+    pub lost: Vec<ShardKey>,
+}
+
+/// The hot path of the drain: what a worker needs, and nothing else.
+///
+/// Implementations: `MemoryStore` in this crate (feature `test-utils`), and
+/// the PostgreSQL and SQLite stores of `outbox-seaorm`. All of them pass the
+/// conformance suite (`outbox_core::conformance`, feature `test-utils`).
+#[async_trait]
+pub trait DrainStore: Send + Sync + 'static {
+    /// Leases free buckets that hold the oldest due rows (`scheduled_for <=
+    /// now`), and returns those rows grouped by shard, shards in order of
+    /// their first row. Safe from many workers and processes at once: a
+    /// bucket is leased to one of them. Returns no shard when nothing is due
+    /// in a free bucket.
+    ///
+    /// Each shard's rows are a prefix of its pending rows in id order, read
+    /// after the lease was taken: never a row that the previous holder of the
+    /// bucket already deleted.
+    async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ClaimedShard>, StoreError>;
+
+    /// Leases the bucket of `shard` now, whether or not the shard is due, and
+    /// returns up to `request.rows` of its rows (up to `request.up_to_id`):
+    /// the synchronous flush after a commit. Leaves everything as it was when
+    /// another worker holds the bucket, or when the shard is backing off.
+    async fn claim_shard(
+        &self,
+        request: &ClaimRequest,
+        shard: &ShardKey,
+    ) -> Result<ShardClaim, StoreError>;
+
+    /// Extends every live lease of `token` to `until`. Returns how many it
+    /// extended: none when the leases expired or were ended meanwhile, and
+    /// then the caller must stop delivering.
+    async fn renew(
+        &self,
+        kind: OutboxKind,
+        token: i64,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<u64, StoreError>;
+
+    /// Applies `batch` atomically, fenced by its token: deletes, dead
+    /// letters, backoff state and schedules of the shards whose lease is
+    /// still live; releases the buckets that no shard of `in_flight` needs;
+    /// renews the others. Shards whose lease is gone are listed in
+    /// [`CommitOutcome::lost`] and left untouched.
+    ///
+    /// A commit need not be durable when it returns: one lost in a crash only
+    /// means a delivery made again (rule 6, at least once).
+    async fn commit(&self, batch: &CommitBatch) -> Result<CommitOutcome, StoreError>;
+
+    /// Ends the live leases of `token` now, as if they had run out: other
+    /// workers may take those buckets at once, and `token` can no longer
+    /// commit. For claims whose holder was cancelled (see
+    /// [`Drainer::release_abandoned`](crate::Drainer::release_abandoned)).
+    /// Returns how many it ended.
+    async fn expire_claims(
+        &self,
+        kind: OutboxKind,
+        token: i64,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError>;
+}

@@ -1,0 +1,287 @@
+//! The background drain: a worker that runs drain rounds for as long as the
+//! process lives, written against the store traits and a wake-up source.
+//!
+//! It delivers what synchronous flushes did not: rows of units of work that
+//! opted out (`flush = false`), rows whose flush failed, retries after
+//! backoff, rows written outside any request.
+//!
+//! - After a round has committed its first finished shards, the next round
+//!   starts, while the first still waits for its slow receivers (at most
+//!   [`WorkerBuilder::rounds_in_flight`] at once).
+//! - When nothing is due, a loop sleeps until woken: by this process (a
+//!   [`Waker`]), by another process (a [`WakeSource`], such as PostgreSQL
+//!   `LISTEN`), or by its poll interval, whichever comes first.
+//! - When the store fails, rounds are retried with doubling delays (100 ms up
+//!   to 30 s); when the wake-up source fails, the worker says so once and
+//!   polls until it is back.
+//! - Claims of rounds that stopped half-way are ended before the next round
+//!   ([`Drainer::release_abandoned`]).
+//! - [`WorkerHandle::shutdown`] stops claiming, lets the rounds in flight
+//!   finish within the shutdown bound, cancels those still running then and
+//!   ends their claims, so that another process can take their shards at
+//!   once. It is built on tokio-util's `CancellationToken` and `TaskTracker`;
+//!   tasks of your own can join it with [`WorkerHandle::spawn`].
+//!
+//! ```
+//! # #[cfg(feature = "test-utils")] {
+//! outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
+//! use outbox_core::worker::WorkerBuilder;
+//! use outbox_core::{Drainer, MemoryStore, OutboxKind, Receivers, ShardKey};
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let store = MemoryStore::new();
+//! let drainer = Drainer::new(store.clone(), Receivers::new().discard(OutboxCategory::OrgUpdate));
+//! let worker = WorkerBuilder::new(drainer).spawn();
+//! worker.ready().await;
+//!
+//! store.write(&ShardKey::region(OutboxScope::OrgScope, 1), OutboxCategory::OrgUpdate, 1, None);
+//! worker.waker().wake(OutboxKind::Region).await; // or wait for the poll
+//! # while !store.rows(OutboxKind::Region).is_empty() { tokio::task::yield_now().await; }
+//! worker.shutdown().await;
+//! # });
+//! # }
+//! ```
+
+mod run;
+mod wake;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use wake::{Notifier, WakeSource, Waker, Wakeup};
+
+use crate::drain::Drainer;
+use crate::registry::Category;
+use crate::shard::OutboxKind;
+use run::Shared;
+
+/// Default time an idle drain waits before looking again: 1 s.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Default bound on a graceful shutdown: 10 s.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default rounds of one kind in flight at once: 4 (a new one starts when the
+/// last has committed its first shards).
+pub const DEFAULT_ROUNDS_IN_FLIGHT: usize = 4;
+
+/// Builds and spawns a background drain.
+pub struct WorkerBuilder<C: Category> {
+    drainer: Drainer<C>,
+    kinds: Vec<OutboxKind>,
+    poll_interval: Duration,
+    shutdown_timeout: Duration,
+    rounds_in_flight: usize,
+    wake_source: Option<Box<dyn WakeSource>>,
+    waker: Waker,
+}
+
+impl<C: Category> std::fmt::Debug for WorkerBuilder<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("kinds", &self.kinds)
+            .field("poll_interval", &self.poll_interval)
+            .field("rounds_in_flight", &self.rounds_in_flight)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Category> WorkerBuilder<C> {
+    /// A worker that drains through `drainer`.
+    pub fn new(drainer: Drainer<C>) -> Self {
+        Self {
+            drainer,
+            kinds: OutboxKind::ALL.to_vec(),
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            rounds_in_flight: DEFAULT_ROUNDS_IN_FLIGHT,
+            wake_source: None,
+            waker: Waker::new(),
+        }
+    }
+
+    /// The outbox kinds this worker drains. Default: both.
+    pub fn kinds(mut self, kinds: impl IntoIterator<Item = OutboxKind>) -> Self {
+        self.kinds = kinds.into_iter().collect();
+        self
+    }
+
+    /// How long an idle drain waits before looking again when nothing wakes
+    /// it. Default: 1 s.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The bound on a graceful shutdown. Default: 10 s.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Rounds of one kind in flight at once (at least 1). Default: 4.
+    pub fn rounds_in_flight(mut self, rounds: usize) -> Self {
+        self.rounds_in_flight = rounds.max(1);
+        self
+    }
+
+    /// Wake-ups from other processes. Default: none (in-process wake-ups and
+    /// polling only).
+    pub fn wake_source(mut self, source: impl WakeSource) -> Self {
+        self.wake_source = Some(Box::new(source));
+        self
+    }
+
+    /// The waker this worker listens to (to share one with a layer built
+    /// before the worker). Default: a new one, without notifier.
+    pub fn waker(mut self, waker: Waker) -> Self {
+        self.waker = waker;
+        self
+    }
+
+    /// Starts the drain loops (and the wake-up listener) on the current tokio
+    /// runtime.
+    pub fn spawn(self) -> WorkerHandle<C> {
+        let stop = CancellationToken::new();
+        let cut_off = CancellationToken::new();
+        let rounds = TaskTracker::new();
+        let tasks = TaskTracker::new();
+        let (ready_tx, ready) = watch::channel(0usize);
+        let shared = Shared {
+            drainer: self.drainer.clone(),
+            waker: self.waker.clone(),
+            poll_interval: self.poll_interval,
+            stop: stop.clone(),
+            cut_off: cut_off.clone(),
+            rounds: rounds.clone(),
+            ready: Arc::new(ready_tx),
+        };
+        let mut parts = 0;
+        for &kind in &self.kinds {
+            let in_flight = Arc::new(Semaphore::new(self.rounds_in_flight));
+            tasks.spawn(run::drain_loop(shared.clone(), kind, in_flight));
+            parts += 1;
+        }
+        if let Some(source) = self.wake_source {
+            tasks.spawn(run::wake_loop(shared.clone(), source));
+            parts += 1;
+        }
+        tracing::info!(kinds = ?self.kinds, "outbox worker started");
+        WorkerHandle {
+            drainer: self.drainer,
+            waker: self.waker,
+            stop,
+            cut_off,
+            rounds,
+            tasks,
+            shutdown_timeout: self.shutdown_timeout,
+            ready,
+            parts,
+        }
+    }
+}
+
+/// A running background drain.
+pub struct WorkerHandle<C: Category> {
+    drainer: Drainer<C>,
+    waker: Waker,
+    stop: CancellationToken,
+    cut_off: CancellationToken,
+    rounds: TaskTracker,
+    tasks: TaskTracker,
+    shutdown_timeout: Duration,
+    ready: watch::Receiver<usize>,
+    parts: usize,
+}
+
+impl<C: Category> std::fmt::Debug for WorkerHandle<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerHandle")
+            .field("tasks", &self.tasks.len())
+            .field("rounds", &self.rounds.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Category> WorkerHandle<C> {
+    /// The drainer (for flushes outside HTTP, inspection, tests).
+    pub fn drainer(&self) -> &Drainer<C> {
+        &self.drainer
+    }
+
+    /// The waker of this worker's loops: wake it after committing rows it
+    /// should deliver.
+    pub fn waker(&self) -> &Waker {
+        &self.waker
+    }
+
+    /// Cancelled when the worker begins to shut down: wire other shutdowns
+    /// to it, or tasks of your own.
+    pub fn stopping(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Runs a task of your own as part of the worker (a periodic job, say):
+    /// it gets a token cancelled at shutdown, and shutdown waits for it
+    /// within its bound.
+    pub fn spawn<F, Fut>(&self, task: F)
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.tasks.spawn(task(self.stop.clone()));
+    }
+
+    /// Waits until every drain loop has gone idle once (found nothing due)
+    /// and the wake-up source, if any, is connected or has been found
+    /// unavailable (the worker then polls): from then on, a commit's wake-up
+    /// is not missed. Readiness probes and tests use it.
+    pub async fn ready(&self) {
+        let mut ready = self.ready.clone();
+        let parts = self.parts;
+        let _ = ready.wait_for(|count| *count >= parts).await;
+    }
+
+    /// Stops claiming, lets the rounds in flight finish within the shutdown
+    /// timeout, cancels the rounds still running then and ends their claims
+    /// (another process may take those shards at once; their rows are
+    /// delivered again, at least once).
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        self.tasks.close();
+        self.rounds.close();
+        let all = async {
+            self.tasks.wait().await;
+            self.rounds.wait().await;
+        };
+        if tokio::time::timeout(self.shutdown_timeout, all)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                timeout = ?self.shutdown_timeout,
+                "outbox worker did not stop in time; cancelling its rounds and releasing their claims"
+            );
+            // Cancelled rounds drop their futures, which files their claims.
+            self.cut_off.cancel();
+            let _ = tokio::time::timeout(self.shutdown_timeout, self.rounds.wait()).await;
+        }
+        if self.drainer.has_abandoned() {
+            match tokio::time::timeout(self.shutdown_timeout, self.drainer.release_abandoned())
+                .await
+            {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "could not release the claims of cancelled outbox rounds; they expire after their lease")
+                }
+                Err(_) => tracing::warn!(
+                    "releasing the claims of cancelled outbox rounds timed out; they expire after their lease"
+                ),
+            }
+        }
+        tracing::info!("outbox worker stopped");
+    }
+}

@@ -1,0 +1,165 @@
+//! The worker's tasks: a drain loop per kind and the wake-up listener.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::wake::{WakeSource, Waker, Wakeup};
+use crate::drain::Drainer;
+use crate::registry::Category;
+use crate::shard::OutboxKind;
+
+/// The first delay after a failed round or a lost wake-up source: 100 ms.
+const FIRST_ERROR_DELAY: Duration = Duration::from_millis(100);
+/// The longest delay between retries: 30 s.
+const MAX_ERROR_DELAY: Duration = Duration::from_secs(30);
+
+/// What the loops of one worker share.
+#[derive(Clone)]
+pub(super) struct Shared<C: Category> {
+    pub(super) drainer: Drainer<C>,
+    pub(super) waker: Waker,
+    pub(super) poll_interval: Duration,
+    /// Stops claiming (graceful shutdown).
+    pub(super) stop: CancellationToken,
+    /// Cancels rounds in flight (shutdown cut off at its bound).
+    pub(super) cut_off: CancellationToken,
+    pub(super) rounds: TaskTracker,
+    pub(super) ready: Arc<watch::Sender<usize>>,
+}
+
+impl<C: Category> Shared<C> {
+    fn announce(&self, announced: &mut bool) {
+        if !*announced {
+            *announced = true;
+            self.ready.send_modify(|count| *count += 1);
+        }
+    }
+
+    /// Sleeps `delay` unless the worker stops first.
+    async fn pause(&self, delay: Duration) {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = self.stop.cancelled() => {}
+        }
+    }
+}
+
+/// Claims round after round of `kind`. A round whose first commit is done
+/// lets the next one start while it waits for its slow receivers (at most
+/// `rounds_in_flight` at once); when nothing is due, the loop sleeps until
+/// woken or until its poll interval has passed.
+pub(super) async fn drain_loop<C: Category>(
+    shared: Shared<C>,
+    kind: OutboxKind,
+    rounds_in_flight: Arc<Semaphore>,
+) {
+    let mut error_delay = FIRST_ERROR_DELAY;
+    let mut announced = false;
+    loop {
+        if shared.stop.is_cancelled() {
+            return;
+        }
+        if shared.drainer.has_abandoned() {
+            if let Err(error) = shared.drainer.release_abandoned().await {
+                tracing::warn!(%error, "could not release the claims of cancelled outbox rounds; retrying before the next round");
+            }
+        }
+        // Registered before the round, so a wake-up during it is not lost.
+        let notified = shared.waker.notified(kind);
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let permit = tokio::select! {
+            permit = rounds_in_flight.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_closed) => return,
+            },
+            () = shared.stop.cancelled() => return,
+        };
+        let (started, first_commit) = oneshot::channel();
+        let drainer = shared.drainer.clone();
+        let cut_off = shared.cut_off.clone();
+        shared.rounds.spawn(async move {
+            let _permit = permit;
+            tokio::select! {
+                result = drainer.round_due(kind, None, Some(started)) => {
+                    if let Err(error) = result {
+                        tracing::warn!(%error, kind = kind.as_str(), "outbox drain round failed");
+                    }
+                }
+                // Dropping the round files its claims for release.
+                () = cut_off.cancelled() => {}
+            }
+        });
+        let wait = match first_commit.await {
+            Ok(Ok(0)) => {
+                error_delay = FIRST_ERROR_DELAY;
+                shared.poll_interval
+            }
+            Ok(Ok(_claimed)) => {
+                error_delay = FIRST_ERROR_DELAY;
+                continue;
+            }
+            Ok(Err(_)) | Err(_) => {
+                tracing::debug!(kind = kind.as_str(), retry_in = ?error_delay, "retrying the outbox drain after a failed round");
+                shared.pause(error_delay).await;
+                error_delay = (error_delay * 2).min(MAX_ERROR_DELAY);
+                continue;
+            }
+        };
+        shared.announce(&mut announced);
+        tokio::select! {
+            () = &mut notified => {}
+            () = tokio::time::sleep(wait) => {}
+            () = shared.stop.cancelled() => {}
+        }
+    }
+}
+
+/// Turns wake-ups from other processes into local ones. When the source
+/// fails, the drains go on polling: said once at `WARN`, then quietly
+/// retried with growing delays until the source is back.
+pub(super) async fn wake_loop<C: Category>(shared: Shared<C>, mut source: Box<dyn WakeSource>) {
+    let mut error_delay = FIRST_ERROR_DELAY;
+    let mut announced = false;
+    let mut degraded = false;
+    loop {
+        let next = tokio::select! {
+            next = source.next() => next,
+            () = shared.stop.cancelled() => return,
+        };
+        match next {
+            Ok(Wakeup::Rows(kind)) => shared.waker.wake_local(kind),
+            Ok(Wakeup::Resync) => {
+                error_delay = FIRST_ERROR_DELAY;
+                if degraded {
+                    degraded = false;
+                    tracing::info!("outbox wake-up notifications are back");
+                }
+                shared.announce(&mut announced);
+                for kind in OutboxKind::ALL {
+                    shared.waker.wake_local(kind);
+                }
+            }
+            Err(error) => {
+                if degraded {
+                    tracing::debug!(%error, retry_in = ?error_delay, "outbox wake-up notifications still unavailable");
+                } else {
+                    degraded = true;
+                    tracing::warn!(
+                        %error,
+                        poll_interval = ?shared.poll_interval,
+                        "outbox wake-up notifications are unavailable; the drain polls instead until they are back"
+                    );
+                }
+                // Polling is a working mode: the worker is ready.
+                shared.announce(&mut announced);
+                shared.pause(error_delay).await;
+                error_delay = (error_delay * 2).min(MAX_ERROR_DELAY);
+            }
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! The conformance suite (one file per rule, in `outbox_core::conformance`)
+//! against `MemoryStore`.
+
+#![cfg(feature = "test-utils")]
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use async_trait::async_trait;
+use outbox_core::conformance::{Backend, NewRow};
+use outbox_core::MemoryStore;
+
+#[derive(Clone, Default)]
+struct MemoryBackend;
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    type Store = MemoryStore;
+
+    async fn fresh(&self, _label: &str) -> MemoryStore {
+        MemoryStore::new()
+    }
+
+    async fn write(&self, store: &MemoryStore, rows: &[NewRow]) -> Vec<i64> {
+        let mut txn = store.begin();
+        let ids = rows
+            .iter()
+            .map(|row| txn.write(&row.shard, row.category, row.object, row.payload.clone()))
+            .collect();
+        txn.commit();
+        ids
+    }
+
+    async fn write_rolled_back(&self, store: &MemoryStore, rows: &[NewRow]) {
+        let mut txn = store.begin();
+        for row in rows {
+            txn.write(&row.shard, row.category, row.object, row.payload.clone());
+        }
+        drop(txn);
+    }
+
+    async fn reconnect(&self, store: &MemoryStore) -> MemoryStore {
+        store.clone()
+    }
+}
+
+outbox_core::conformance_tests!(MemoryBackend);

@@ -1,0 +1,249 @@
+//! What both backends decode and encode the same way: shard keys, rows,
+//! backoff states, id lists, driver errors.
+
+use std::time::Duration;
+
+use sea_orm::{DbBackend, DbErr, QueryResult, RuntimeErr, TryGetable};
+
+use outbox_core::{
+    ClaimedShard, DeadLetterRow, FailingShard, OutboxKind, ShardKey, ShardState, StoreError,
+    StoredRow,
+};
+
+use crate::time;
+
+/// Longest error text kept in a shard's state (characters beyond are cut).
+const MAX_ERROR_LEN: usize = 2000;
+
+/// Wraps driver errors of `operation`.
+pub(super) fn op(operation: &'static str) -> impl Fn(DbErr) -> StoreError + Copy {
+    move |error| StoreError::database(operation, error)
+}
+
+/// Reads a column.
+pub(super) fn get<T: TryGetable>(
+    row: &QueryResult,
+    column: &str,
+    operation: &'static str,
+) -> Result<T, StoreError> {
+    row.try_get("", column).map_err(op(operation))
+}
+
+/// The SQLSTATE of a database error, if the driver gave one.
+pub(super) fn sqlstate(error: &DbErr) -> Option<String> {
+    match error {
+        DbErr::Exec(RuntimeErr::SqlxError(error)) | DbErr::Query(RuntimeErr::SqlxError(error)) => {
+            error
+                .as_database_error()
+                .and_then(|error| error.code())
+                .map(|code| code.into_owned())
+        }
+        _ => None,
+    }
+}
+
+/// Whether PostgreSQL chose this statement as a deadlock's victim (SQLSTATE
+/// `40P01`): nothing it did stays, and it may simply be run again later.
+pub(super) fn is_deadlock(error: &DbErr) -> bool {
+    sqlstate(error).as_deref() == Some("40P01")
+}
+
+/// A `LIMIT` value.
+pub(super) fn limit(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// The stored region of a shard: its target region, or empty.
+pub(super) fn region(shard: &ShardKey) -> String {
+    shard.region_name().unwrap_or("").to_owned()
+}
+
+/// The shard key of a result row (`region_name`, `shard_scope`,
+/// `shard_identifier`).
+pub(super) fn shard(row: &QueryResult, kind: OutboxKind) -> Result<ShardKey, StoreError> {
+    const OP: &str = "read a shard key";
+    let region: String = get(row, "region_name", OP)?;
+    let scope: i32 = get(row, "shard_scope", OP)?;
+    let identifier: i64 = get(row, "shard_identifier", OP)?;
+    Ok(ShardKey::from_raw(kind, scope, identifier, Some(region)))
+}
+
+/// The outbox row of a result row; `None` when its `id` is null (a shard
+/// returned without rows).
+pub(super) fn stored_row(
+    row: &QueryResult,
+    backend: DbBackend,
+    shard: &ShardKey,
+) -> Result<Option<StoredRow>, StoreError> {
+    const OP: &str = "read outbox rows";
+    let Some(id) = get::<Option<i64>>(row, "id", OP)? else {
+        return Ok(None);
+    };
+    Ok(Some(StoredRow {
+        id,
+        shard: shard.clone(),
+        category: get(row, "category", OP)?,
+        object_identifier: get(row, "object_identifier", OP)?,
+        payload: get(row, "payload", OP)?,
+        scheduled_from: time::get(row, backend, "scheduled_from")?,
+        scheduled_for: time::get(row, backend, "scheduled_for")?,
+        date_added: time::get(row, backend, "date_added")?,
+    }))
+}
+
+/// The backoff state of a result row; `None` when `attempts` is null.
+pub(super) fn state(
+    row: &QueryResult,
+    backend: DbBackend,
+) -> Result<Option<ShardState>, StoreError> {
+    const OP: &str = "read a shard's backoff";
+    let Some(attempts) = get::<Option<i32>>(row, "attempts", OP)? else {
+        return Ok(None);
+    };
+    let last_backoff_ms: Option<i64> = get(row, "last_backoff_ms", OP)?;
+    Ok(Some(ShardState {
+        attempts: u32::try_from(attempts).unwrap_or(0),
+        last_backoff: last_backoff_ms
+            .and_then(|ms| u64::try_from(ms).ok())
+            .filter(|ms| *ms > 0)
+            .map(Duration::from_millis),
+        retry_at: time::get(row, backend, "retry_at")?,
+        last_error: get(row, "last_error", OP)?,
+        failed_at: time::get(row, backend, "failed_at")?,
+    }))
+}
+
+/// Groups claimed rows by shard, shards in order of their first row.
+pub(super) fn group(
+    rows: Vec<(ShardKey, Option<StoredRow>, Option<ShardState>)>,
+) -> Vec<ClaimedShard> {
+    let mut shards: Vec<ClaimedShard> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    for (shard, row, state) in rows {
+        let at = *index.entry(shard.clone()).or_insert_with(|| {
+            shards.push(ClaimedShard {
+                shard,
+                rows: Vec::new(),
+                state: state.clone(),
+            });
+            shards.len() - 1
+        });
+        if let Some(row) = row {
+            shards[at].rows.push(row);
+        }
+    }
+    shards
+}
+
+/// An error text as a shard's state keeps it.
+pub(super) fn error_text(error: &str) -> String {
+    let mut text = error.to_owned();
+    if text.len() > MAX_ERROR_LEN {
+        let mut cut = MAX_ERROR_LEN;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    text
+}
+
+/// Milliseconds of a delay, as stored.
+pub(super) fn millis(delay: Duration) -> i64 {
+    i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The buckets of `shards`, sorted and without duplicates.
+pub(super) fn buckets<'a>(shards: impl IntoIterator<Item = &'a ShardKey>) -> Vec<i32> {
+    let mut buckets: Vec<i32> = shards.into_iter().map(ShardKey::bucket).collect();
+    buckets.sort_unstable();
+    buckets.dedup();
+    buckets
+}
+
+/// Shards of `shards` whose bucket is not in `owned` (sorted).
+pub(super) fn lost<'a>(
+    shards: impl IntoIterator<Item = &'a ShardKey>,
+    owned: &[i32],
+) -> Vec<ShardKey> {
+    shards
+        .into_iter()
+        .filter(|shard| owned.binary_search(&shard.bucket()).is_err())
+        .cloned()
+        .collect()
+}
+
+/// Decodes `failing_shards.sql` rows.
+pub(super) fn failing_shards(
+    rows: &[QueryResult],
+    kind: OutboxKind,
+    backend: DbBackend,
+) -> Result<Vec<FailingShard>, StoreError> {
+    rows.iter()
+        .filter_map(|row| {
+            let shard = match shard(row, kind) {
+                Ok(shard) => shard,
+                Err(error) => return Some(Err(error)),
+            };
+            state(row, backend)
+                .transpose()
+                .map(|state| state.map(|state| FailingShard { shard, state }))
+        })
+        .collect()
+}
+
+/// Decodes `dead_letters.sql` rows.
+pub(super) fn dead_letter_rows(
+    rows: &[QueryResult],
+    kind: OutboxKind,
+    backend: DbBackend,
+) -> Result<Vec<DeadLetterRow>, StoreError> {
+    const OP: &str = "list dead letters";
+    rows.iter()
+        .map(|row| {
+            let shard = shard(row, kind)?;
+            let stored = stored_row(row, backend, &shard)?.ok_or(StoreError::Malformed {
+                what: "dead letter",
+                detail: "a dead letter without id".to_owned(),
+            })?;
+            Ok(DeadLetterRow {
+                row: stored,
+                error: get(row, "error", OP)?,
+                dead_lettered_at: time::get(row, backend, "dead_lettered_at")?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use outbox_core::CLAIM_BUCKETS;
+
+    #[test]
+    fn the_bucket_count_is_the_one_the_sql_hashes_into() {
+        // Every statement computes `(... % 1024 ...)`: the literal and the
+        // core's constant must not drift apart.
+        assert_eq!(CLAIM_BUCKETS, 1024);
+        for sql in [
+            include_str!("postgres/sql/region/claim_due.sql"),
+            include_str!("postgres/sql/control/claim_due.sql"),
+            include_str!("postgres/sql/region/commit_finished.sql"),
+            include_str!("postgres/sql/control/commit_finished.sql"),
+            include_str!("sqlite/sql/region/candidates.sql"),
+            include_str!("sqlite/sql/control/candidates.sql"),
+        ] {
+            assert!(sql.contains("% 1024"), "{sql}");
+            assert!(!sql.contains("% 1023") && !sql.contains("% 2048"));
+        }
+    }
+
+    #[test]
+    fn long_errors_are_cut_on_a_character_boundary() {
+        let long = "é".repeat(MAX_ERROR_LEN);
+        let cut = error_text(&long);
+        assert!(cut.len() <= MAX_ERROR_LEN);
+        assert!(cut.chars().all(|c| c == 'é'));
+        assert_eq!(error_text("short"), "short");
+    }
+}

@@ -1,0 +1,636 @@
+//! PostgreSQL: a round in two statements when nothing failed.
+//!
+//! - The claim leases the free buckets of the oldest due rows and reads those
+//!   rows in one statement (`claim_due.sql`), `FOR UPDATE SKIP LOCKED`, so
+//!   that workers never wait for each other; the synchronous flush claims one
+//!   shard's bucket and reads its rows the same way (`claim_shard.sql`).
+//! - The common commit releases the leases and deletes the delivered rows in
+//!   one statement (`commit_finished.sql`), without waiting for the WAL flush.
+//!   A round with failures, dead letters, recovered shards or deliveries
+//!   still running commits in one transaction of a few statements instead.
+//! - The bucket table is `UNLOGGED`: leases write no WAL, and a commit whose
+//!   only writes are leases waits for no flush either.
+//!
+//! The SQL lives in `sql/`, one file per statement; statements that touch an
+//! outbox table have one file per table (`sql/region/`, `sql/control/`).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, QueryResult, Statement,
+    TransactionTrait, Value,
+};
+
+use outbox_core::{
+    ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore,
+    FailingShard, OutboxKind, ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardKey, StoreAdmin,
+    StoreError, MAX_BUCKETS_PER_CLAIM,
+};
+
+use super::codec::{self, get, op};
+use super::UnsupportedBackend;
+use crate::time;
+
+const BACKEND: DbBackend = DbBackend::Postgres;
+
+/// The statements that touch one outbox table.
+struct TableSql {
+    claim_due: &'static str,
+    claim_shard: &'static str,
+    commit_finished: &'static str,
+    delete_rows: &'static str,
+    dead_letter: &'static str,
+    reschedule: &'static str,
+    reset_schedule: &'static str,
+    replay_dead_letters: &'static str,
+    shard_depths: &'static str,
+    has_due: &'static str,
+    pending_count: &'static str,
+    oldest_pending: &'static str,
+    max_id: &'static str,
+}
+
+const REGION: TableSql = TableSql {
+    claim_due: include_str!("sql/region/claim_due.sql"),
+    claim_shard: include_str!("sql/region/claim_shard.sql"),
+    commit_finished: include_str!("sql/region/commit_finished.sql"),
+    delete_rows: include_str!("sql/region/delete_rows.sql"),
+    dead_letter: include_str!("sql/region/dead_letter.sql"),
+    reschedule: include_str!("sql/region/reschedule.sql"),
+    reset_schedule: include_str!("sql/region/reset_schedule.sql"),
+    replay_dead_letters: include_str!("sql/region/replay_dead_letters.sql"),
+    shard_depths: include_str!("sql/region/shard_depths.sql"),
+    has_due: include_str!("sql/region/has_due.sql"),
+    pending_count: "SELECT count(*) AS n FROM region_outbox",
+    oldest_pending: "SELECT min(date_added) AS oldest FROM region_outbox",
+    max_id: "SELECT max(id) AS max_id FROM region_outbox",
+};
+
+const CONTROL: TableSql = TableSql {
+    claim_due: include_str!("sql/control/claim_due.sql"),
+    claim_shard: include_str!("sql/control/claim_shard.sql"),
+    commit_finished: include_str!("sql/control/commit_finished.sql"),
+    delete_rows: include_str!("sql/control/delete_rows.sql"),
+    dead_letter: include_str!("sql/control/dead_letter.sql"),
+    reschedule: include_str!("sql/control/reschedule.sql"),
+    reset_schedule: include_str!("sql/control/reset_schedule.sql"),
+    replay_dead_letters: include_str!("sql/control/replay_dead_letters.sql"),
+    shard_depths: include_str!("sql/control/shard_depths.sql"),
+    has_due: include_str!("sql/control/has_due.sql"),
+    pending_count: "SELECT count(*) AS n FROM control_outbox",
+    oldest_pending: "SELECT min(date_added) AS oldest FROM control_outbox",
+    max_id: "SELECT max(id) AS max_id FROM control_outbox",
+};
+
+const RENEW: &str = include_str!("sql/renew.sql");
+const EXPIRE_CLAIMS: &str = include_str!("sql/expire_claims.sql");
+const FENCE: &str = include_str!("sql/fence.sql");
+const UPSERT_STATES: &str = include_str!("sql/upsert_states.sql");
+const DELETE_STATES: &str = include_str!("sql/delete_states.sql");
+const FAILING_SHARDS: &str = include_str!("sql/failing_shards.sql");
+const DEAD_LETTERS: &str = include_str!("sql/dead_letters.sql");
+
+fn table(kind: OutboxKind) -> &'static TableSql {
+    match kind {
+        OutboxKind::Region => &REGION,
+        OutboxKind::Control => &CONTROL,
+    }
+}
+
+fn statement(sql: &str, values: Vec<Value>) -> Statement {
+    Statement::from_sql_and_values(BACKEND, sql, values)
+}
+
+/// Shard keys as parallel arrays (regions, scopes, identifiers) for `unnest`.
+fn key_arrays<'a>(shards: impl IntoIterator<Item = &'a ShardKey>) -> [Value; 3] {
+    let mut regions = Vec::new();
+    let mut scopes = Vec::new();
+    let mut identifiers = Vec::new();
+    for shard in shards {
+        regions.push(codec::region(shard));
+        scopes.push(shard.scope());
+        identifiers.push(shard.identifier());
+    }
+    [
+        Value::from(regions),
+        Value::from(scopes),
+        Value::from(identifiers),
+    ]
+}
+
+/// The outbox store on PostgreSQL. Cheap to clone (the connection is a pool);
+/// every statement goes through the pool, none depends on session state, so
+/// the pool may sit behind a transaction-pooling proxy.
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    db: DatabaseConnection,
+}
+
+impl PgStore {
+    /// A store over `db`. The outbox migrations must have run.
+    ///
+    /// # Errors
+    ///
+    /// [`UnsupportedBackend`] when `db` is not PostgreSQL.
+    pub fn new(db: DatabaseConnection) -> Result<Self, UnsupportedBackend> {
+        match db.get_database_backend() {
+            DbBackend::Postgres => Ok(Self { db }),
+            other => Err(UnsupportedBackend(other)),
+        }
+    }
+
+    /// The connection.
+    pub fn connection(&self) -> &DatabaseConnection {
+        &self.db
+    }
+
+    async fn query_all(
+        &self,
+        sql: &str,
+        values: Vec<Value>,
+        operation: &'static str,
+    ) -> Result<Vec<QueryResult>, StoreError> {
+        self.db
+            .query_all_raw(statement(sql, values))
+            .await
+            .map_err(op(operation))
+    }
+
+    async fn query_one(
+        &self,
+        sql: &str,
+        values: Vec<Value>,
+        operation: &'static str,
+    ) -> Result<Option<QueryResult>, StoreError> {
+        self.db
+            .query_one_raw(statement(sql, values))
+            .await
+            .map_err(op(operation))
+    }
+
+    /// The common commit: one statement.
+    async fn commit_finished(&self, batch: &CommitBatch) -> Result<CommitOutcome, StoreError> {
+        const OP: &str = "commit a drain round";
+        let ids: Vec<i64> = batch
+            .shards
+            .iter()
+            .flat_map(|shard| shard.delete_ids.iter().copied())
+            .collect();
+        let row = self
+            .query_one(
+                table(batch.kind).commit_finished,
+                vec![
+                    batch.kind.as_i16().into(),
+                    batch.token.into(),
+                    batch.now.into(),
+                    ids.into(),
+                ],
+                OP,
+            )
+            .await?
+            .ok_or_else(|| StoreError::Malformed {
+                what: "commit result",
+                detail: "the commit returned no row".to_owned(),
+            })?;
+        let mut owned: Vec<i32> = get(&row, "owned", OP)?;
+        owned.sort_unstable();
+        let deleted: i64 = get(&row, "deleted", OP)?;
+        Ok(CommitOutcome {
+            deleted: u64::try_from(deleted).unwrap_or(0),
+            dead_lettered: 0,
+            lost: codec::lost(batch.shards.iter().map(|s| &s.shard), &owned),
+        })
+    }
+
+    /// Any other commit: one transaction.
+    async fn commit_in_transaction(
+        &self,
+        batch: &CommitBatch,
+    ) -> Result<CommitOutcome, StoreError> {
+        const OP: &str = "commit a drain round";
+        let txn = self.db.begin().await.map_err(op(OP))?;
+        let fenced = txn
+            .query_all_raw(statement(
+                FENCE,
+                vec![
+                    batch.kind.as_i16().into(),
+                    batch.token.into(),
+                    batch.now.into(),
+                    codec::buckets(&batch.in_flight).into(),
+                    batch.renew_until.into(),
+                ],
+            ))
+            .await
+            .map_err(op(OP))?;
+        let mut owned = fenced
+            .iter()
+            .map(|row| get::<i32>(row, "bucket", OP))
+            .collect::<Result<Vec<_>, _>>()?;
+        owned.sort_unstable();
+        let lost = codec::lost(batch.shards.iter().map(|s| &s.shard), &owned);
+        let kept: Vec<&ShardCommit> = batch
+            .shards
+            .iter()
+            .filter(|shard| !lost.contains(&shard.shard))
+            .collect();
+        let mut outcome = CommitOutcome {
+            lost,
+            ..CommitOutcome::default()
+        };
+        outcome.deleted = delete_rows(&txn, batch.kind, &kept).await?;
+        outcome.dead_lettered = dead_letter(&txn, batch, &kept).await?;
+        apply_ends(&txn, batch, &kept).await?;
+        txn.commit().await.map_err(op(OP))?;
+        Ok(outcome)
+    }
+}
+
+async fn delete_rows(
+    txn: &DatabaseTransaction,
+    kind: OutboxKind,
+    shards: &[&ShardCommit],
+) -> Result<u64, StoreError> {
+    let ids: Vec<i64> = shards
+        .iter()
+        .flat_map(|shard| shard.delete_ids.iter().copied())
+        .collect();
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(txn
+        .execute_raw(statement(table(kind).delete_rows, vec![ids.into()]))
+        .await
+        .map_err(op("delete delivered rows"))?
+        .rows_affected())
+}
+
+async fn dead_letter(
+    txn: &DatabaseTransaction,
+    batch: &CommitBatch,
+    shards: &[&ShardCommit],
+) -> Result<u64, StoreError> {
+    let mut moved = 0;
+    for dead in shards.iter().flat_map(|shard| &shard.dead_letters) {
+        moved += txn
+            .execute_raw(statement(
+                table(batch.kind).dead_letter,
+                vec![
+                    batch.kind.as_i16().into(),
+                    dead.error.clone().into(),
+                    batch.now.into(),
+                    dead.ids.clone().into(),
+                ],
+            ))
+            .await
+            .map_err(op("dead-letter rows"))?
+            .rows_affected();
+    }
+    Ok(moved)
+}
+
+/// Backoff states and schedules: failed shards get a state and their rows
+/// move to their next attempt; rows written to backing-off shards join them;
+/// recovered shards lose their state and their rows are due again.
+async fn apply_ends(
+    txn: &DatabaseTransaction,
+    batch: &CommitBatch,
+    shards: &[&ShardCommit],
+) -> Result<(), StoreError> {
+    const OP: &str = "record backoff";
+    let kind = batch.kind;
+    let mut later: Vec<(&ShardKey, DateTime<Utc>)> = Vec::new();
+    let mut failed = Vec::new();
+    let mut recovered = Vec::new();
+    for shard in shards {
+        match &shard.end {
+            ShardEnd::Done => {}
+            ShardEnd::Recovered => recovered.push(&shard.shard),
+            ShardEnd::Wait { retry_at } => later.push((&shard.shard, *retry_at)),
+            ShardEnd::Backoff { retry_at, .. } => {
+                later.push((&shard.shard, *retry_at));
+                failed.push(*shard);
+            }
+        }
+    }
+    if !failed.is_empty() {
+        let [regions, scopes, identifiers] = key_arrays(failed.iter().map(|s| &s.shard));
+        let (mut attempts, mut delays, mut retries, mut errors) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for shard in &failed {
+            if let ShardEnd::Backoff {
+                retry_at,
+                delay,
+                error,
+                attempts: count,
+            } = &shard.end
+            {
+                attempts.push(i32::try_from(*count).unwrap_or(i32::MAX));
+                delays.push(codec::millis(*delay));
+                retries.push(*retry_at);
+                errors.push(codec::error_text(error));
+            }
+        }
+        let values = vec![
+            kind.as_i16().into(),
+            regions,
+            scopes,
+            identifiers,
+            attempts.into(),
+            delays.into(),
+            retries.into(),
+            errors.into(),
+            batch.now.into(),
+        ];
+        txn.execute_raw(statement(UPSERT_STATES, values))
+            .await
+            .map_err(op(OP))?;
+    }
+    if !later.is_empty() {
+        let [regions, scopes, identifiers] = key_arrays(later.iter().map(|(s, _)| *s));
+        let times: Vec<DateTime<Utc>> = later.iter().map(|(_, at)| *at).collect();
+        let values = vec![batch.now.into(), regions, scopes, identifiers, times.into()];
+        txn.execute_raw(statement(table(kind).reschedule, values))
+            .await
+            .map_err(op(OP))?;
+    }
+    if !recovered.is_empty() {
+        let [regions, scopes, identifiers] = key_arrays(recovered.iter().copied());
+        txn.execute_raw(statement(
+            DELETE_STATES,
+            vec![
+                kind.as_i16().into(),
+                regions.clone(),
+                scopes.clone(),
+                identifiers.clone(),
+            ],
+        ))
+        .await
+        .map_err(op(OP))?;
+        txn.execute_raw(statement(
+            table(kind).reset_schedule,
+            vec![
+                batch.now.into(),
+                regions,
+                scopes,
+                identifiers,
+                outbox_core::the_past().into(),
+            ],
+        ))
+        .await
+        .map_err(op(OP))?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl DrainStore for PgStore {
+    async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ClaimedShard>, StoreError> {
+        const OP: &str = "claim due shards";
+        let kind = request.kind;
+        let values = vec![
+            kind.as_i16().into(),
+            request.now.into(),
+            request.up_to_id.unwrap_or(i64::MAX).into(),
+            codec::limit(request.rows).into(),
+            codec::limit(MAX_BUCKETS_PER_CLAIM).into(),
+            request.token.into(),
+            request.owner.clone().into(),
+            request.lease_until.into(),
+        ];
+        let rows = match self
+            .db
+            .query_all_raw(statement(table(kind).claim_due, values))
+            .await
+        {
+            Ok(rows) => rows,
+            // Two claims creating the same missing buckets in the same
+            // instant: the victim claims nothing this time.
+            Err(error) if codec::is_deadlock(&error) => return Ok(Vec::new()),
+            Err(error) => return Err(StoreError::database(OP, error)),
+        };
+        let decoded = rows
+            .iter()
+            .map(|row| {
+                let shard = codec::shard(row, kind)?;
+                let stored = codec::stored_row(row, BACKEND, &shard)?;
+                let state = codec::state(row, BACKEND)?;
+                Ok((shard, stored, state))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(codec::group(decoded))
+    }
+
+    async fn claim_shard(
+        &self,
+        request: &ClaimRequest,
+        shard: &ShardKey,
+    ) -> Result<ShardClaim, StoreError> {
+        const OP: &str = "claim a shard";
+        let values = vec![
+            request.kind.as_i16().into(),
+            codec::region(shard).into(),
+            shard.scope().into(),
+            shard.identifier().into(),
+            shard.bucket().into(),
+            request.now.into(),
+            request.token.into(),
+            request.owner.clone().into(),
+            request.lease_until.into(),
+            request.up_to_id.unwrap_or(i64::MAX).into(),
+            codec::limit(request.rows).into(),
+        ];
+        let rows = self
+            .query_all(table(request.kind).claim_shard, values, OP)
+            .await?;
+        let Some(first) = rows.first() else {
+            return Err(StoreError::Malformed {
+                what: "shard claim",
+                detail: "the claim returned no row".to_owned(),
+            });
+        };
+        let state = codec::state(first, BACKEND)?;
+        if let Some(state) = state.as_ref().filter(|s| s.retry_at > request.now) {
+            return Ok(ShardClaim::BackingOff(state.clone()));
+        }
+        if get::<i64>(first, "claimed", OP)? == 0 {
+            return Ok(ShardClaim::Held);
+        }
+        let mut claimed = ClaimedShard {
+            shard: shard.clone(),
+            rows: Vec::with_capacity(rows.len()),
+            state,
+        };
+        for row in &rows {
+            claimed.rows.extend(codec::stored_row(row, BACKEND, shard)?);
+        }
+        Ok(ShardClaim::Claimed(claimed))
+    }
+
+    async fn renew(
+        &self,
+        kind: OutboxKind,
+        token: i64,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        Ok(self
+            .db
+            .execute_raw(statement(
+                RENEW,
+                vec![kind.as_i16().into(), token.into(), now.into(), until.into()],
+            ))
+            .await
+            .map_err(op("renew claims"))?
+            .rows_affected())
+    }
+
+    async fn commit(&self, batch: &CommitBatch) -> Result<CommitOutcome, StoreError> {
+        let finished = batch.in_flight.is_empty()
+            && batch
+                .shards
+                .iter()
+                .all(|shard| shard.end == ShardEnd::Done && shard.dead_letters.is_empty());
+        if finished {
+            self.commit_finished(batch).await
+        } else {
+            self.commit_in_transaction(batch).await
+        }
+    }
+
+    async fn expire_claims(
+        &self,
+        kind: OutboxKind,
+        token: i64,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        Ok(self
+            .db
+            .execute_raw(statement(
+                EXPIRE_CLAIMS,
+                vec![kind.as_i16().into(), token.into(), now.into()],
+            ))
+            .await
+            .map_err(op("expire abandoned claims"))?
+            .rows_affected())
+    }
+}
+
+#[async_trait]
+impl StoreAdmin for PgStore {
+    async fn pending_count(&self, kind: OutboxKind) -> Result<u64, StoreError> {
+        const OP: &str = "count pending rows";
+        let row = self
+            .query_one(table(kind).pending_count, vec![], OP)
+            .await?;
+        let count: i64 = match row {
+            Some(row) => get(&row, "n", OP)?,
+            None => 0,
+        };
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    async fn shard_depths(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<ShardDepth>, StoreError> {
+        const OP: &str = "measure shard depths";
+        let rows = self
+            .query_all(
+                table(kind).shard_depths,
+                vec![codec::limit(limit).into()],
+                OP,
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let depth: i64 = get(row, "depth", OP)?;
+                Ok(ShardDepth {
+                    shard: codec::shard(row, kind)?,
+                    depth: u64::try_from(depth).unwrap_or(0),
+                    oldest_date_added: time::get(row, BACKEND, "oldest_date_added")?,
+                    next_scheduled_for: time::get(row, BACKEND, "next_scheduled_for")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn oldest_pending(&self, kind: OutboxKind) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let row = self
+            .query_one(
+                table(kind).oldest_pending,
+                vec![],
+                "find the oldest pending row",
+            )
+            .await?;
+        match row {
+            Some(row) => time::get_opt(&row, BACKEND, "oldest"),
+            None => Ok(None),
+        }
+    }
+
+    async fn max_id(&self, kind: OutboxKind) -> Result<Option<i64>, StoreError> {
+        const OP: &str = "find the highest row id";
+        match self.query_one(table(kind).max_id, vec![], OP).await? {
+            Some(row) => get(&row, "max_id", OP),
+            None => Ok(None),
+        }
+    }
+
+    async fn has_due(&self, kind: OutboxKind, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let row = self
+            .query_one(
+                table(kind).has_due,
+                vec![kind.as_i16().into(), now.into()],
+                "look for due rows",
+            )
+            .await?;
+        Ok(row.is_some())
+    }
+
+    async fn failing_shards(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<FailingShard>, StoreError> {
+        let rows = self
+            .query_all(
+                FAILING_SHARDS,
+                vec![kind.as_i16().into(), codec::limit(limit).into()],
+                "list failing shards",
+            )
+            .await?;
+        codec::failing_shards(&rows, kind, BACKEND)
+    }
+
+    async fn dead_letters(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<DeadLetterRow>, StoreError> {
+        let rows = self
+            .query_all(
+                DEAD_LETTERS,
+                vec![kind.as_i16().into(), codec::limit(limit).into()],
+                "list dead letters",
+            )
+            .await?;
+        codec::dead_letter_rows(&rows, kind, BACKEND)
+    }
+
+    async fn replay_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
+        Ok(self
+            .db
+            .execute_raw(statement(
+                table(kind).replay_dead_letters,
+                vec![
+                    kind.as_i16().into(),
+                    ids.to_vec().into(),
+                    outbox_core::the_past().into(),
+                ],
+            ))
+            .await
+            .map_err(op("replay dead letters"))?
+            .rows_affected())
+    }
+}

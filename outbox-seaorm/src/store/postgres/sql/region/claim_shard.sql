@@ -1,0 +1,45 @@
+-- Leases the bucket of one shard and reads its rows (the synchronous flush),
+-- unless another worker holds the bucket or the shard backs off.
+-- $1 kind, $2 region, $3 scope, $4 identifier, $5 bucket, $6 now, $7 token,
+-- $8 owner, $9 lease end, $10 highest id, $11 rows.
+-- Every result row repeats `claimed` and the state; row columns are null
+-- when nothing was claimed or the shard has no rows.
+-- The bucket is leased only if unchanged since this statement's snapshot,
+-- which the read uses (see claim_due.sql).
+WITH state AS (
+    SELECT attempts, last_backoff_ms, retry_at, last_error, failed_at
+    FROM outbox_shard_state
+    WHERE kind = $1 AND region_name = $2 AND shard_scope = $3 AND shard_identifier = $4
+), snapshot AS (
+    SELECT version FROM outbox_claim_bucket WHERE kind = $1 AND bucket = $5
+), claimed AS (
+    UPDATE outbox_claim_bucket b
+    SET token = $7, owner = $8, lease_until = $9, version = b.version + 1
+    FROM snapshot s
+    WHERE b.kind = $1 AND b.bucket = $5 AND b.version = s.version AND b.lease_until <= $6
+      AND NOT EXISTS (SELECT 1 FROM state WHERE retry_at > $6)
+    RETURNING b.bucket
+), created AS (
+    INSERT INTO outbox_claim_bucket (kind, bucket, token, owner, lease_until, version)
+    SELECT $1, $5, $7, $8, $9, 1
+    WHERE NOT EXISTS (SELECT 1 FROM snapshot)
+      AND NOT EXISTS (SELECT 1 FROM state WHERE retry_at > $6)
+    ON CONFLICT DO NOTHING
+    RETURNING bucket
+), mine AS (
+    SELECT bucket FROM claimed UNION ALL SELECT bucket FROM created
+)
+SELECT (SELECT count(*) FROM mine) AS claimed,
+       st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
+       o.id, o.category, o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for,
+       o.date_added
+FROM (SELECT 1) AS one
+LEFT JOIN state st ON true
+LEFT JOIN LATERAL (
+    SELECT * FROM region_outbox o
+    WHERE EXISTS (SELECT 1 FROM mine)
+      AND o.shard_scope = $3 AND o.shard_identifier = $4 AND o.id <= $10
+    ORDER BY o.id
+    LIMIT $11
+) o ON true
+ORDER BY o.id

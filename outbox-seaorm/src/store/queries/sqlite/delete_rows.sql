@@ -1,2 +1,0 @@
--- $1 ids as a JSON array (one bounded chunk).
-DELETE FROM {table} WHERE id IN (SELECT value FROM json_each($1))

@@ -1,0 +1,647 @@
+//! SQLite: the same contract under SQLite's single writer.
+//!
+//! SQLite runs in-process, so a statement costs microseconds and a few of
+//! them per claim cost nothing worth batching. Every claim and commit is one
+//! `BEGIN IMMEDIATE` transaction: it takes the write lock up front, so it
+//! sees the latest commits and never fails half-way on a lock upgrade, and
+//! nothing can change between its reads and its writes. `FOR UPDATE SKIP
+//! LOCKED` does not exist here, and is not needed.
+//!
+//! The SQL lives in `sql/`, one file per statement; statements that touch an
+//! outbox table have one file per table (`sql/region/`, `sql/control/`).
+//! Timestamps are fixed-width UTC text, compared as text.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, QueryResult, Statement,
+    Value,
+};
+
+use outbox_core::{
+    ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore,
+    FailingShard, OutboxKind, ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardKey, ShardState,
+    StoreAdmin, StoreError, StoredRow, MAX_BUCKETS_PER_CLAIM,
+};
+
+use super::codec::{self, get, op};
+use super::UnsupportedBackend;
+use crate::time;
+
+const BACKEND: DbBackend = DbBackend::Sqlite;
+
+/// The statements that touch one outbox table.
+struct TableSql {
+    candidates: &'static str,
+    read_shard: &'static str,
+    delete_rows: &'static str,
+    dead_letter: &'static str,
+    reschedule: &'static str,
+    reset_schedule: &'static str,
+    replay_dead_letters: &'static str,
+    shard_depths: &'static str,
+    has_due: &'static str,
+    pending_count: &'static str,
+    oldest_pending: &'static str,
+    max_id: &'static str,
+}
+
+const REGION: TableSql = TableSql {
+    candidates: include_str!("sql/region/candidates.sql"),
+    read_shard: include_str!("sql/region/read_shard.sql"),
+    delete_rows: include_str!("sql/region/delete_rows.sql"),
+    dead_letter: include_str!("sql/region/dead_letter.sql"),
+    reschedule: include_str!("sql/region/reschedule.sql"),
+    reset_schedule: include_str!("sql/region/reset_schedule.sql"),
+    replay_dead_letters: include_str!("sql/region/replay_dead_letters.sql"),
+    shard_depths: include_str!("sql/region/shard_depths.sql"),
+    has_due: include_str!("sql/region/has_due.sql"),
+    pending_count: "SELECT count(*) AS n FROM region_outbox",
+    oldest_pending: "SELECT min(date_added) AS oldest FROM region_outbox",
+    max_id: "SELECT max(id) AS max_id FROM region_outbox",
+};
+
+const CONTROL: TableSql = TableSql {
+    candidates: include_str!("sql/control/candidates.sql"),
+    read_shard: include_str!("sql/control/read_shard.sql"),
+    delete_rows: include_str!("sql/control/delete_rows.sql"),
+    dead_letter: include_str!("sql/control/dead_letter.sql"),
+    reschedule: include_str!("sql/control/reschedule.sql"),
+    reset_schedule: include_str!("sql/control/reset_schedule.sql"),
+    replay_dead_letters: include_str!("sql/control/replay_dead_letters.sql"),
+    shard_depths: include_str!("sql/control/shard_depths.sql"),
+    has_due: include_str!("sql/control/has_due.sql"),
+    pending_count: "SELECT count(*) AS n FROM control_outbox",
+    oldest_pending: "SELECT min(date_added) AS oldest FROM control_outbox",
+    max_id: "SELECT max(id) AS max_id FROM control_outbox",
+};
+
+const LEASE: &str = include_str!("sql/lease.sql");
+const BUCKET_HELD: &str = include_str!("sql/bucket_held.sql");
+const STATES: &str = include_str!("sql/states.sql");
+const RENEW: &str = include_str!("sql/renew.sql");
+const EXPIRE_CLAIMS: &str = include_str!("sql/expire_claims.sql");
+const FENCE: &str = include_str!("sql/fence.sql");
+const UPSERT_STATE: &str = include_str!("sql/upsert_state.sql");
+const DELETE_STATE: &str = include_str!("sql/delete_state.sql");
+const DELETE_DEAD_LETTERS: &str = include_str!("sql/delete_dead_letters.sql");
+const FAILING_SHARDS: &str = include_str!("sql/failing_shards.sql");
+const DEAD_LETTERS: &str = include_str!("sql/dead_letters.sql");
+
+fn table(kind: OutboxKind) -> &'static TableSql {
+    match kind {
+        OutboxKind::Region => &REGION,
+        OutboxKind::Control => &CONTROL,
+    }
+}
+
+fn statement(sql: &str, values: Vec<Value>) -> Statement {
+    Statement::from_sql_and_values(BACKEND, sql, values)
+}
+
+fn at(time: DateTime<Utc>) -> Value {
+    time::bind(BACKEND, time)
+}
+
+/// A list as one JSON text value, read back with `json_each`.
+fn json<T: serde::Serialize>(values: &T) -> Result<Value, StoreError> {
+    serde_json::to_string(values)
+        .map(Value::from)
+        .map_err(|error| StoreError::database("encode a list", error))
+}
+
+/// Values of a statement about one shard: `first`, then scope and identifier,
+/// then `rest`, then the region for the control outbox.
+fn shard_values(shard: &ShardKey, first: Vec<Value>, rest: Vec<Value>) -> Vec<Value> {
+    let mut values = first;
+    values.push(shard.scope().into());
+    values.push(shard.identifier().into());
+    values.extend(rest);
+    if shard.kind() == OutboxKind::Control {
+        values.push(codec::region(shard).into());
+    }
+    values
+}
+
+/// The outbox store on SQLite. Cheap to clone (the connection is a pool).
+/// Use WAL mode (`journal_mode=WAL`) when several connections write.
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    db: DatabaseConnection,
+}
+
+impl SqliteStore {
+    /// A store over `db`. The outbox migrations must have run.
+    ///
+    /// # Errors
+    ///
+    /// [`UnsupportedBackend`] when `db` is not SQLite.
+    pub fn new(db: DatabaseConnection) -> Result<Self, UnsupportedBackend> {
+        match db.get_database_backend() {
+            DbBackend::Sqlite => Ok(Self { db }),
+            other => Err(UnsupportedBackend(other)),
+        }
+    }
+
+    /// The connection.
+    pub fn connection(&self) -> &DatabaseConnection {
+        &self.db
+    }
+
+    async fn begin(&self, operation: &'static str) -> Result<DatabaseTransaction, StoreError> {
+        crate::begin_write(&self.db).await.map_err(op(operation))
+    }
+
+    async fn query_all(
+        &self,
+        sql: &str,
+        values: Vec<Value>,
+        operation: &'static str,
+    ) -> Result<Vec<QueryResult>, StoreError> {
+        self.db
+            .query_all_raw(statement(sql, values))
+            .await
+            .map_err(op(operation))
+    }
+
+    async fn query_one(
+        &self,
+        sql: &str,
+        values: Vec<Value>,
+        operation: &'static str,
+    ) -> Result<Option<QueryResult>, StoreError> {
+        self.db
+            .query_one_raw(statement(sql, values))
+            .await
+            .map_err(op(operation))
+    }
+}
+
+async fn query_all(
+    txn: &DatabaseTransaction,
+    sql: &str,
+    values: Vec<Value>,
+    operation: &'static str,
+) -> Result<Vec<QueryResult>, StoreError> {
+    txn.query_all_raw(statement(sql, values))
+        .await
+        .map_err(op(operation))
+}
+
+async fn execute(
+    txn: &DatabaseTransaction,
+    sql: &str,
+    values: Vec<Value>,
+    operation: &'static str,
+) -> Result<u64, StoreError> {
+    Ok(txn
+        .execute_raw(statement(sql, values))
+        .await
+        .map_err(op(operation))?
+        .rows_affected())
+}
+
+/// Rows of one shard in id order, up to `up_to`, at most `rows`.
+async fn read_shard(
+    txn: &DatabaseTransaction,
+    shard: &ShardKey,
+    up_to: Option<i64>,
+    rows: usize,
+) -> Result<Vec<StoredRow>, StoreError> {
+    let values = shard_values(
+        shard,
+        Vec::new(),
+        vec![up_to.unwrap_or(i64::MAX).into(), codec::limit(rows).into()],
+    );
+    let found = query_all(
+        txn,
+        table(shard.kind()).read_shard,
+        values,
+        "read outbox rows",
+    )
+    .await?;
+    let mut out = Vec::with_capacity(found.len());
+    for row in &found {
+        out.extend(codec::stored_row(row, BACKEND, shard)?);
+    }
+    Ok(out)
+}
+
+/// The backoff states of `shards`.
+async fn states(
+    txn: &DatabaseTransaction,
+    kind: OutboxKind,
+    shards: &[&ShardKey],
+) -> Result<HashMap<ShardKey, ShardState>, StoreError> {
+    let keys: Vec<(String, i32, i64)> = shards
+        .iter()
+        .map(|shard| (codec::region(shard), shard.scope(), shard.identifier()))
+        .collect();
+    let rows = query_all(
+        txn,
+        STATES,
+        vec![kind.as_i16().into(), json(&keys)?],
+        "read backoff states",
+    )
+    .await?;
+    Ok(codec::failing_shards(&rows, kind, BACKEND)?
+        .into_iter()
+        .map(|failing| (failing.shard, failing.state))
+        .collect())
+}
+
+async fn lease(
+    txn: &DatabaseTransaction,
+    request: &ClaimRequest,
+    buckets: &[i32],
+) -> Result<(), StoreError> {
+    execute(
+        txn,
+        LEASE,
+        vec![
+            request.kind.as_i16().into(),
+            request.token.into(),
+            request.owner.clone().into(),
+            at(request.lease_until),
+            json(&buckets)?,
+        ],
+        "lease buckets",
+    )
+    .await
+    .map(|_| ())
+}
+
+#[async_trait]
+impl DrainStore for SqliteStore {
+    async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ClaimedShard>, StoreError> {
+        const OP: &str = "claim due shards";
+        let kind = request.kind;
+        let txn = self.begin(OP).await?;
+        let found = query_all(
+            &txn,
+            table(kind).candidates,
+            vec![
+                at(request.now),
+                request.up_to_id.unwrap_or(i64::MAX).into(),
+                kind.as_i16().into(),
+                codec::limit(request.rows).into(),
+            ],
+            OP,
+        )
+        .await?;
+        // The buckets of the oldest rows, at most a quarter of them.
+        let mut buckets: Vec<i32> = Vec::new();
+        let mut candidates = Vec::with_capacity(found.len());
+        for row in &found {
+            let bucket: i32 = get(row, "bucket", OP)?;
+            if !buckets.contains(&bucket) {
+                if buckets.len() == MAX_BUCKETS_PER_CLAIM {
+                    continue;
+                }
+                buckets.push(bucket);
+            }
+            let shard = codec::shard(row, kind)?;
+            let stored = codec::stored_row(row, BACKEND, &shard)?;
+            candidates.push((shard, stored, None));
+        }
+        if buckets.is_empty() {
+            txn.commit().await.map_err(op(OP))?;
+            return Ok(Vec::new());
+        }
+        lease(&txn, request, &buckets).await?;
+        let mut shards = codec::group(candidates);
+        let keys: Vec<&ShardKey> = shards.iter().map(|claimed| &claimed.shard).collect();
+        let mut found_states = states(&txn, kind, &keys).await?;
+        for claimed in &mut shards {
+            // A shard with a state may hold rescheduled rows that sort after
+            // its newer due ones: its rows are read in id order instead.
+            if let Some(state) = found_states.remove(&claimed.shard) {
+                claimed.rows = if state.retry_at <= request.now {
+                    read_shard(&txn, &claimed.shard, request.up_to_id, request.rows).await?
+                } else {
+                    Vec::new()
+                };
+                claimed.state = Some(state);
+            }
+        }
+        txn.commit().await.map_err(op(OP))?;
+        Ok(shards)
+    }
+
+    async fn claim_shard(
+        &self,
+        request: &ClaimRequest,
+        shard: &ShardKey,
+    ) -> Result<ShardClaim, StoreError> {
+        const OP: &str = "claim a shard";
+        let txn = self.begin(OP).await?;
+        let state = states(&txn, request.kind, &[shard]).await?.remove(shard);
+        if let Some(state) = state.as_ref().filter(|s| s.retry_at > request.now) {
+            let state = state.clone();
+            txn.commit().await.map_err(op(OP))?;
+            return Ok(ShardClaim::BackingOff(state));
+        }
+        let held = query_all(
+            &txn,
+            BUCKET_HELD,
+            vec![
+                request.kind.as_i16().into(),
+                shard.bucket().into(),
+                at(request.now),
+            ],
+            OP,
+        )
+        .await?;
+        if !held.is_empty() {
+            txn.commit().await.map_err(op(OP))?;
+            return Ok(ShardClaim::Held);
+        }
+        lease(&txn, request, &[shard.bucket()]).await?;
+        let rows = read_shard(&txn, shard, request.up_to_id, request.rows).await?;
+        txn.commit().await.map_err(op(OP))?;
+        Ok(ShardClaim::Claimed(ClaimedShard {
+            shard: shard.clone(),
+            rows,
+            state,
+        }))
+    }
+
+    async fn renew(
+        &self,
+        kind: OutboxKind,
+        token: i64,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        Ok(self
+            .db
+            .execute_raw(statement(
+                RENEW,
+                vec![kind.as_i16().into(), token.into(), at(now), at(until)],
+            ))
+            .await
+            .map_err(op("renew claims"))?
+            .rows_affected())
+    }
+
+    async fn commit(&self, batch: &CommitBatch) -> Result<CommitOutcome, StoreError> {
+        const OP: &str = "commit a drain round";
+        let kind = batch.kind;
+        let txn = self.begin(OP).await?;
+        let fenced = query_all(
+            &txn,
+            FENCE,
+            vec![
+                kind.as_i16().into(),
+                batch.token.into(),
+                at(batch.now),
+                json(&codec::buckets(&batch.in_flight))?,
+                at(batch.renew_until),
+            ],
+            OP,
+        )
+        .await?;
+        let mut owned = fenced
+            .iter()
+            .map(|row| get::<i32>(row, "bucket", OP))
+            .collect::<Result<Vec<_>, _>>()?;
+        owned.sort_unstable();
+        let lost = codec::lost(batch.shards.iter().map(|s| &s.shard), &owned);
+        let kept: Vec<&ShardCommit> = batch
+            .shards
+            .iter()
+            .filter(|shard| !lost.contains(&shard.shard))
+            .collect();
+        let mut outcome = CommitOutcome {
+            lost,
+            ..CommitOutcome::default()
+        };
+        let ids: Vec<i64> = kept
+            .iter()
+            .flat_map(|shard| shard.delete_ids.iter().copied())
+            .collect();
+        if !ids.is_empty() {
+            outcome.deleted = execute(&txn, table(kind).delete_rows, vec![json(&ids)?], OP).await?;
+        }
+        for dead in kept.iter().flat_map(|shard| &shard.dead_letters) {
+            let ids = json(&dead.ids)?;
+            outcome.dead_lettered += execute(
+                &txn,
+                table(kind).dead_letter,
+                vec![
+                    kind.as_i16().into(),
+                    dead.error.clone().into(),
+                    at(batch.now),
+                    ids.clone(),
+                ],
+                OP,
+            )
+            .await?;
+            execute(&txn, table(kind).delete_rows, vec![ids], OP).await?;
+        }
+        for shard in &kept {
+            apply_end(&txn, batch, shard).await?;
+        }
+        txn.commit().await.map_err(op(OP))?;
+        Ok(outcome)
+    }
+
+    async fn expire_claims(
+        &self,
+        kind: OutboxKind,
+        token: i64,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        Ok(self
+            .db
+            .execute_raw(statement(
+                EXPIRE_CLAIMS,
+                vec![kind.as_i16().into(), token.into(), at(now)],
+            ))
+            .await
+            .map_err(op("expire abandoned claims"))?
+            .rows_affected())
+    }
+}
+
+/// A shard's backoff state and schedule after its commit.
+async fn apply_end(
+    txn: &DatabaseTransaction,
+    batch: &CommitBatch,
+    shard: &ShardCommit,
+) -> Result<(), StoreError> {
+    const OP: &str = "record backoff";
+    let kind = batch.kind;
+    let key = &shard.shard;
+    let state_key = || -> Vec<Value> {
+        vec![
+            kind.as_i16().into(),
+            codec::region(key).into(),
+            key.scope().into(),
+            key.identifier().into(),
+        ]
+    };
+    let later = match &shard.end {
+        ShardEnd::Done => None,
+        ShardEnd::Recovered => {
+            execute(txn, DELETE_STATE, state_key(), OP).await?;
+            let values = shard_values(
+                key,
+                vec![at(outbox_core::the_past()), at(batch.now)],
+                Vec::new(),
+            );
+            execute(txn, table(kind).reset_schedule, values, OP).await?;
+            None
+        }
+        ShardEnd::Wait { retry_at } => Some(*retry_at),
+        ShardEnd::Backoff {
+            retry_at,
+            delay,
+            error,
+            attempts,
+        } => {
+            let mut values = state_key();
+            values.extend([
+                i32::try_from(*attempts).unwrap_or(i32::MAX).into(),
+                codec::millis(*delay).into(),
+                at(*retry_at),
+                codec::error_text(error).into(),
+                at(batch.now),
+            ]);
+            execute(txn, UPSERT_STATE, values, OP).await?;
+            Some(*retry_at)
+        }
+    };
+    if let Some(retry_at) = later {
+        let values = shard_values(key, vec![at(retry_at), at(batch.now)], Vec::new());
+        execute(txn, table(kind).reschedule, values, OP).await?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl StoreAdmin for SqliteStore {
+    async fn pending_count(&self, kind: OutboxKind) -> Result<u64, StoreError> {
+        const OP: &str = "count pending rows";
+        let row = self
+            .query_one(table(kind).pending_count, vec![], OP)
+            .await?;
+        let count: i64 = match row {
+            Some(row) => get(&row, "n", OP)?,
+            None => 0,
+        };
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    async fn shard_depths(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<ShardDepth>, StoreError> {
+        const OP: &str = "measure shard depths";
+        let rows = self
+            .query_all(
+                table(kind).shard_depths,
+                vec![codec::limit(limit).into()],
+                OP,
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let depth: i64 = get(row, "depth", OP)?;
+                Ok(ShardDepth {
+                    shard: codec::shard(row, kind)?,
+                    depth: u64::try_from(depth).unwrap_or(0),
+                    oldest_date_added: time::get(row, BACKEND, "oldest_date_added")?,
+                    next_scheduled_for: time::get(row, BACKEND, "next_scheduled_for")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn oldest_pending(&self, kind: OutboxKind) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let row = self
+            .query_one(
+                table(kind).oldest_pending,
+                vec![],
+                "find the oldest pending row",
+            )
+            .await?;
+        match row {
+            Some(row) => time::get_opt(&row, BACKEND, "oldest"),
+            None => Ok(None),
+        }
+    }
+
+    async fn max_id(&self, kind: OutboxKind) -> Result<Option<i64>, StoreError> {
+        const OP: &str = "find the highest row id";
+        match self.query_one(table(kind).max_id, vec![], OP).await? {
+            Some(row) => get(&row, "max_id", OP),
+            None => Ok(None),
+        }
+    }
+
+    async fn has_due(&self, kind: OutboxKind, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let row = self
+            .query_one(
+                table(kind).has_due,
+                vec![kind.as_i16().into(), at(now)],
+                "look for due rows",
+            )
+            .await?;
+        Ok(row.is_some())
+    }
+
+    async fn failing_shards(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<FailingShard>, StoreError> {
+        let rows = self
+            .query_all(
+                FAILING_SHARDS,
+                vec![kind.as_i16().into(), codec::limit(limit).into()],
+                "list failing shards",
+            )
+            .await?;
+        codec::failing_shards(&rows, kind, BACKEND)
+    }
+
+    async fn dead_letters(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<DeadLetterRow>, StoreError> {
+        let rows = self
+            .query_all(
+                DEAD_LETTERS,
+                vec![kind.as_i16().into(), codec::limit(limit).into()],
+                "list dead letters",
+            )
+            .await?;
+        codec::dead_letter_rows(&rows, kind, BACKEND)
+    }
+
+    async fn replay_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
+        const OP: &str = "replay dead letters";
+        let txn = self.begin(OP).await?;
+        let list = json(&ids)?;
+        let values = vec![
+            kind.as_i16().into(),
+            list.clone(),
+            at(outbox_core::the_past()),
+        ];
+        let moved = execute(&txn, table(kind).replay_dead_letters, values, OP).await?;
+        execute(
+            &txn,
+            DELETE_DEAD_LETTERS,
+            vec![kind.as_i16().into(), list],
+            OP,
+        )
+        .await?;
+        txn.commit().await.map_err(op(OP))?;
+        Ok(moved)
+    }
+}

@@ -1,0 +1,110 @@
+//! The conformance suite of `outbox_core` (one file per rule of the outbox)
+//! against real PostgreSQL and SQLite, through the write API.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use outbox_core::conformance::{Backend, NewRow};
+use outbox_core::OutboxKind;
+use outbox_seaorm::testing::TestDatabase;
+use outbox_seaorm::{write_control, write_region, OutboxMessage, SeaOrmStore};
+use sea_orm::{ConnectionTrait, DbBackend};
+
+/// Fresh databases of one backend, kept until the test ends (dropped then,
+/// unless it failed).
+#[derive(Clone)]
+struct Databases {
+    backend: DbBackend,
+    made: Arc<Mutex<Vec<TestDatabase>>>,
+}
+
+impl Databases {
+    fn new(backend: DbBackend) -> Self {
+        Self {
+            backend,
+            made: Arc::default(),
+        }
+    }
+
+    fn made(&self, store: &SeaOrmStore) -> TestDatabase {
+        let made = self.made.lock().unwrap();
+        let url = match store.connection().get_database_backend() {
+            DbBackend::Postgres => store
+                .connection()
+                .get_postgres_connection_pool()
+                .connect_options()
+                .get_database()
+                .map(str::to_owned),
+            _ => None,
+        };
+        made.iter()
+            .rev()
+            .find(|t| url.as_deref().is_none_or(|name| t.url.contains(name)))
+            .cloned()
+            .unwrap()
+    }
+}
+
+async fn write_rows<Db: ConnectionTrait>(db: &Db, rows: &[NewRow]) -> Vec<i64> {
+    let mut ids = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut message = OutboxMessage::new(row.category, row.shard.identifier(), row.object);
+        message.payload = row.payload.clone();
+        let written = match (row.shard.kind(), row.shard.region_name()) {
+            (OutboxKind::Control, Some(region)) => write_control(db, [region], message)
+                .await
+                .unwrap()
+                .remove(0),
+            _ => write_region(db, message).await.unwrap(),
+        };
+        assert_eq!(written.shard, row.shard);
+        ids.push(written.id);
+    }
+    ids
+}
+
+#[async_trait]
+impl Backend for Databases {
+    type Store = SeaOrmStore;
+
+    async fn fresh(&self, label: &str) -> SeaOrmStore {
+        let database = TestDatabase::of(self.backend, label).await.unwrap();
+        let store = database.store();
+        self.made.lock().unwrap().push(database);
+        store
+    }
+
+    async fn write(&self, store: &SeaOrmStore, rows: &[NewRow]) -> Vec<i64> {
+        let txn = outbox_seaorm::begin_write(store.connection())
+            .await
+            .unwrap();
+        let ids = write_rows(&txn, rows).await;
+        txn.commit().await.unwrap();
+        ids
+    }
+
+    async fn write_rolled_back(&self, store: &SeaOrmStore, rows: &[NewRow]) {
+        let txn = outbox_seaorm::begin_write(store.connection())
+            .await
+            .unwrap();
+        write_rows(&txn, rows).await;
+        txn.rollback().await.unwrap();
+    }
+
+    async fn reconnect(&self, store: &SeaOrmStore) -> SeaOrmStore {
+        let database = self.made(store);
+        SeaOrmStore::new(database.connect_again(4).await.unwrap()).unwrap()
+    }
+}
+
+mod postgres {
+    use super::*;
+    outbox_core::conformance_tests!(Databases::new(DbBackend::Postgres));
+}
+
+mod sqlite {
+    use super::*;
+    outbox_core::conformance_tests!(Databases::new(DbBackend::Sqlite));
+}
