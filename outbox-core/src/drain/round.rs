@@ -1,9 +1,10 @@
 //! Running one claim: deliveries, their commits, and keeping the claim alive.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -18,8 +19,8 @@ use crate::store::{ClaimRequest, ClaimedShard, CommitBatch, StoreError};
 
 /// A claim being worked through.
 ///
-/// Its shards are delivered concurrently (`concurrency` at a time), each in
-/// its own task, so that commits and renewals never pause a receiver. What
+/// Its shards are delivered concurrently by `concurrency` tasks that take
+/// them from a queue, so that commits and renewals never pause a receiver. What
 /// finishes is committed together; but finished shards wait at most
 /// `commit_interval` for the slower ones, then commit on their own and free
 /// their buckets, so that one slow receiver keeps its own bucket and not the
@@ -44,21 +45,11 @@ struct Finished {
     backing_off: bool,
 }
 
-/// The shards of a claim that are not finished.
-#[derive(Default)]
-struct Pending {
-    queue: VecDeque<ClaimedShard>,
-    running: HashMap<tokio::task::Id, ShardKey>,
-}
+/// The shards of a claim waiting for a delivery task, shared by the tasks.
+type Queue = Arc<Mutex<VecDeque<ClaimedShard>>>;
 
-impl Pending {
-    fn shards(&self) -> Vec<ShardKey> {
-        self.running
-            .values()
-            .cloned()
-            .chain(self.queue.iter().map(|claimed| claimed.shard.clone()))
-            .collect()
-    }
+fn lock(queue: &Queue) -> MutexGuard<'_, VecDeque<ClaimedShard>> {
+    queue.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl<C: Category> Round<C> {
@@ -96,65 +87,80 @@ impl<C: Category> Round<C> {
         );
         let stack: Arc<Vec<ShardKey>> = DELIVERING.try_with(Arc::clone).unwrap_or_default();
         let mut finished = Vec::new();
-        let mut pending = Pending::default();
+        // Shards not finished yet, queued or being delivered.
+        let mut pending: HashSet<ShardKey> = HashSet::new();
+        let queue: Queue = Arc::default();
         for shard in shards {
             match shard.state.as_ref() {
                 Some(state) if is_backing_off(&self.drainer, &shard) => {
                     finished.push(ShardOutcome::waiting(shard.shard.clone(), state));
                 }
-                _ => pending.queue.push_back(shard),
+                _ => {
+                    pending.insert(shard.shard.clone());
+                    lock(&queue).push_back(shard);
+                }
             }
         }
+        // `concurrency` delivery tasks take shards from the queue until it is
+        // empty; dropping the set (a cancelled round) aborts them.
+        let (outcomes, mut delivered) = mpsc::unbounded_channel();
         let mut tasks = JoinSet::new();
-        self.start_deliveries(&mut pending, &mut tasks, &stack);
+        for _ in 0..self.drainer.config().concurrency.min(pending.len()) {
+            tasks.spawn(deliver_queue(
+                self.drainer.clone(),
+                queue.clone(),
+                outcomes.clone(),
+                self.synchronous,
+                stack.clone(),
+            ));
+        }
+        drop(outcomes);
 
         let config = *self.drainer.config();
         let mut heartbeat =
             tokio::time::interval_at(Instant::now() + config.heartbeat(), config.heartbeat());
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut give_up_at = self.give_up_at();
-        let mut wave: Option<Instant> = None;
-        while !tasks.is_empty() {
+        let give_up = tokio::time::sleep_until(self.give_up_at());
+        tokio::pin!(give_up);
+        let wave = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(wave);
+        let mut wave_armed = false;
+        while !pending.is_empty() {
             tokio::select! {
-                joined = tasks.join_next_with_id() => {
-                    match joined {
-                        Some(Ok((id, outcome))) => {
-                            pending.running.remove(&id);
-                            finished.push(outcome);
-                        }
-                        Some(Err(error)) => {
-                            // Receivers' panics are caught inside the task:
-                            // this is the engine's own, and its shard simply
-                            // stays uncommitted, for the next claim.
-                            pending.running.remove(&error.id());
-                            tracing::error!(%error, "outbox delivery task failed");
-                        }
-                        None => {}
-                    }
-                    self.start_deliveries(&mut pending, &mut tasks, &stack);
-                    if wave.is_none() && !tasks.is_empty() && !finished.is_empty() {
-                        wave = Some(Instant::now() + config.commit_interval);
+                outcome = delivered.recv() => {
+                    let Some(outcome) = outcome else {
+                        // Every task ended without finishing its shards: the
+                        // engine's own panic (receivers' are caught). Those
+                        // shards stay uncommitted, for the next claim.
+                        tracing::error!(shards = pending.len(), "outbox delivery tasks ended early");
+                        break;
+                    };
+                    pending.remove(&outcome.commit.shard);
+                    finished.push(outcome);
+                    if !wave_armed && !pending.is_empty() {
+                        wave_armed = true;
+                        wave.as_mut().reset(Instant::now() + config.commit_interval);
                     }
                 }
-                () = sleep_until_some(wave) => {
-                    wave = None;
+                () = &mut wave, if wave_armed => {
+                    wave_armed = false;
                     let done = std::mem::take(&mut finished);
-                    self.commit(&mut report, done, pending.shards(), &mut guard).await?;
-                    give_up_at = self.give_up_at();
+                    let in_flight = pending.iter().cloned().collect();
+                    self.commit(&mut report, done, in_flight, &mut guard).await?;
+                    give_up.as_mut().reset(self.give_up_at());
                     signal(&mut started, claimed);
                 }
                 _ = heartbeat.tick() => {
                     if self.renew(&mut guard).await {
-                        give_up_at = self.give_up_at();
+                        give_up.as_mut().reset(self.give_up_at());
                     }
                 }
-                () = tokio::time::sleep_until(give_up_at) => {
+                () = &mut give_up => {
                     // The claim could not be renewed in time: stop every
                     // receiver before the lease ends. Nothing is committed;
                     // the next owner delivers these shards again.
                     tasks.abort_all();
                     let lost: Vec<ShardKey> = pending
-                        .shards()
                         .into_iter()
                         .chain(finished.iter().map(|outcome| outcome.commit.shard.clone()))
                         .collect();
@@ -174,27 +180,6 @@ impl<C: Category> Round<C> {
         guard.finish();
         signal(&mut started, claimed);
         Ok(report)
-    }
-
-    fn start_deliveries(
-        &self,
-        pending: &mut Pending,
-        tasks: &mut JoinSet<ShardOutcome>,
-        stack: &Arc<Vec<ShardKey>>,
-    ) {
-        while tasks.len() < self.drainer.config().concurrency {
-            let Some(claimed) = pending.queue.pop_front() else {
-                return;
-            };
-            let shard = claimed.shard.clone();
-            let handle = tasks.spawn(deliver_shard(
-                self.drainer.clone(),
-                claimed,
-                self.synchronous,
-                stack.clone(),
-            ));
-            pending.running.insert(handle.id(), shard);
-        }
     }
 
     /// When to give the deliveries up unless the claim is renewed: a margin
@@ -293,10 +278,23 @@ impl<C: Category> Round<C> {
     }
 }
 
-async fn sleep_until_some(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+/// A delivery task: takes shards from the queue and delivers them, one
+/// after the other, until the queue is empty.
+async fn deliver_queue<C: Category>(
+    drainer: Drainer<C>,
+    queue: Queue,
+    outcomes: mpsc::UnboundedSender<ShardOutcome>,
+    synchronous: bool,
+    stack: Arc<Vec<ShardKey>>,
+) {
+    loop {
+        let Some(claimed) = lock(&queue).pop_front() else {
+            return;
+        };
+        let outcome = deliver_shard(drainer.clone(), claimed, synchronous, stack.clone()).await;
+        if outcomes.send(outcome).is_err() {
+            return;
+        }
     }
 }
 

@@ -1,0 +1,198 @@
+//! How the SQL stores claim, beyond the rules the conformance suite checks:
+//! the statements' buckets are the core's, a synchronous flush costs two
+//! statements, and a crash that empties PostgreSQL's unlogged bucket table
+//! ends every lease without losing anything.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use chrono::Utc;
+use common::{database, OutboxCategory, OutboxScope, Recorder};
+use outbox_core::{
+    ClaimRequest, CommitBatch, DrainStore, Drainer, OutboxKind, ShardClaim, ShardCommit, ShardEnd,
+    ShardKey, StoreAdmin,
+};
+use outbox_seaorm::{write_region, OutboxMessage, SeaOrmStore};
+use sea_orm::{ConnectionTrait, DbBackend};
+
+fn request(token: i64) -> ClaimRequest {
+    let now = Utc::now();
+    ClaimRequest {
+        kind: OutboxKind::Region,
+        now,
+        lease_until: now + chrono::Duration::seconds(30),
+        token,
+        owner: format!("test-{token}"),
+        rows: 100,
+        up_to_id: None,
+    }
+}
+
+fn org(id: i64) -> ShardKey {
+    ShardKey::region(OutboxScope::OrganizationScope, id)
+}
+
+async fn write(db: &sea_orm::DatabaseConnection, shard: &ShardKey) -> i64 {
+    write_region(
+        db,
+        OutboxMessage::new(OutboxCategory::OrganizationUpdate, shard.identifier(), 1),
+    )
+    .await
+    .unwrap()
+    .id
+}
+
+/// Pairs of shards that share a bucket by the core's function, negative and
+/// huge identifiers included: while one is claimed, a due row of the other is
+/// not claimable, and a shard of another bucket is.
+async fn the_statements_hash_shards_into_the_cores_buckets(backend: DbBackend) {
+    let t = database(backend, "sql_buckets").await;
+    let store = t.store();
+    for (a, b) in [
+        (7, 7 + 1024),
+        (-1, 1023),
+        (i64::MAX, i64::MAX - 1024),
+        (i64::MIN + 5, i64::MIN + 5 + 3 * 1024),
+    ] {
+        let (a, b) = (org(a), org(b));
+        assert_eq!(a.bucket(), b.bucket(), "{a} {b}");
+        let other = org(a.identifier().wrapping_add(1));
+        assert_ne!(a.bucket(), other.bucket());
+        write(&t.db, &a).await;
+        write(&t.db, &b).await;
+        write(&t.db, &other).await;
+        let ShardClaim::Claimed(claimed) = store.claim_shard(&request(1), &a).await.unwrap() else {
+            panic!("{a} should be free");
+        };
+        assert_eq!(claimed.rows.len(), 1);
+        let shards: Vec<ShardKey> = store
+            .claim_due(&request(2))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|claimed| claimed.shard)
+            .collect();
+        assert_eq!(shards, vec![other.clone()], "{b} shares the held bucket");
+        // Clean up for the next pair: everything delivered and released.
+        for (token, shard) in [(1, &a), (2, &other)] {
+            store
+                .commit(&CommitBatch {
+                    kind: OutboxKind::Region,
+                    token,
+                    now: Utc::now(),
+                    shards: vec![ShardCommit {
+                        shard: shard.clone(),
+                        delete_ids: Vec::new(),
+                        dead_letters: Vec::new(),
+                        end: ShardEnd::Done,
+                    }],
+                    in_flight: Vec::new(),
+                    renew_until: Utc::now(),
+                })
+                .await
+                .unwrap();
+        }
+        t.db.execute_unprepared("DELETE FROM region_outbox")
+            .await
+            .unwrap();
+    }
+}
+
+outbox_seaorm::on_both_backends!(the_statements_hash_shards_into_the_cores_buckets);
+
+/// The flush after a request's commit, on a free shard: one statement claims
+/// the bucket and reads the rows, one deletes them and releases the bucket.
+/// No transaction of its own, so no synchronous commit of its own either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sync_flush_of_a_free_shard_takes_two_statements() {
+    let t = database(DbBackend::Postgres, "two_statements").await;
+    let shard = org(42);
+    let id = write(&t.db, &shard).await;
+    let mut db = t.connect_again(2).await.unwrap();
+    let statements: Arc<Mutex<Vec<String>>> = Arc::default();
+    db.set_metric_callback({
+        let statements = statements.clone();
+        move |info| {
+            statements
+                .lock()
+                .unwrap()
+                .push(info.statement.sql.lines().next().unwrap_or("").to_owned())
+        }
+    });
+    let recorder = Recorder::new();
+    let drainer = Drainer::new(SeaOrmStore::new(db).unwrap(), recorder.receivers());
+    let report = drainer.drain_shard(&shard, Some(id)).await.unwrap();
+    assert_eq!(report.deliveries, 1);
+    let statements = statements.lock().unwrap().clone();
+    assert_eq!(
+        statements,
+        vec![
+            "-- Leases the bucket of one shard and reads its rows (the synchronous flush),",
+            "-- The common commit, in one statement: every shard of the claim is done,",
+        ]
+    );
+}
+
+/// A PostgreSQL crash empties unlogged tables, the bucket leases with them:
+/// the worker that held a lease can no longer commit (fencing: nothing of
+/// its round is written), and the next claim recreates the buckets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crash_that_empties_the_bucket_table_ends_every_lease() {
+    let t = database(DbBackend::Postgres, "emptied_buckets").await;
+    let store = t.store();
+    let id = write(&t.db, &org(1)).await;
+    let claimed = store.claim_due(&request(1)).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    t.db.execute_unprepared("TRUNCATE outbox_claim_bucket")
+        .await
+        .unwrap();
+    let outcome = store
+        .commit(&CommitBatch {
+            kind: OutboxKind::Region,
+            token: 1,
+            now: Utc::now(),
+            shards: vec![ShardCommit {
+                shard: org(1),
+                delete_ids: vec![id],
+                dead_letters: Vec::new(),
+                end: ShardEnd::Done,
+            }],
+            in_flight: Vec::new(),
+            renew_until: Utc::now(),
+        })
+        .await
+        .unwrap();
+    assert_eq!((outcome.deleted, outcome.lost), (0, vec![org(1)]));
+    assert_eq!(
+        store
+            .renew(OutboxKind::Region, 1, Utc::now(), Utc::now())
+            .await
+            .unwrap(),
+        0
+    );
+    let recorder = Recorder::new();
+    let drainer = Drainer::new(store.clone(), recorder.receivers());
+    assert_eq!(
+        drainer
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .deliveries,
+        1
+    );
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+    let buckets =
+        t.db.query_one_raw(sea_orm::Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT count(*) AS n FROM outbox_claim_bucket",
+        ))
+        .await
+        .unwrap()
+        .unwrap()
+        .try_get::<i64>("", "n")
+        .unwrap();
+    assert_eq!(buckets, 1, "the bucket's row was created again");
+}
