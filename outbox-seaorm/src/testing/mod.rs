@@ -71,6 +71,12 @@ fn keep_cluster() -> bool {
 
 /// A fresh, migrated database for one test, dropped when the last clone
 /// drops, unless the test is panicking (see the [module docs](self)).
+///
+/// Keep it (or a clone) for as long as the test uses the database: clones of
+/// [`db`](Self::db), [`store`](Self::store) and [`connect_again`](Self::connect_again)
+/// pools do not keep it alive, so
+/// `TestDatabase::sqlite("x").await?.store()` hands out a store whose
+/// database is already gone.
 #[derive(Debug, Clone)]
 pub struct TestDatabase {
     /// A pooled connection to it.
