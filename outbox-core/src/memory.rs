@@ -298,7 +298,7 @@ impl DrainStore for MemoryStore {
         candidates.sort_by_key(|row| (row.scheduled_for, row.id));
         candidates.truncate(request.rows);
 
-        // Buckets in order of their first candidate, at most a quarter.
+        // Buckets in order of their first candidate, at most half of them.
         let mut buckets: Vec<i32> = Vec::new();
         // Shards in order of their first candidate, with their candidate count.
         let mut shards: Vec<(ShardKey, usize)> = Vec::new();

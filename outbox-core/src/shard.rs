@@ -57,10 +57,12 @@ impl fmt::Display for OutboxKind {
 /// stores compute it in their statements.
 pub const CLAIM_BUCKETS: i32 = 1024;
 
-/// Buckets one background claim leases at most: 256, a quarter of them. The
-/// rest stay free for other workers and for synchronous flushes, which wait
-/// when a background round holds their shard's bucket.
-pub const MAX_BUCKETS_PER_CLAIM: usize = 256;
+/// Buckets one background claim leases at most: 512, half of them. The rest
+/// stay free for other workers and for synchronous flushes, which wait when a
+/// background round holds their shard's bucket. (A quarter wasted more of
+/// each claim's scan on rows of buckets it could not take; all of them let
+/// one round keep every flush waiting.)
+pub const MAX_BUCKETS_PER_CLAIM: usize = 512;
 
 /// A shard: `(shard_scope, shard_identifier)`, plus the target region for the
 /// control outbox. Rows of one shard are delivered in order, by at most one

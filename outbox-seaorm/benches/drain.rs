@@ -1,21 +1,27 @@
-//! Drain throughput and write overhead on PostgreSQL, as ratios to a floor
-//! measured in the same run.
+//! Drain throughput, WAL and write overhead on PostgreSQL, as ratios to a
+//! floor measured in the same run.
 //!
 //! Run with `cargo bench -p outbox-seaorm --bench drain`.
 //!
 //! Uses `DATABASE_URL` when set; otherwise starts a throwaway cluster with
 //! PostgreSQL's default durability (fsync on) under the system temp directory
-//! and removes it afterwards. Prints, for 20,000 pre-filled messages drained by
-//! one worker with a no-op receiver:
+//! and removes it afterwards. For pre-filled messages drained by one process
+//! (one drain task unless said otherwise) with a no-op receiver, it prints:
 //!
 //! - the floor: a bare loop of `DELETE … WHERE id IN (SELECT … LIMIT 500 FOR
-//!   UPDATE SKIP LOCKED) RETURNING …` through the same driver;
-//! - (a) 20,000 messages over 20,000 shards (also with two drain tasks), (b)
-//!   over 100 shards, (c) 20,000 updates of 1,000 objects (coalescing), each
-//!   with its ratio to the floor, in messages per second and in WAL bytes per
-//!   message;
+//!   UPDATE SKIP LOCKED) RETURNING …` through the same driver, over a table of
+//!   the same size;
+//! - (a) 20,000 messages over 20,000 shards, (a′) the same with two drain
+//!   tasks, (b) over 100 shards, (c) 20,000 updates of 1,000 objects
+//!   (coalescing); (d) a 1,000,000-message backlog, 10 per shard, and (e) one
+//!   per shard: each in messages per second and WAL bytes per message, with
+//!   its ratio to the floor (median of 3 runs; the backlogs, 1 run);
 //! - the write overhead: a model row inserted in its own transaction with its
-//!   outbox row vs without, as a ratio.
+//!   outbox row vs without.
+//!
+//! `OUTBOX_BENCH_SKIP_BACKLOG=1` leaves out (d) and (e); `OUTBOX_BENCH_ONLY=a`
+//! runs only scenario (a);
+//! `OUTBOX_BENCH_BATCH_SIZE` sets the drain's batch size.
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -23,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use outbox_core::{DrainConfig, Drainer, HandlerError, OutboxKind, Receivers};
 use outbox_seaorm::testing::{start_cluster_at, stop_cluster_at, TestDatabase};
-use outbox_seaorm::{write_region, write_region_many, OutboxMessage, SeaOrmStore};
+use outbox_seaorm::{write_region, OutboxMessage, SeaOrmStore};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use serde_json::json;
 
@@ -33,26 +39,41 @@ outbox_core::registry! {
     }
 }
 
-const MESSAGES: i64 = 20_000;
+/// One drain scenario.
+struct Scenario {
+    label: &'static str,
+    messages: i64,
+    shards: i64,
+    /// Objects per shard (coalescing), or one object per message.
+    objects_per_shard: Option<i64>,
+    tasks: usize,
+    repeats: usize,
+}
 
-async fn fill(db: &DatabaseConnection, shards: i64, objects_per_shard: Option<i64>) {
+fn stmt(sql: &str, values: Vec<sea_orm::Value>) -> Statement {
+    Statement::from_sql_and_values(sea_orm::DbBackend::Postgres, sql, values)
+}
+
+/// Fills the outbox with `messages` rows, as the write API would.
+async fn fill(db: &DatabaseConnection, messages: i64, shards: i64, objects: Option<i64>) {
     db.execute_unprepared("TRUNCATE region_outbox, outbox_claim_bucket, outbox_shard_state")
         .await
         .unwrap();
-    let messages: Vec<OutboxMessage<OutboxCategory>> = (0..MESSAGES)
-        .map(|n| {
-            let shard = n % shards;
-            let object = match objects_per_shard {
-                Some(objects) => (n / shards) % objects,
-                None => n,
-            };
-            OutboxMessage::new(OutboxCategory::BenchUpdate, shard, object)
-                .with_payload(json!({ "n": n, "name": "some payload of a realistic size" }))
-        })
-        .collect();
-    for chunk in messages.chunks(5_000) {
-        write_region_many(db, chunk.to_vec()).await.unwrap();
-    }
+    let object = match objects {
+        Some(objects) => format!("(n / {shards}) % {objects}"),
+        None => "n".to_owned(),
+    };
+    db.execute_raw(stmt(
+        &format!(
+            "INSERT INTO region_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
+             SELECT 0, n % $1, 1, {object},
+                    jsonb_build_object('n', n, 'name', 'some payload of a realistic size')
+             FROM generate_series(0, $2 - 1) n"
+        ),
+        vec![shards.into(), messages.into()],
+    ))
+    .await
+    .unwrap();
     db.execute_unprepared("VACUUM ANALYZE region_outbox")
         .await
         .unwrap();
@@ -60,9 +81,9 @@ async fn fill(db: &DatabaseConnection, shards: i64, objects_per_shard: Option<i6
 
 async fn wal_position(db: &DatabaseConnection) -> String {
     let row = db
-        .query_one_raw(Statement::from_string(
-            db.get_database_backend(),
+        .query_one_raw(stmt(
             "SELECT pg_current_wal_insert_lsn()::text AS lsn",
+            vec![],
         ))
         .await
         .unwrap()
@@ -72,10 +93,9 @@ async fn wal_position(db: &DatabaseConnection) -> String {
 
 async fn wal_since(db: &DatabaseConnection, start: &str) -> i64 {
     let row = db
-        .query_one_raw(Statement::from_sql_and_values(
-            db.get_database_backend(),
+        .query_one_raw(stmt(
             "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::bigint AS bytes",
-            [start.into()],
+            vec![start.into()],
         ))
         .await
         .unwrap()
@@ -83,18 +103,16 @@ async fn wal_since(db: &DatabaseConnection, start: &str) -> i64 {
     row.try_get("", "bytes").unwrap()
 }
 
-async fn floor(db: &DatabaseConnection) -> (Duration, i64) {
-    fill(db, MESSAGES, None).await;
+/// The floor over `messages` rows: elapsed time and WAL bytes.
+async fn floor(db: &DatabaseConnection, messages: i64) -> (Duration, i64) {
+    fill(db, messages, messages, None).await;
     let sql = "DELETE FROM region_outbox WHERE id IN (SELECT id FROM region_outbox ORDER BY id \
                LIMIT 500 FOR UPDATE SKIP LOCKED) RETURNING id, shard_scope, shard_identifier, \
                category, object_identifier, payload";
     let wal = wal_position(db).await;
     let started = Instant::now();
     loop {
-        let rows = db
-            .query_all_raw(Statement::from_string(db.get_database_backend(), sql))
-            .await
-            .unwrap();
+        let rows = db.query_all_raw(stmt(sql, vec![])).await.unwrap();
         if rows.is_empty() {
             break;
         }
@@ -102,13 +120,15 @@ async fn floor(db: &DatabaseConnection) -> (Duration, i64) {
     (started.elapsed(), wal_since(db, &wal).await)
 }
 
-async fn drain(
-    db: &DatabaseConnection,
-    shards: i64,
-    objects: Option<i64>,
-    tasks: usize,
-) -> (Duration, usize, i64) {
-    fill(db, shards, objects).await;
+/// Our drain over the scenario: elapsed time, deliveries, WAL bytes.
+async fn drain(db: &DatabaseConnection, scenario: &Scenario) -> (Duration, usize, i64) {
+    fill(
+        db,
+        scenario.messages,
+        scenario.shards,
+        scenario.objects_per_shard,
+    )
+    .await;
     let receivers = Receivers::new().on(OutboxCategory::BenchUpdate, |_message| async {
         Ok::<_, HandlerError>(())
     });
@@ -116,7 +136,7 @@ async fn drain(
         Drainer::new(SeaOrmStore::new(db.clone()).unwrap(), receivers).with_config(config());
     let wal = wal_position(db).await;
     let started = Instant::now();
-    let loops: Vec<_> = (0..tasks)
+    let loops: Vec<_> = (0..scenario.tasks)
         .map(|_| {
             let drainer = drainer.clone();
             tokio::spawn(async move {
@@ -166,10 +186,9 @@ async fn write_overhead(db: &DatabaseConnection) -> (Duration, Duration) {
     .await
     .unwrap();
     let insert = |n: i64| {
-        Statement::from_sql_and_values(
-            db.get_database_backend(),
+        stmt(
             "INSERT INTO bench_model (organization_id, name) VALUES ($1, $2)",
-            [n.into(), format!("model {n}").into()],
+            vec![n.into(), format!("model {n}").into()],
         )
     };
     let rounds = 2_000;
@@ -218,55 +237,91 @@ async fn main() {
     let database = TestDatabase::postgres_on(&admin, "bench").await.unwrap();
     let db = &database.db;
 
-    // Each figure is the median of REPEATS runs; the floor is measured right
-    // before each scenario run so that both see the same machine.
-    const REPEATS: usize = 3;
-    let scenarios = [
-        ("(a) 20,000 shards, 1 message each", MESSAGES, None, 1),
-        ("(a') the same, 2 drain tasks", MESSAGES, None, 2),
-        ("(b) 100 shards, 200 messages each", 100, None, 1),
-        (
-            "(c) 1,000 objects x 20 updates (coalescing)",
-            100,
-            Some(10),
-            1,
-        ),
+    let mut scenarios = vec![
+        Scenario {
+            label: "(a) 20,000 shards, 1 message each",
+            messages: 20_000,
+            shards: 20_000,
+            objects_per_shard: None,
+            tasks: 1,
+            repeats: 3,
+        },
+        Scenario {
+            label: "(a') the same, 2 drain tasks",
+            messages: 20_000,
+            shards: 20_000,
+            objects_per_shard: None,
+            tasks: 2,
+            repeats: 3,
+        },
+        Scenario {
+            label: "(b) 100 shards, 200 messages each",
+            messages: 20_000,
+            shards: 100,
+            objects_per_shard: None,
+            tasks: 1,
+            repeats: 3,
+        },
+        Scenario {
+            label: "(c) 1,000 objects x 20 updates (coalescing)",
+            messages: 20_000,
+            shards: 100,
+            objects_per_shard: Some(10),
+            tasks: 1,
+            repeats: 3,
+        },
     ];
-    let mut floors = Vec::new();
-    let mut floor_wal = Vec::new();
-    let mut results = vec![Vec::new(); scenarios.len()];
-    let mut wal = vec![Vec::new(); scenarios.len()];
-    let mut deliveries = vec![0; scenarios.len()];
-    for _ in 0..REPEATS {
-        for (i, (_, shards, objects, tasks)) in scenarios.iter().enumerate() {
-            let (elapsed, bytes) = floor(db).await;
-            floors.push(rate(MESSAGES, elapsed));
-            floor_wal.push(bytes as f64 / MESSAGES as f64);
-            let (elapsed, delivered, bytes) = drain(db, *shards, *objects, *tasks).await;
-            results[i].push(rate(MESSAGES, elapsed));
-            wal[i].push(bytes as f64 / MESSAGES as f64);
-            deliveries[i] = delivered;
-        }
+    if std::env::var("OUTBOX_BENCH_SKIP_BACKLOG").is_err() {
+        scenarios.push(Scenario {
+            label: "(d) 1,000,000 backlog, 10 per shard",
+            messages: 1_000_000,
+            shards: 100_000,
+            objects_per_shard: None,
+            tasks: 1,
+            repeats: 1,
+        });
+        scenarios.push(Scenario {
+            label: "(e) 1,000,000 backlog, 1 per shard",
+            messages: 1_000_000,
+            shards: 1_000_000,
+            objects_per_shard: None,
+            tasks: 1,
+            repeats: 1,
+        });
     }
-    let floor_rate = median(&mut floors);
-    let floor_wal = median(&mut floor_wal);
+    if let Ok(only) = std::env::var("OUTBOX_BENCH_ONLY") {
+        scenarios.retain(|scenario| scenario.label.starts_with(&format!("({only})")));
+    }
     println!(
-        "PostgreSQL drain of {MESSAGES} pre-filled messages, one process, no-op receiver \
-         (median of {REPEATS} runs)"
+        "PostgreSQL drain of pre-filled messages, one process, no-op receiver; each figure \
+         next to the floor measured right before it over as many rows"
     );
     println!(
-        "  floor (DELETE ... LIMIT 500 FOR UPDATE SKIP LOCKED RETURNING): {floor_rate:>7.0} msgs/s, \
-         {floor_wal:>5.0} WAL bytes/msg"
+        "  {:<44}  {:>9} {:>9} {:>6}  {:>9} {:>6}  deliveries",
+        "scenario", "floor/s", "msgs/s", "ratio", "WAL B/msg", "ratio"
     );
-    for (i, (label, _, _, _)) in scenarios.iter().enumerate() {
-        let msgs = median(&mut results[i]);
-        let bytes = median(&mut wal[i]);
+    for scenario in &scenarios {
+        let mut floors = Vec::new();
+        let mut floor_wal = Vec::new();
+        let mut rates = Vec::new();
+        let mut wal = Vec::new();
+        let mut deliveries = 0;
+        for _ in 0..scenario.repeats {
+            let (elapsed, bytes) = floor(db, scenario.messages).await;
+            floors.push(rate(scenario.messages, elapsed));
+            floor_wal.push(bytes as f64 / scenario.messages as f64);
+            let (elapsed, delivered, bytes) = drain(db, scenario).await;
+            rates.push(rate(scenario.messages, elapsed));
+            wal.push(bytes as f64 / scenario.messages as f64);
+            deliveries = delivered;
+        }
+        let (floor_rate, floor_wal) = (median(&mut floors), median(&mut floor_wal));
+        let (ours, our_wal) = (median(&mut rates), median(&mut wal));
         println!(
-            "  {label:<44}: {msgs:>7.0} msgs/s ({:.2}x floor), {bytes:>5.0} WAL bytes/msg ({:.2}x floor), \
-             {} deliveries",
-            msgs / floor_rate,
-            bytes / floor_wal,
-            deliveries[i]
+            "  {:<44}  {floor_rate:>9.0} {ours:>9.0} {:>5.2}x  {our_wal:>9.0} {:>5.2}x  {deliveries}",
+            scenario.label,
+            ours / floor_rate,
+            our_wal / floor_wal,
         );
     }
     let (without, with) = write_overhead(db).await;
@@ -277,6 +332,7 @@ async fn main() {
         without.as_secs_f64() * 1e6 / 2_000.0,
     );
     db.clone().close().await.unwrap();
+    drop(database);
     if own_cluster {
         stop_cluster_at(&dir).unwrap();
     }

@@ -11,7 +11,7 @@
 //!
 //! # One round
 //!
-//! 1. Claim: lease the free buckets (at most a quarter of them) that hold the
+//! 1. Claim: lease the free buckets (at most half of them) that hold the
 //!    oldest due rows, and read those rows, in one statement on PostgreSQL.
 //!    A lease lasts seconds and carries a random fencing token; nobody else
 //!    takes any shard of a leased bucket until it ends.

@@ -291,7 +291,7 @@ impl DrainStore for SqliteStore {
             OP,
         )
         .await?;
-        // The buckets of the oldest rows, at most a quarter of them.
+        // The buckets of the oldest rows, at most half of them.
         let mut buckets: Vec<i32> = Vec::new();
         let mut candidates = Vec::with_capacity(found.len());
         for row in &found {
