@@ -68,6 +68,18 @@ struct Args {
     /// Database of the `de` region (default: SQLite in the data folder).
     #[arg(long, env = "DE_DATABASE_URL")]
     de_database_url: Option<String>,
+    /// PostgreSQL URL for the control silo's `LISTEN` connection (session
+    /// state), when its database URL goes through a transaction-pooling
+    /// proxy such as PgBouncer in transaction mode: point it at PostgreSQL
+    /// directly. Default: the database URL.
+    #[arg(long, env = "CONTROL_LISTEN_URL")]
+    control_listen_url: Option<String>,
+    /// The same for the `us` region.
+    #[arg(long, env = "US_LISTEN_URL")]
+    us_listen_url: Option<String>,
+    /// The same for the `de` region.
+    #[arg(long, env = "DE_LISTEN_URL")]
+    de_listen_url: Option<String>,
     /// Shared secret of the silos' RPC. Required when running one silo per
     /// process; generated at random when running all three.
     #[arg(long, env = "SILO_SECRET", hide_env_values = true)]
@@ -88,14 +100,24 @@ impl Args {
     }
 
     fn config(&self, role: Role, secret: &str) -> SiloConfig {
-        let database_url = match &role {
-            Role::Control => self.database_url("control", &self.control_database_url),
-            Role::Region(name) if name == "us" => self.database_url("us", &self.us_database_url),
-            Role::Region(_) => self.database_url("de", &self.de_database_url),
+        let (database_url, listen_url) = match &role {
+            Role::Control => (
+                self.database_url("control", &self.control_database_url),
+                &self.control_listen_url,
+            ),
+            Role::Region(name) if name == "us" => (
+                self.database_url("us", &self.us_database_url),
+                &self.us_listen_url,
+            ),
+            Role::Region(_) => (
+                self.database_url("de", &self.de_database_url),
+                &self.de_listen_url,
+            ),
         };
         SiloConfig {
             role,
             database_url,
+            listen_url: listen_url.clone(),
             secret: secret.to_owned(),
             control_url: format!("http://{}", self.control_addr),
             region_urls: BTreeMap::from([

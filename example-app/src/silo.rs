@@ -40,6 +40,9 @@ pub struct SiloConfig {
     pub role: Role,
     /// Its database (`sqlite://path?mode=rwc` or `postgres://...`).
     pub database_url: String,
+    /// Where its outbox worker `LISTEN`s on PostgreSQL, if not through the
+    /// database URL (which may go through a transaction-pooling proxy).
+    pub listen_url: Option<String>,
     /// The shared RPC secret.
     pub secret: String,
     /// Control's base URL (regions call it).
@@ -182,10 +185,13 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
         }
     };
     let backfill = Arc::new(backfill_for(&config.role));
-    let worker = OutboxWorker::builder(db.clone(), receivers)
+    let mut worker = OutboxWorker::builder(db.clone(), receivers)
         .poll_interval(config.poll_interval)
-        .backfill(backfill_for(&config.role))
-        .spawn()?;
+        .backfill(backfill_for(&config.role));
+    if let Some(url) = &config.listen_url {
+        worker = worker.listen_url(url);
+    }
+    let worker = worker.spawn()?;
     let drainer = worker.drainer().clone();
     let app = routes.layer(worker.layer()).merge(admin_routes(AdminState {
         drainer: drainer.clone(),

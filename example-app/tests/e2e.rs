@@ -64,6 +64,7 @@ impl Deployment {
         let config = |role: Role, database_url: String| SiloConfig {
             role,
             database_url,
+            listen_url: None,
             secret: SECRET.to_owned(),
             control_url: format!("http://{control_addr}"),
             region_urls: region_urls.clone(),

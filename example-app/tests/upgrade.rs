@@ -55,6 +55,7 @@ fn configs(
             let config = SiloConfig {
                 role,
                 database_url: urls[key].clone(),
+                listen_url: None,
                 secret: "upgrade-secret".into(),
                 control_url: format!("http://{}", addrs[0]),
                 region_urls: region_urls.clone(),
