@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs what is missing
-# (PostgreSQL server binaries), then tests each crate of the workspace on its
+# (PostgreSQL server binaries, PgBouncer), then tests each crate of the workspace on its
 # own, `cargo test -p <crate> --locked`, against real PostgreSQL (a throwaway
 # cluster, unless DATABASE_URL is set) and SQLite.
 #
@@ -21,11 +21,19 @@ have_postgres() {
   command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
 }
 
-if [ -z "${DATABASE_URL:-}" ] && ! have_postgres; then
-  echo "PostgreSQL server binaries not found: installing them" >&2
+have_pgbouncer() {
+  command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]
+}
+
+missing=()
+if [ -z "${DATABASE_URL:-}" ] && ! have_postgres; then missing+=(postgresql); fi
+# The tests start PgBouncer themselves, in front of the test server.
+if ! have_pgbouncer; then missing+=(pgbouncer); fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "not found: ${missing[*]}: installing" >&2
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends postgresql
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
 # `-p`/`--package` pick crates; everything else goes to each `cargo test`.

@@ -32,12 +32,12 @@ pub(crate) fn get(
     match backend {
         DbBackend::Sqlite => {
             let text: String = row
-                .try_get("", column)
+                .try_get_by(column)
                 .map_err(|e| StoreError::database("read a timestamp", e))?;
             parse_sqlite(&text, column)
         }
         _ => row
-            .try_get("", column)
+            .try_get_by(column)
             .map_err(|e| StoreError::database("read a timestamp", e)),
     }
 }
@@ -51,12 +51,12 @@ pub(crate) fn get_opt(
     match backend {
         DbBackend::Sqlite => {
             let text: Option<String> = row
-                .try_get("", column)
+                .try_get_by(column)
                 .map_err(|e| StoreError::database("read a timestamp", e))?;
             text.map(|text| parse_sqlite(&text, column)).transpose()
         }
         _ => row
-            .try_get("", column)
+            .try_get_by(column)
             .map_err(|e| StoreError::database("read a timestamp", e)),
     }
 }

@@ -73,7 +73,7 @@ pub(crate) fn is_backing_off<C: Category>(drainer: &Drainer<C>, claimed: &Claime
 /// Delivers a claimed shard's rows in order, stopping at the first failure
 /// that its scope does not dead-letter.
 pub(crate) async fn deliver_shard<C: Category>(
-    drainer: Drainer<C>,
+    drainer: &Drainer<C>,
     claimed: ClaimedShard,
     synchronous: bool,
     stack: Arc<Vec<ShardKey>>,
@@ -99,7 +99,7 @@ pub(crate) async fn deliver_shard<C: Category>(
             outcome.culled += older.len();
         }
         outcome.commit.end = backoff_end(
-            &drainer,
+            drainer,
             last_backoff,
             "shard skipped by the kill switch",
             attempts,
@@ -115,7 +115,7 @@ pub(crate) async fn deliver_shard<C: Category>(
     });
     let mut dead_lettered_any = false;
     for group in groups {
-        let error = match deliver_group(&drainer, &group, synchronous, stack.clone()).await {
+        let error = match deliver_group(drainer, &group, synchronous, stack.clone()).await {
             Ok(category) => {
                 outcome.commit.delete_ids.extend_from_slice(&group.ids);
                 outcome.delivered.push((category.name(), group.ids.len()));
@@ -151,7 +151,7 @@ pub(crate) async fn deliver_shard<C: Category>(
             dead_lettered_any = true;
             continue;
         }
-        let end = backoff_end(&drainer, last_backoff, &error.to_string(), attempts);
+        let end = backoff_end(drainer, last_backoff, &error.to_string(), attempts);
         let retry_at = match &end {
             ShardEnd::Backoff { retry_at, .. } => *retry_at,
             _ => drainer.now(),

@@ -291,7 +291,7 @@ async fn deliver_queue<C: Category>(
         let Some(claimed) = lock(&queue).pop_front() else {
             return;
         };
-        let outcome = deliver_shard(drainer.clone(), claimed, synchronous, stack.clone()).await;
+        let outcome = deliver_shard(&drainer, claimed, synchronous, stack.clone()).await;
         if outcomes.send(outcome).is_err() {
             return;
         }

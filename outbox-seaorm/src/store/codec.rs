@@ -26,7 +26,8 @@ pub(super) fn get<T: TryGetable>(
     column: &str,
     operation: &'static str,
 ) -> Result<T, StoreError> {
-    row.try_get("", column).map_err(op(operation))
+    // By name without the `pre` prefix: `try_get` formats a string per call.
+    row.try_get_by(column).map_err(op(operation))
 }
 
 /// The SQLSTATE of a database error, if the driver gave one.

@@ -10,6 +10,9 @@
 //!
 //! [`TestDatabase::sqlite`] gives each test a fresh SQLite file in WAL mode.
 //!
+//! [`PgBouncer`] starts Debian's `pgbouncer` in front of a test server, in
+//! session or transaction pooling mode, and stops it when dropped.
+//!
 //! # Nothing left behind
 //!
 //! As in `sqlx`'s test support, a test's database is dropped (the SQLite file
@@ -38,6 +41,7 @@
 
 mod cluster_users;
 mod owned_database;
+mod pgbouncer;
 mod postgres;
 
 use std::path::PathBuf;
@@ -48,6 +52,7 @@ use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
 use sea_orm_migration::MigratorTrait;
 
 use owned_database::OwnedDatabase;
+pub use pgbouncer::{PgBouncer, PoolMode};
 pub use postgres::{
     admin_url, cluster_dir, restart_cluster_at, start_cluster_at, stop_cluster_at,
     stop_test_cluster,

@@ -361,7 +361,7 @@ pub(crate) fn is_running(data: &Path) -> Result<bool, TestDbError> {
     Ok(status.status.success())
 }
 
-fn free_port() -> Result<u16, TestDbError> {
+pub(super) fn free_port() -> Result<u16, TestDbError> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")
         .map_err(|e| TestDbError(format!("no free loopback port: {e}")))?;
     listener
@@ -402,7 +402,7 @@ pub(crate) fn binary(name: &str) -> Result<PathBuf, TestDbError> {
     )))
 }
 
-fn is_root() -> bool {
+pub(super) fn is_root() -> bool {
     libc_geteuid() == 0
 }
 
@@ -412,7 +412,7 @@ fn libc_geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-fn wrap(command: &mut Command) -> Command {
+pub(super) fn wrap(command: &mut Command) -> Command {
     if is_root() {
         let mut wrapped = Command::new("runuser");
         wrapped.args(["-u", "postgres", "--"]);
@@ -426,7 +426,7 @@ fn wrap(command: &mut Command) -> Command {
     }
 }
 
-fn run_as_postgres(command: &mut Command) -> Result<(), TestDbError> {
+pub(super) fn run_as_postgres(command: &mut Command) -> Result<(), TestDbError> {
     let mut command = wrap(command);
     let output = command
         .output()
@@ -443,7 +443,7 @@ fn run_as_postgres(command: &mut Command) -> Result<(), TestDbError> {
     }
 }
 
-fn chown_postgres(path: &Path) -> Result<(), TestDbError> {
+pub(super) fn chown_postgres(path: &Path) -> Result<(), TestDbError> {
     let status = Command::new("chown")
         .arg("postgres:postgres")
         .arg(path)
@@ -460,6 +460,6 @@ fn chown_postgres(path: &Path) -> Result<(), TestDbError> {
     }
 }
 
-fn io_error(path: &Path, error: std::io::Error) -> TestDbError {
+pub(super) fn io_error(path: &Path, error: std::io::Error) -> TestDbError {
     TestDbError(format!("{}: {error}", path.display()))
 }

@@ -20,7 +20,10 @@ WITH held AS MATERIALIZED (
     SELECT bucket FROM outbox_claim_bucket WHERE kind = $1 AND lease_until > $2
 ), candidates AS MATERIALIZED (
     -- The oldest due rows of free buckets, in index order: a bounded scan.
-    SELECT o.id, o.shard_scope, o.shard_identifier,
+    -- Whole rows: most of them are leased, and fetching the leased ones
+    -- again by id costs more than carrying the others.
+    SELECT o.id, ''::text AS region_name, o.shard_scope, o.shard_identifier, o.category,
+           o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
            ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int
                AS bucket
     FROM region_outbox o
@@ -60,7 +63,7 @@ WITH held AS MATERIALIZED (
 ), mine AS MATERIALIZED (
     SELECT bucket FROM claimed UNION ALL SELECT bucket FROM created
 ), taken AS MATERIALIZED (
-    SELECT c.id, c.shard_scope, c.shard_identifier FROM candidates c
+    SELECT c.* FROM candidates c
     WHERE (c.bucket = ANY (SELECT bucket FROM mine)) IS TRUE
 ), states AS MATERIALIZED (
     SELECT s.shard_scope, s.shard_identifier, s.attempts, s.last_backoff_ms, s.retry_at,
@@ -72,13 +75,12 @@ WITH held AS MATERIALIZED (
 )
 -- Shards without a backoff state: all their rows are due since 2016, so
 -- their candidates are a prefix of their rows in id order.
-SELECT o.id, ''::text AS region_name, o.shard_scope, o.shard_identifier, o.category,
+SELECT o.id, o.region_name, o.shard_scope, o.shard_identifier, o.category,
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
        NULL::int AS attempts, NULL::bigint AS last_backoff_ms,
        NULL::timestamptz AS retry_at, NULL::text AS last_error, NULL::timestamptz AS failed_at
-FROM region_outbox o
-WHERE o.id = ANY(ARRAY(SELECT id FROM taken))
-  AND ((o.shard_scope, o.shard_identifier) = ANY (
+FROM taken o
+WHERE ((o.shard_scope, o.shard_identifier) = ANY (
       SELECT shard_scope, shard_identifier FROM states)) IS NOT TRUE
 UNION ALL
 -- Shards with one: their rescheduled rows sort after newer due ones, so they
