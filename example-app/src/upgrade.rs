@@ -18,7 +18,10 @@ use crate::silo::{self, backfill_for, Role, RunningSilo, SiloConfig, SiloError};
 pub struct UpgradeReport {
     /// Rows backfilled per silo and table.
     pub backfilled: Vec<(String, &'static str, u64)>,
-    /// Outbox messages delivered while draining.
+    /// Outbox messages the upgrade's own drain rounds delivered. The silos'
+    /// background workers run meanwhile and deliver some too (as many as all
+    /// of them, when they are quicker), so this is a lower bound; the upgrade
+    /// ends when every outbox is empty, whoever delivered.
     pub delivered: usize,
 }
 

@@ -21,6 +21,9 @@ struct Deployment {
     control_config: SiloConfig,
     regions: BTreeMap<String, RunningSilo>,
     http: reqwest::Client,
+    /// The silos' databases, removed by `shutdown` (a test that fails before
+    /// it keeps them for a look).
+    databases: Vec<String>,
 }
 
 async fn database_url(backend: DbBackend, name: &str) -> String {
@@ -40,6 +43,27 @@ async fn database_url(backend: DbBackend, name: &str) -> String {
             let dir = std::env::temp_dir().join("outbox-example-tests");
             std::fs::create_dir_all(&dir).unwrap();
             format!("sqlite://{}/{unique}.sqlite?mode=rwc", dir.display())
+        }
+    }
+}
+
+/// Drops a database that `database_url` made, or removes its SQLite files.
+async fn remove_database(url: &str) {
+    match url.strip_prefix("sqlite://") {
+        Some(path) => {
+            let path = path.split('?').next().unwrap_or(path);
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{path}{suffix}"));
+            }
+        }
+        None => {
+            let (_, name) = url.rsplit_once('/').unwrap();
+            let admin = connect(&admin_url().unwrap(), 1).await.unwrap();
+            admin
+                .execute_unprepared(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
+                .await
+                .unwrap();
+            admin.close().await.unwrap();
         }
     }
 }
@@ -70,14 +94,16 @@ impl Deployment {
             region_urls: region_urls.clone(),
             poll_interval: Duration::from_millis(50),
         };
-        let control_config = config(Role::Control, database_url(backend, "control").await);
+        let mut databases = vec![database_url(backend, "control").await];
+        let control_config = config(Role::Control, databases[0].clone());
         let control = silo::start(control_config.clone(), control_listener)
             .await
             .unwrap();
         let mut regions = BTreeMap::new();
         for (name, listener) in [("us", us_listener), ("de", de_listener)] {
+            databases.push(database_url(backend, name).await);
             let region_config =
-                config(Role::Region(name.into()), database_url(backend, name).await);
+                config(Role::Region(name.into()), databases.last().unwrap().clone());
             regions.insert(
                 name.to_owned(),
                 silo::start(region_config, listener).await.unwrap(),
@@ -89,6 +115,7 @@ impl Deployment {
             control_config,
             regions,
             http: reqwest::Client::new(),
+            databases,
         }
     }
 
@@ -170,6 +197,9 @@ impl Deployment {
         self.stop_control().await;
         for (_, region) in std::mem::take(&mut self.regions) {
             region.shutdown().await.unwrap();
+        }
+        for url in &self.databases {
+            remove_database(url).await;
         }
     }
 }

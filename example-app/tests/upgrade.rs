@@ -120,7 +120,8 @@ async fn upgrade_replicates_pre_existing_rows_and_a_second_run_is_a_no_op() {
         .unwrap();
     let progress = String::from_utf8(progress).unwrap();
     assert_eq!(report.total_backfilled(), 2 + 2 * (5 + 1), "{report:?}");
-    assert!(report.delivered > 0);
+    // Who delivered (the upgrade's rounds or the silos' workers) is a race;
+    // that everything was delivered is checked below.
     assert!(progress.contains("backfill us/organization:"), "{progress}");
     // Each table's bar ends full, against the rows the status counted up front.
     assert!(
@@ -170,4 +171,11 @@ async fn upgrade_replicates_pre_existing_rows_and_a_second_run_is_a_no_op() {
         (0, 0),
         "a second run is a no-op"
     );
+    for url in urls.values() {
+        let path = url.trim_start_matches("sqlite://");
+        let path = path.split('?').next().unwrap_or(path);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{path}{suffix}"));
+        }
+    }
 }

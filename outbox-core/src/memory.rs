@@ -456,8 +456,17 @@ impl DrainStore for MemoryStore {
             }
         }
         let kept: Vec<i32> = batch.in_flight.iter().map(ShardKey::bucket).collect();
+        let touched: Vec<i32> = batch
+            .shards
+            .iter()
+            .map(|commit| commit.shard.bucket())
+            .chain(kept.iter().copied())
+            .collect();
         for ((lease_kind, bucket), lease) in &mut state.leases {
-            if *lease_kind != kind || !lease.live_for(batch.token, batch.now) {
+            if *lease_kind != kind
+                || !touched.contains(bucket)
+                || !lease.live_for(batch.token, batch.now)
+            {
                 continue;
             }
             if kept.contains(bucket) {

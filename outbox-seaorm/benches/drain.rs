@@ -15,7 +15,8 @@
 //!   tasks, (b) over 100 shards, (c) 20,000 updates of 1,000 objects
 //!   (coalescing); (d) a 1,000,000-message backlog, 10 per shard, and (e) one
 //!   per shard: each in messages per second and WAL bytes per message, with
-//!   its ratio to the floor (median of 3 runs; the backlogs, 1 run);
+//!   its ratio to the floor run right before it (medians of 5 such pairs;
+//!   the backlogs, 1 pair);
 //! - the write overhead: a model row inserted in its own transaction with its
 //!   outbox row vs without.
 //!
@@ -244,7 +245,7 @@ async fn main() {
             shards: 20_000,
             objects_per_shard: None,
             tasks: 1,
-            repeats: 3,
+            repeats: 5,
         },
         Scenario {
             label: "(a') the same, 2 drain tasks",
@@ -252,7 +253,7 @@ async fn main() {
             shards: 20_000,
             objects_per_shard: None,
             tasks: 2,
-            repeats: 3,
+            repeats: 5,
         },
         Scenario {
             label: "(b) 100 shards, 200 messages each",
@@ -260,7 +261,7 @@ async fn main() {
             shards: 100,
             objects_per_shard: None,
             tasks: 1,
-            repeats: 3,
+            repeats: 5,
         },
         Scenario {
             label: "(c) 1,000 objects x 20 updates (coalescing)",
@@ -268,7 +269,7 @@ async fn main() {
             shards: 100,
             objects_per_shard: Some(10),
             tasks: 1,
-            repeats: 3,
+            repeats: 5,
         },
     ];
     if std::env::var("OUTBOX_BENCH_SKIP_BACKLOG").is_err() {
@@ -301,27 +302,33 @@ async fn main() {
         "scenario", "floor/s", "msgs/s", "ratio", "WAL B/msg", "ratio"
     );
     for scenario in &scenarios {
-        let mut floors = Vec::new();
-        let mut floor_wal = Vec::new();
-        let mut rates = Vec::new();
-        let mut wal = Vec::new();
+        // Each run of ours right after a run of the floor; the ratios are
+        // the median of those pairs (the machine's speed drifts between
+        // pairs more than within one).
+        let (mut floors, mut rates, mut ratios, mut wal_ratios) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut our_wal = Vec::new();
         let mut deliveries = 0;
         for _ in 0..scenario.repeats {
-            let (elapsed, bytes) = floor(db, scenario.messages).await;
-            floors.push(rate(scenario.messages, elapsed));
-            floor_wal.push(bytes as f64 / scenario.messages as f64);
+            let (elapsed, floor_bytes) = floor(db, scenario.messages).await;
+            let floor_rate = rate(scenario.messages, elapsed);
             let (elapsed, delivered, bytes) = drain(db, scenario).await;
-            rates.push(rate(scenario.messages, elapsed));
-            wal.push(bytes as f64 / scenario.messages as f64);
+            let ours = rate(scenario.messages, elapsed);
+            floors.push(floor_rate);
+            rates.push(ours);
+            ratios.push(ours / floor_rate);
+            wal_ratios.push(bytes as f64 / floor_bytes as f64);
+            our_wal.push(bytes as f64 / scenario.messages as f64);
             deliveries = delivered;
         }
-        let (floor_rate, floor_wal) = (median(&mut floors), median(&mut floor_wal));
-        let (ours, our_wal) = (median(&mut rates), median(&mut wal));
         println!(
-            "  {:<44}  {floor_rate:>9.0} {ours:>9.0} {:>5.2}x  {our_wal:>9.0} {:>5.2}x  {deliveries}",
+            "  {:<44}  {:>9.0} {:>9.0} {:>5.2}x  {:>9.0} {:>5.2}x  {deliveries}",
             scenario.label,
-            ours / floor_rate,
-            our_wal / floor_wal,
+            median(&mut floors),
+            median(&mut rates),
+            median(&mut ratios),
+            median(&mut our_wal),
+            median(&mut wal_ratios),
         );
     }
     let (without, with) = write_overhead(db).await;

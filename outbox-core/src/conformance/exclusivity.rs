@@ -11,7 +11,9 @@ use super::{drainer, org, update, Backend, NewRow};
 use crate::clock::ManualClock;
 use crate::drain::{DrainConfig, FlushError};
 use crate::shard::{OutboxKind, ShardKey, CLAIM_BUCKETS};
-use crate::store::StoreAdmin;
+use crate::store::{
+    ClaimRequest, CommitBatch, DrainStore, ShardClaim, ShardCommit, ShardEnd, StoreAdmin,
+};
 use crate::testing::Recorder;
 
 /// Four drain loops over four connections ("processes") and two tasks
@@ -140,4 +142,66 @@ pub async fn a_held_bucket_blocks_its_shards_and_no_other<B: Backend>(backend: &
     let report = flusher.drain_shard(&neighbour, Some(ids[0])).await.unwrap();
     assert_eq!(report.deliveries, 1);
     assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+}
+
+/// A commit releases the buckets of the shards it lists, and no other bucket
+/// of its claim: a claim's buckets stay leased until a commit lists one of
+/// their shards, and are then free for anyone at once.
+pub async fn a_commit_releases_the_buckets_of_its_shards_only<B: Backend>(backend: &B) {
+    let store = backend.fresh("commit_scope").await;
+    let (first, second) = (org(3), org(4));
+    assert_ne!(first.bucket(), second.bucket());
+    backend
+        .write(&store, &[update(&first, 1, 1), update(&second, 2, 2)])
+        .await;
+
+    let now = chrono::Utc::now();
+    let request = |token: i64| ClaimRequest {
+        kind: OutboxKind::Region,
+        now,
+        lease_until: now + chrono::Duration::seconds(30),
+        token,
+        owner: format!("conformance-{token}"),
+        rows: 100,
+        up_to_id: None,
+    };
+    let claimed = store.claim_due(&request(1)).await.unwrap();
+    let mut shards: Vec<ShardKey> = claimed.iter().map(|shard| shard.shard.clone()).collect();
+    shards.sort();
+    assert_eq!(shards, [first.clone(), second.clone()]);
+
+    let done = |shard: &ShardKey| ShardCommit {
+        shard: shard.clone(),
+        delete_ids: Vec::new(),
+        dead_letters: Vec::new(),
+        end: ShardEnd::Done,
+    };
+    let batch = CommitBatch {
+        kind: OutboxKind::Region,
+        token: 1,
+        now,
+        shards: vec![done(&first)],
+        in_flight: Vec::new(),
+        renew_until: now + chrono::Duration::seconds(30),
+    };
+    assert!(store.commit(&batch).await.unwrap().lost.is_empty());
+    let other = backend.reconnect(&store).await;
+    assert!(matches!(
+        other.claim_shard(&request(2), &second).await.unwrap(),
+        ShardClaim::Held
+    ));
+    assert!(matches!(
+        other.claim_shard(&request(3), &first).await.unwrap(),
+        ShardClaim::Claimed(_)
+    ));
+
+    let batch = CommitBatch {
+        shards: vec![done(&second)],
+        ..batch
+    };
+    assert!(store.commit(&batch).await.unwrap().lost.is_empty());
+    assert!(matches!(
+        other.claim_shard(&request(4), &second).await.unwrap(),
+        ShardClaim::Claimed(_)
+    ));
 }

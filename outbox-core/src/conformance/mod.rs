@@ -145,6 +145,7 @@ macro_rules! conformance_tests {
             order::a_sync_flush_delivers_only_up_to_its_id,
             exclusivity::concurrent_drains_and_flushes_never_share_a_shard,
             exclusivity::a_held_bucket_blocks_its_shards_and_no_other,
+            exclusivity::a_commit_releases_the_buckets_of_its_shards_only,
             coalescing::only_the_newest_payload_of_a_group_is_delivered,
             coalescing::rows_written_during_a_delivery_stay_for_the_next_round,
             backoff::a_failing_shard_backs_off_as_a_whole_and_others_flow,

@@ -2,8 +2,8 @@ use std::time::Duration;
 
 use crate::backoff::BackoffPolicy;
 
-/// Default rows a round claims at most (and deletes in one statement): 10,000.
-pub const DEFAULT_BATCH_SIZE: usize = 10_000;
+/// Default rows a round claims at most (and deletes in one statement): 20,000.
+pub const DEFAULT_BATCH_SIZE: usize = 20_000;
 /// Default shards delivered at once within a round: 16.
 pub const DEFAULT_CONCURRENCY: usize = 16;
 /// Default claim lease: 3 s, renewed every second while deliveries run.
@@ -49,7 +49,7 @@ impl Default for DrainConfig {
 impl DrainConfig {
     /// Rows one round claims at most, and so deletes at most in one
     /// statement (at least 1). Fewer when receivers are slow: see
-    /// [`round_duration`](Self::round_duration). Default: 10,000.
+    /// [`round_duration`](Self::round_duration). Default: 20,000.
     pub fn batch_size(mut self, rows: usize) -> Self {
         self.batch_size = rows.max(1);
         self

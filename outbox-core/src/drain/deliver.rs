@@ -48,6 +48,11 @@ impl ShardOutcome {
         }
     }
 
+    /// A shard left as it was: nothing delivered, nothing deleted.
+    pub(crate) fn untouched(shard: ShardKey) -> Self {
+        Self::new(shard, ShardEnd::Done)
+    }
+
     /// A shard that backs off until its `retry_at`: nothing delivered, new
     /// rows rescheduled to it.
     pub(crate) fn waiting(shard: ShardKey, state: &ShardState) -> Self {

@@ -131,8 +131,11 @@ impl<C: Category> Round<C> {
                     let Some(outcome) = outcome else {
                         // Every task ended without finishing its shards: the
                         // engine's own panic (receivers' are caught). Those
-                        // shards stay uncommitted, for the next claim.
+                        // shards are committed untouched (their rows stay,
+                        // for the next claim) so that their buckets are
+                        // released with the others.
                         tracing::error!(shards = pending.len(), "outbox delivery tasks ended early");
+                        finished.extend(pending.drain().map(ShardOutcome::untouched));
                         break;
                     };
                     pending.remove(&outcome.commit.shard);

@@ -192,8 +192,10 @@ pub trait DrainStore: Send + Sync + 'static {
 
     /// Applies `batch` atomically, fenced by its token: deletes, dead
     /// letters, backoff state and schedules of the shards whose lease is
-    /// still live; releases the buckets that no shard of `in_flight` needs;
-    /// renews the others. Shards whose lease is gone are listed in
+    /// still live; releases the buckets of `shards` that no shard of
+    /// `in_flight` needs; renews those of `in_flight`. Touches no other
+    /// bucket: the engine lists every shard of a claim in its last commit,
+    /// so that every bucket the claim leased is released. Shards whose lease is gone are listed in
     /// [`CommitOutcome::lost`] and left untouched.
     ///
     /// A commit need not be durable when it returns: one lost in a crash only

@@ -6,8 +6,8 @@ use std::time::Duration;
 use sea_orm::{DbBackend, DbErr, QueryResult, RuntimeErr, TryGetable};
 
 use outbox_core::{
-    ClaimedShard, DeadLetterRow, FailingShard, OutboxKind, ShardKey, ShardState, StoreError,
-    StoredRow,
+    ClaimedShard, CommitBatch, DeadLetterRow, FailingShard, OutboxKind, ShardKey, ShardState,
+    StoreError, StoredRow,
 };
 
 use crate::time;
@@ -160,6 +160,18 @@ pub(super) fn buckets<'a>(shards: impl IntoIterator<Item = &'a ShardKey>) -> Vec
     buckets.sort_unstable();
     buckets.dedup();
     buckets
+}
+
+/// Every bucket a commit touches: those of its shards and of its shards
+/// still in flight (sorted, without duplicates).
+pub(super) fn batch_buckets(batch: &CommitBatch) -> Vec<i32> {
+    buckets(
+        batch
+            .shards
+            .iter()
+            .map(|shard| &shard.shard)
+            .chain(&batch.in_flight),
+    )
 }
 
 /// Shards of `shards` whose bucket is not in `owned` (sorted).

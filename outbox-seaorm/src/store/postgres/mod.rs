@@ -184,6 +184,7 @@ impl PgStore {
                     batch.token.into(),
                     batch.now.into(),
                     ids.into(),
+                    codec::batch_buckets(batch).into(),
                 ],
                 OP,
             )
@@ -218,6 +219,7 @@ impl PgStore {
                     batch.now.into(),
                     codec::buckets(&batch.in_flight).into(),
                     batch.renew_until.into(),
+                    codec::batch_buckets(batch).into(),
                 ],
             ))
             .await

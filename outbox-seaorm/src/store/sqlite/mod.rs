@@ -399,6 +399,7 @@ impl DrainStore for SqliteStore {
                 at(batch.now),
                 json(&codec::buckets(&batch.in_flight))?,
                 at(batch.renew_until),
+                json(&codec::batch_buckets(batch))?,
             ],
             OP,
         )

@@ -1,0 +1,99 @@
+//! The worker loop over `MemoryStore`: wake-ups, polling when the wake-up
+//! source fails, and shutdown.
+
+#![cfg(feature = "test-utils")]
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::testing::Recorder;
+use outbox_core::worker::{WakeSource, Wakeup, WorkerBuilder};
+use outbox_core::{BoxError, Drainer, MemoryStore, OutboxKind, ShardKey};
+use tokio::sync::mpsc;
+
+outbox_core::registry! {
+    OrgScope = 0 {
+        OrgUpdate = 1,
+    }
+}
+
+fn org(id: i64) -> ShardKey {
+    ShardKey::region(OutboxScope::OrgScope, id)
+}
+
+/// A source that can never connect.
+struct Unreachable;
+
+#[async_trait]
+impl WakeSource for Unreachable {
+    async fn next(&mut self) -> Result<Wakeup, BoxError> {
+        Err("connection refused".into())
+    }
+}
+
+/// A source fed by the test.
+struct Channel(mpsc::UnboundedReceiver<Wakeup>);
+
+#[async_trait]
+impl WakeSource for Channel {
+    async fn next(&mut self) -> Result<Wakeup, BoxError> {
+        match self.0.recv().await {
+            Some(wakeup) => Ok(wakeup),
+            None => std::future::pending().await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_wake_ups_cannot_arrive_is_ready_and_polls() {
+    let store = MemoryStore::new();
+    let recorder = Recorder::<OutboxCategory>::new();
+    let worker = WorkerBuilder::new(Drainer::new(store.clone(), recorder.receivers()))
+        .poll_interval(Duration::from_millis(20))
+        .wake_source(Unreachable)
+        .spawn();
+    // Polling is a working mode: readiness does not wait for the source.
+    worker.ready().await;
+    store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
+    assert!(recorder.wait_for(1, Duration::from_secs(30)).await);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_from_another_process_wakes_an_idle_worker_at_once() {
+    let store = MemoryStore::new();
+    let recorder = Recorder::<OutboxCategory>::new();
+    let (wake, wakeups) = mpsc::unbounded_channel();
+    wake.send(Wakeup::Resync).unwrap(); // connected
+    let worker = WorkerBuilder::new(Drainer::new(store.clone(), recorder.receivers()))
+        // No poll would come within the test.
+        .poll_interval(Duration::from_secs(3600))
+        .wake_source(Channel(wakeups))
+        .spawn();
+    worker.ready().await;
+    store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
+    wake.send(Wakeup::Rows(OutboxKind::Region)).unwrap();
+    assert!(recorder.wait_for(1, Duration::from_secs(30)).await);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_cuts_off_rounds_past_its_bound_and_frees_their_shards() {
+    let store = MemoryStore::new();
+    let id = store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
+    let stuck = Recorder::<OutboxCategory>::new();
+    let gate = stuck.hold_when(|_| true);
+    let worker = WorkerBuilder::new(Drainer::new(store.clone(), stuck.receivers()))
+        .shutdown_timeout(Duration::from_millis(50))
+        .spawn();
+    gate.reached(1).await;
+    worker.shutdown().await;
+    // The cut-off round's claim was ended: another worker takes the shard
+    // now, not after the lease.
+    let next = Recorder::<OutboxCategory>::new();
+    let other = Drainer::new(store.clone(), next.receivers());
+    let report = other.drain_shard(&org(1), Some(id)).await.unwrap();
+    assert_eq!(report.deliveries, 1);
+    assert!(store.rows(OutboxKind::Region).is_empty());
+}
