@@ -1,0 +1,148 @@
+//! What the drain benches share: the floor, the fill of the outbox, WAL
+//! measurement, and our drain over a pre-filled outbox. Included by
+//! `benches/drain.rs` and by the peer comparison in `bench-peers/`.
+
+use std::time::{Duration, Instant};
+
+use outbox_core::{DrainConfig, Drainer, HandlerError, OutboxKind, Receivers};
+use outbox_seaorm::SeaOrmStore;
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
+
+outbox_core::registry! {
+    BenchScope = 0 {
+        BenchUpdate = 1,
+    }
+}
+
+/// A PostgreSQL statement.
+pub fn stmt(sql: &str, values: Vec<sea_orm::Value>) -> Statement {
+    Statement::from_sql_and_values(sea_orm::DbBackend::Postgres, sql, values)
+}
+
+/// Fills the outbox with `messages` rows over `shards` shards (one object
+/// per message, or `objects` per shard), as the write API would.
+pub async fn fill(db: &DatabaseConnection, messages: i64, shards: i64, objects: Option<i64>) {
+    db.execute_unprepared("TRUNCATE region_outbox, outbox_claim_bucket, outbox_shard_state")
+        .await
+        .unwrap();
+    let object = match objects {
+        Some(objects) => format!("(n / {shards}) % {objects}"),
+        None => "n".to_owned(),
+    };
+    db.execute_raw(stmt(
+        &format!(
+            "INSERT INTO region_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
+             SELECT 0, n % $1, 1, {object},
+                    jsonb_build_object('n', n, 'name', 'some payload of a realistic size')
+             FROM generate_series(0, $2 - 1) n"
+        ),
+        vec![shards.into(), messages.into()],
+    ))
+    .await
+    .unwrap();
+    db.execute_unprepared("VACUUM ANALYZE region_outbox")
+        .await
+        .unwrap();
+}
+
+/// The current WAL insert position.
+pub async fn wal_position(db: &DatabaseConnection) -> String {
+    let row = db
+        .query_one_raw(stmt(
+            "SELECT pg_current_wal_insert_lsn()::text AS lsn",
+            vec![],
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    row.try_get("", "lsn").unwrap()
+}
+
+/// WAL bytes written since `start`.
+pub async fn wal_since(db: &DatabaseConnection, start: &str) -> i64 {
+    let row = db
+        .query_one_raw(stmt(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::bigint AS bytes",
+            vec![start.into()],
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    row.try_get("", "bytes").unwrap()
+}
+
+/// The floor over `messages` rows: a bare loop of `DELETE … WHERE id IN
+/// (SELECT … LIMIT 500 FOR UPDATE SKIP LOCKED) RETURNING …` through the same
+/// driver. Elapsed time and WAL bytes.
+pub async fn floor(db: &DatabaseConnection, messages: i64) -> (Duration, i64) {
+    fill(db, messages, messages, None).await;
+    let sql = "DELETE FROM region_outbox WHERE id IN (SELECT id FROM region_outbox ORDER BY id \
+               LIMIT 500 FOR UPDATE SKIP LOCKED) RETURNING id, shard_scope, shard_identifier, \
+               category, object_identifier, payload";
+    let wal = wal_position(db).await;
+    let started = Instant::now();
+    loop {
+        let rows = db.query_all_raw(stmt(sql, vec![])).await.unwrap();
+        if rows.is_empty() {
+            break;
+        }
+    }
+    (started.elapsed(), wal_since(db, &wal).await)
+}
+
+/// Our drain of whatever the outbox holds, by `tasks` drain loops with a
+/// no-op receiver, until it is empty: elapsed time, deliveries, WAL bytes.
+pub async fn drain_all(
+    db: &DatabaseConnection,
+    config: DrainConfig,
+    tasks: usize,
+) -> (Duration, usize, i64) {
+    let receivers = Receivers::new().on(OutboxCategory::BenchUpdate, |_message| async {
+        Ok::<_, HandlerError>(())
+    });
+    let drainer =
+        Drainer::new(SeaOrmStore::new(db.clone()).unwrap(), receivers).with_config(config);
+    let wal = wal_position(db).await;
+    let started = Instant::now();
+    let loops: Vec<_> = (0..tasks)
+        .map(|_| {
+            let drainer = drainer.clone();
+            tokio::spawn(async move {
+                let mut deliveries = 0;
+                loop {
+                    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+                    deliveries += report.deliveries;
+                    if report.is_empty() {
+                        return deliveries;
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut deliveries = 0;
+    for drain_loop in loops {
+        deliveries += drain_loop.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let wal = wal_since(db, &wal).await;
+    assert_eq!(
+        drainer
+            .admin()
+            .pending_count(OutboxKind::Region)
+            .await
+            .unwrap(),
+        0
+    );
+    (elapsed, deliveries, wal)
+}
+
+/// The median (sorts `values`).
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Messages per second.
+pub fn rate(messages: i64, elapsed: Duration) -> f64 {
+    messages as f64 / elapsed.as_secs_f64()
+}
