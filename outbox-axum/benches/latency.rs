@@ -249,7 +249,7 @@ async fn main() {
     );
     println!("  without the outbox (hand-written transaction): {plain:>6.0} req/s  1.00x");
     println!(
-        "  OutboxLayer, flush = false (NOTIFY wakes the worker): {deferred:>6.0} req/s  {:.2}x",
+        "  OutboxLayer, flush = false (the worker of this process delivers): {deferred:>6.0} req/s  {:.2}x",
         deferred / plain
     );
     println!(

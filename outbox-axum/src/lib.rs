@@ -75,6 +75,12 @@ pub use layer::{
 pub use tx::{Tx, TxRejection};
 pub use worker::{OutboxWorker, OutboxWorkerBuilder, WorkerError, WorkerHandle};
 
+/// The workspace README's code blocks, compiled as doctests of this crate
+/// (the one that depends on every other) so that the guide cannot drift.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 // The layer and the worker do not know each other; this is where they meet.
 impl<C: outbox_core::Category> WorkerHandle<C> {
     /// An [`OutboxLayer`] sharing this worker's drainer and waking it when a

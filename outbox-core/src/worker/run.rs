@@ -57,6 +57,7 @@ pub(super) async fn drain_loop<C: Category>(
     kind: OutboxKind,
     rounds_in_flight: Arc<Semaphore>,
 ) {
+    let _draining = shared.waker.draining(kind);
     let mut error_delay = FIRST_ERROR_DELAY;
     let mut announced = false;
     loop {

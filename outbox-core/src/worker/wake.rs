@@ -1,5 +1,6 @@
 //! Wake-ups: how a commit in one place reaches an idle drain elsewhere.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -40,11 +41,28 @@ pub trait Notifier: Send + Sync + 'static {
 }
 
 /// Wakes the background drain: in this process at once, and in others
-/// through a [`Notifier`] when one is set. Clones share the same wake-ups.
+/// through a [`Notifier`] when one is set and no drain of the kind runs in
+/// this process (one that does delivers the rows itself, so the statement
+/// and the `NOTIFY` would be spent for nothing). Clones share the same
+/// wake-ups.
 #[derive(Clone, Default)]
 pub struct Waker {
     local: Arc<[Notify; 2]>,
+    /// Drain loops of each kind running in this process.
+    draining: Arc<[AtomicUsize; 2]>,
     remote: Option<Arc<dyn Notifier>>,
+}
+
+/// Registers a drain loop of a kind with its [`Waker`] while alive.
+pub(super) struct Draining {
+    draining: Arc<[AtomicUsize; 2]>,
+    index: usize,
+}
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        self.draining[self.index].fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl std::fmt::Debug for Waker {
@@ -67,18 +85,35 @@ impl Waker {
         self
     }
 
-    fn slot(&self, kind: OutboxKind) -> &Notify {
+    fn index(kind: OutboxKind) -> usize {
         match kind {
-            OutboxKind::Region => &self.local[0],
-            OutboxKind::Control => &self.local[1],
+            OutboxKind::Region => 0,
+            OutboxKind::Control => 1,
         }
     }
 
-    /// Wakes the drains of `kind`, here and (with a notifier) elsewhere. A
-    /// failed notification is logged at debug level: the other processes
-    /// find the rows at their next poll.
+    fn slot(&self, kind: OutboxKind) -> &Notify {
+        &self.local[Self::index(kind)]
+    }
+
+    /// Counts a drain loop of `kind` in this process until the guard drops.
+    pub(super) fn draining(&self, kind: OutboxKind) -> Draining {
+        let index = Self::index(kind);
+        self.draining[index].fetch_add(1, Ordering::SeqCst);
+        Draining {
+            draining: self.draining.clone(),
+            index,
+        }
+    }
+
+    /// Wakes the drains of `kind`: here, and elsewhere (with a notifier)
+    /// unless a drain of `kind` runs here. A failed notification is logged
+    /// at debug level: the other processes find the rows at their next poll.
     pub async fn wake(&self, kind: OutboxKind) {
         self.wake_local(kind);
+        if self.draining[Self::index(kind)].load(Ordering::SeqCst) > 0 {
+            return;
+        }
         if let Some(remote) = &self.remote {
             if let Err(error) = remote.notify(kind).await {
                 tracing::debug!(%error, "outbox wake-up notification failed; other drains find the rows at their next poll");
@@ -96,5 +131,50 @@ impl Waker {
     /// is not lost).
     pub fn notified(&self, kind: OutboxKind) -> Notified<'_> {
         self.slot(kind).notified()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<OutboxKind>>);
+
+    #[async_trait]
+    impl Notifier for Arc<Recorder> {
+        async fn notify(&self, kind: OutboxKind) -> Result<(), BoxError> {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).push(kind);
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn other_processes_are_notified_only_for_kinds_not_drained_here() {
+        let sent = Arc::new(Recorder::default());
+        let waker = Waker::new().with_notifier(sent.clone());
+        let sent = || sent.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+
+        waker.wake(OutboxKind::Region).await;
+        assert_eq!(sent(), [OutboxKind::Region], "no drain here: notify");
+
+        let draining = waker.clone().draining(OutboxKind::Region);
+        let woken = waker.notified(OutboxKind::Region);
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        waker.wake(OutboxKind::Region).await;
+        waker.wake(OutboxKind::Control).await;
+        assert_eq!(
+            sent(),
+            [OutboxKind::Region, OutboxKind::Control],
+            "the region drain here takes its rows; control still goes out"
+        );
+        woken.await; // the local drain was woken
+
+        drop(draining);
+        waker.wake(OutboxKind::Region).await;
+        assert_eq!(sent().len(), 3, "the drain stopped: notify again");
     }
 }
