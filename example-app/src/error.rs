@@ -86,8 +86,34 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// A rejected JSON body, with the status HTTP means for it: 408 when the
+/// client took longer than the body timeout to send it, 413 when it is too
+/// large, 415 without a JSON content type, 400 otherwise (malformed JSON, or
+/// JSON of the wrong shape, which axum answers 422).
 fn json_rejection(rejection: JsonRejection) -> ApiError {
-    ApiError::bad_request(format!("malformed body: {}", rejection.body_text()))
+    if caused_by::<tower_http::timeout::TimeoutError>(&rejection) {
+        return ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body took too long to arrive",
+        );
+    }
+    let status = match rejection.status() {
+        status @ (StatusCode::PAYLOAD_TOO_LARGE | StatusCode::UNSUPPORTED_MEDIA_TYPE) => status,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    ApiError::new(status, format!("malformed body: {}", rejection.body_text()))
+}
+
+/// Whether `error`, or an error in its source chain, is an `E`.
+fn caused_by<E: std::error::Error + 'static>(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if error.is::<E>() {
+            return true;
+        }
+        next = error.source();
+    }
+    false
 }
 
 /// `Path<T>` whose rejections are 400 `{"error": ...}`.

@@ -87,6 +87,9 @@ struct Args {
     /// How often an idle outbox drain looks for work when nothing wakes it.
     #[arg(long, default_value_t = 1000, env = "POLL_INTERVAL_MS")]
     poll_interval_ms: u64,
+    /// How long a client may take to send a request body, in milliseconds.
+    #[arg(long, default_value_t = 10_000, env = "BODY_TIMEOUT_MS")]
+    body_timeout_ms: u64,
 }
 
 impl Args {
@@ -125,6 +128,7 @@ impl Args {
                 ("de".to_owned(), format!("http://{}", self.de_addr)),
             ]),
             poll_interval: Duration::from_millis(self.poll_interval_ms.max(1)),
+            body_timeout: Duration::from_millis(self.body_timeout_ms.max(1)),
         }
     }
 }

@@ -16,6 +16,7 @@ use sea_orm_migration::MigratorTrait;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::control::{self, ControlContext};
 use crate::error::ApiError;
@@ -51,6 +52,11 @@ pub struct SiloConfig {
     pub region_urls: BTreeMap<String, String>,
     /// How often an idle drain looks for work without being woken.
     pub poll_interval: Duration,
+    /// How long a client may take to send a request body. The request's
+    /// transaction begins only with its first statement, after the body is
+    /// read, so a stalled upload holds no connection; this bound also frees
+    /// the task and the socket (the request fails with 408).
+    pub body_timeout: Duration,
 }
 
 /// Why a silo did not start.
@@ -193,11 +199,14 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
     }
     let worker = worker.spawn()?;
     let drainer = worker.drainer().clone();
-    let app = routes.layer(worker.layer()).merge(admin_routes(AdminState {
-        drainer: drainer.clone(),
-        backfill,
-        db: db.clone(),
-    }));
+    let app = routes
+        .layer(worker.layer())
+        .merge(admin_routes(AdminState {
+            drainer: drainer.clone(),
+            backfill,
+            db: db.clone(),
+        }))
+        .layer(RequestBodyTimeoutLayer::new(config.body_timeout));
     let addr = listener.local_addr()?;
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {

@@ -93,6 +93,7 @@ impl Deployment {
             control_url: format!("http://{control_addr}"),
             region_urls: region_urls.clone(),
             poll_interval: Duration::from_millis(50),
+            body_timeout: Duration::from_secs(2),
         };
         let mut databases = vec![database_url(backend, "control").await];
         let control_config = config(Role::Control, databases[0].clone());
@@ -480,6 +481,68 @@ async fn rpc_without_the_secret_is_refused_and_changes_nothing(backend: DbBacken
     app.shutdown().await;
 }
 
+/// A body that stalls half-way holds no connection and ends with 408 at the
+/// body timeout; an oversized body gets 413, a body that is not JSON 415.
+async fn stalled_oversized_and_mistyped_bodies_get_408_413_415(backend: DbBackend) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = Deployment::start(backend).await;
+    let mut stalled = tokio::net::TcpStream::connect(app.regions["us"].addr)
+        .await
+        .unwrap();
+    stalled
+        .write_all(
+            b"POST /api/0/organizations HTTP/1.1\r\nhost: us\r\ncontent-type: application/json\r\n\
+              content-length: 100\r\n\r\n{\"slug\": \"sta",
+        )
+        .await
+        .unwrap();
+    // Meanwhile the silo serves others, replication included.
+    let id = app.create_org("us", "others", "Others").await;
+    let (status, _) = app
+        .get(app.control_url(&format!("/api/0/organization-mappings/{id}")))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // The stalled request ends at its body timeout (2 s here).
+    let mut head = [0u8; 12];
+    tokio::time::timeout(Duration::from_secs(30), stalled.read_exact(&mut head))
+        .await
+        .expect("the stalled request got no answer")
+        .unwrap();
+    assert_eq!(&head, b"HTTP/1.1 408");
+
+    let oversized = json!({ "slug": "big", "name": "x".repeat(3 << 20) });
+    let (status, body, _) = app
+        .send(
+            reqwest::Method::POST,
+            app.region_url("us", "/api/0/organizations"),
+            Some(oversized),
+        )
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    let response = app
+        .http
+        .post(app.region_url("us", "/api/0/organizations"))
+        .header("content-type", "text/plain")
+        .body(r#"{"slug": "plain", "name": "Plain"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let organizations = app.regions["us"]
+        .db
+        .query_one_raw(sea_orm::Statement::from_string(
+            app.regions["us"].db.get_database_backend(),
+            "SELECT count(*) AS n FROM organization",
+        ))
+        .await
+        .unwrap()
+        .unwrap()
+        .try_get::<i64>("", "n")
+        .unwrap();
+    assert_eq!(organizations, 1, "only the well-formed request wrote");
+    app.shutdown().await;
+}
+
 async fn bad_requests_get_json_errors(backend: DbBackend) {
     let app = Deployment::start(backend).await;
     app.create_org("us", "taken", "T").await;
@@ -515,6 +578,11 @@ async fn bad_requests_get_json_errors(backend: DbBackend) {
 
 mod sqlite {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn stalled_oversized_and_mistyped_bodies_get_408_413_415() {
+        super::stalled_oversized_and_mistyped_bodies_get_408_413_415(DbBackend::Sqlite).await;
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn organization_changes_reach_control_at_response_time() {
@@ -554,6 +622,11 @@ mod sqlite {
 /// The replication suite on PostgreSQL.
 mod postgres {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn stalled_oversized_and_mistyped_bodies_get_408_413_415() {
+        super::stalled_oversized_and_mistyped_bodies_get_408_413_415(DbBackend::Postgres).await;
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn organization_changes_reach_control_at_response_time() {

@@ -60,6 +60,7 @@ fn configs(
                 control_url: format!("http://{}", addrs[0]),
                 region_urls: region_urls.clone(),
                 poll_interval: Duration::from_millis(50),
+                body_timeout: Duration::from_secs(10),
             };
             (config, listener)
         })

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use sea_orm::{DatabaseConnection, DatabaseTransaction, TransactionOptions};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OnceCell};
 
 use outbox_core::OutboxContext;
 
@@ -12,8 +12,10 @@ pub(crate) struct RequestState {
     pub(crate) db: DatabaseConnection,
     /// How the request's transaction begins.
     pub(crate) transaction_options: TransactionOptions,
-    /// The request's transaction, begun on the first `Tx` extraction.
-    pub(crate) transaction: Arc<Mutex<Option<DatabaseTransaction>>>,
+    /// The request's transaction, begun by the first statement of the
+    /// request's `Tx` (not by its extraction: extractors run before the body
+    /// is read, and a client that stalls its body must hold no connection).
+    pub(crate) transaction: Arc<Mutex<OnceCell<DatabaseTransaction>>>,
     pub(crate) context: OutboxContext,
 }
 
@@ -26,7 +28,7 @@ impl RequestHandle {
         Self(Arc::new(RequestState {
             db,
             transaction_options,
-            transaction: Arc::new(Mutex::new(None)),
+            transaction: Arc::new(Mutex::new(OnceCell::new())),
             context: OutboxContext::new(),
         }))
     }

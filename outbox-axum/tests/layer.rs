@@ -222,6 +222,63 @@ async fn a_write_committed_between_a_read_and_a_write_does_not_fail_the_request(
     assert_eq!(app.pending().await, 0);
 }
 
+/// A client that sends its headers and half a JSON body, then stalls, must
+/// hold no connection: `Tx` is extracted before the body, and the
+/// transaction begins only with its first statement. On a pool of one
+/// connection, another request goes through while the first one stalls.
+async fn a_stalled_request_body_holds_no_connection(backend: DbBackend) {
+    let app = TestApp::new(backend, "layer_stalled_body").await;
+    let pool = app.db.connect_again(1).await.unwrap();
+    let drainer = outbox_core::Drainer::new(
+        outbox_seaorm::SeaOrmStore::new(pool.clone()).unwrap(),
+        app.recorder.receivers(),
+    );
+    let router = app
+        .routes()
+        .layer(outbox_axum::OutboxLayer::from_parts(pool, drainer));
+
+    let body_polled = std::sync::Arc::new(tokio::sync::Notify::new());
+    let mut sent = false;
+    let stalled_body = futures::stream::poll_fn({
+        let body_polled = body_polled.clone();
+        move |_cx| {
+            if sent {
+                // Never ready again, never woken: the client stalls.
+                return std::task::Poll::Pending;
+            }
+            sent = true;
+            body_polled.notify_one();
+            std::task::Poll::Ready(Some(Ok::<_, std::io::Error>(
+                axum::body::Bytes::from_static(b"{\"name\": \"sta"),
+            )))
+        }
+    });
+    let stalled = tokio::spawn(
+        router.clone().oneshot(
+            Request::post("/json/7")
+                .header("content-type", "application/json")
+                .body(Body::from_stream(stalled_body))
+                .unwrap(),
+        ),
+    );
+    // The body is being read: every other extractor, `Tx` included, has run.
+    body_polled.notified().await;
+
+    let other = tokio::time::timeout(Duration::from_secs(20), send(router, "/widgets/7/other"));
+    let (status, body, _) = other
+        .await
+        .expect("the other request waited for the connection held by the stalled one");
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(
+        !stalled.is_finished(),
+        "the stalled request still waits for its body"
+    );
+    stalled.abort();
+    assert_eq!(app.widgets().await, 1);
+    assert_eq!(app.pending().await, 0);
+    assert_eq!(app.recorder.deliveries().len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_commit_answers_500_and_delivers_nothing() {
     use sea_orm::ConnectionTrait;
@@ -258,4 +315,5 @@ outbox_seaorm::on_both_backends!(
     tx_without_the_layer_is_a_typed_rejection,
     a_conflict_answered_by_the_handler_rolls_back_the_outbox_too,
     a_write_committed_between_a_read_and_a_write_does_not_fail_the_request,
+    a_stalled_request_body_holds_no_connection,
 );

@@ -4,7 +4,8 @@
 //! For every request the layer:
 //!
 //! 1. inserts a slot for the request's transaction (begun lazily, by the first
-//!    [`Tx`](crate::Tx) extraction) and opens an
+//!    statement run on the request's [`Tx`](crate::Tx), so that a request
+//!    holds no connection while its body is read) and opens an
 //!    [`OutboxContext`](outbox_core::OutboxContext) around the handler, so that
 //!    every outbox row written during the request is noted;
 //! 2. after the handler, commits when the response is a success (by default:
@@ -12,8 +13,9 @@
 //! 3. after the commit, flushes each shard the request wrote, up to the
 //!    highest id it wrote, *before* the response goes out, so a client that
 //!    gets its response can read the replicated effect;
-//! 4. wakes the background drain (in-process, and with `NOTIFY` on
-//!    PostgreSQL) when rows were left to it.
+//! 4. wakes the background drain when rows were left to it (the worker of
+//!    this process, or others with `NOTIFY` on PostgreSQL when this process
+//!    drains no rows of that kind).
 //!
 //! # When nothing is committed
 //!

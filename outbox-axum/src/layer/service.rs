@@ -282,7 +282,7 @@ where
     Ok(response)
 }
 
-async fn roll_back(slot: &tokio::sync::Mutex<Option<sea_orm::DatabaseTransaction>>) {
+async fn roll_back(slot: &tokio::sync::Mutex<tokio::sync::OnceCell<sea_orm::DatabaseTransaction>>) {
     if let Ok(mut slot) = slot.try_lock() {
         if let Some(transaction) = slot.take() {
             if let Err(error) = transaction.rollback().await {

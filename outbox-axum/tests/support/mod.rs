@@ -79,6 +79,7 @@ impl TestApp {
             .route("/nested/{org}/{name}", post(create_with_nested_deferral))
             .route("/leak/{org}/{name}", post(create_and_leak_tx))
             .route("/read-then-write/{org}/{name}", post(read_then_create))
+            .route("/json/{org}", post(create_from_json))
             .route(
                 "/commit-fails/{org}/{name}",
                 post(create_then_break_a_deferred_constraint),
@@ -155,6 +156,19 @@ async fn insert_widget(tx: &Tx, org: i64, name: &str) -> Result<i64, Response> {
 }
 
 async fn create_widget(tx: Tx, Path((org, name)): Path<(i64, String)>) -> Response {
+    match insert_widget(&tx, org, &name).await {
+        Ok(id) => (StatusCode::CREATED, id.to_string()).into_response(),
+        Err(response) => response,
+    }
+}
+
+/// `Tx` first, then a JSON body (axum extracts the body last).
+async fn create_from_json(
+    tx: Tx,
+    Path(org): Path<i64>,
+    axum::Json(body): axum::Json<serde_json::Value>,
+) -> Response {
+    let name = body["name"].as_str().unwrap_or("unnamed").to_owned();
     match insert_widget(&tx, org, &name).await {
         Ok(id) => (StatusCode::CREATED, id.to_string()).into_response(),
         Err(response) => response,
