@@ -6,6 +6,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use outbox_core::HandlerError;
 use serde::Serialize;
 
 use crate::error::ApiError;
@@ -13,7 +14,8 @@ use crate::error::ApiError;
 /// The header that carries the shared secret.
 pub const SECRET_HEADER: &str = "x-silo-secret";
 
-/// A call to another silo failed; the outbox retries it with backoff.
+/// A call to another silo failed. The outbox retries it with backoff, unless
+/// the other silo rejected the request itself ([`RpcError::is_permanent`]).
 #[derive(Debug, thiserror::Error)]
 pub enum RpcError {
     /// The silo could not be reached.
@@ -38,7 +40,35 @@ pub enum RpcError {
     },
 }
 
-/// A client for one silo's `/rpc` routes.
+impl RpcError {
+    /// Whether retrying the same request cannot succeed: the other silo
+    /// answered that the request itself is wrong (400, 413, 414, 415, 422).
+    /// Other statuses may pass: 401/403 after a secret is fixed, 404 after
+    /// a silo is upgraded, 408/409/429 and 5xx on their own.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            RpcError::Status {
+                status: 400 | 413 | 414 | 415 | 422,
+                ..
+            }
+        )
+    }
+
+    /// As the error of an outbox receiver: [`outbox_core::permanent`] when
+    /// [`is_permanent`](Self::is_permanent), so that the shard is quarantined
+    /// (or the message dead-lettered) instead of retried for ever.
+    pub fn into_handler_error(self) -> HandlerError {
+        if self.is_permanent() {
+            outbox_core::permanent(self)
+        } else {
+            self.into()
+        }
+    }
+}
+
+/// A client for one silo's `/rpc` routes, for outbox receivers: its errors
+/// are [`HandlerError`]s, permanent when [`RpcError::is_permanent`].
 #[derive(Clone, Debug)]
 pub struct RpcClient {
     http: reqwest::Client,
@@ -65,7 +95,7 @@ impl RpcClient {
         method: &'static str,
         builder: reqwest::RequestBuilder,
         url: String,
-    ) -> Result<(), RpcError> {
+    ) -> Result<(), HandlerError> {
         let response = builder
             .header(SECRET_HEADER, &self.secret)
             .send()
@@ -74,7 +104,8 @@ impl RpcClient {
                 method,
                 url: url.clone(),
                 source,
-            })?;
+            })
+            .map_err(RpcError::into_handler_error)?;
         let status = response.status();
         if status.is_success() {
             Ok(())
@@ -83,25 +114,26 @@ impl RpcClient {
                 method,
                 url,
                 status: status.as_u16(),
-            })
+            }
+            .into_handler_error())
         }
     }
 
     /// `PUT path` with a JSON body (idempotent upsert).
-    pub async fn put(&self, path: &str, body: &impl Serialize) -> Result<(), RpcError> {
+    pub async fn put(&self, path: &str, body: &impl Serialize) -> Result<(), HandlerError> {
         let url = format!("{}{path}", self.base_url);
         self.send("PUT", self.http.put(&url).json(body), url).await
     }
 
     /// `POST path` with a JSON body.
-    pub async fn post(&self, path: &str, body: &impl Serialize) -> Result<(), RpcError> {
+    pub async fn post(&self, path: &str, body: &impl Serialize) -> Result<(), HandlerError> {
         let url = format!("{}{path}", self.base_url);
         self.send("POST", self.http.post(&url).json(body), url)
             .await
     }
 
     /// `DELETE path` (idempotent).
-    pub async fn delete(&self, path: &str) -> Result<(), RpcError> {
+    pub async fn delete(&self, path: &str) -> Result<(), HandlerError> {
         let url = format!("{}{path}", self.base_url);
         self.send("DELETE", self.http.delete(&url), url).await
     }
@@ -122,4 +154,34 @@ pub async fn require_secret(
             .into_response();
     }
     next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(status: u16) -> HandlerError {
+        RpcError::Status {
+            method: "PUT",
+            url: "http://control/rpc".into(),
+            status,
+        }
+        .into_handler_error()
+    }
+
+    #[test]
+    fn a_rejected_request_is_permanent_and_a_passing_fault_is_not() {
+        for status in [400, 413, 414, 415, 422] {
+            assert!(
+                outbox_core::is_permanent(answered(status).as_ref()),
+                "{status}"
+            );
+        }
+        for status in [401, 403, 404, 408, 409, 429, 500, 502, 503] {
+            assert!(
+                !outbox_core::is_permanent(answered(status).as_ref()),
+                "{status}"
+            );
+        }
+    }
 }

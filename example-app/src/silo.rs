@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use outbox_axum::OutboxWorker;
 use outbox_core::{Drainer, OutboxKind};
@@ -201,11 +201,15 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
     let drainer = worker.drainer().clone();
     let app = routes
         .layer(worker.layer())
-        .merge(admin_routes(AdminState {
-            drainer: drainer.clone(),
-            backfill,
-            db: db.clone(),
-        }))
+        .merge(admin_routes(
+            AdminState {
+                drainer: drainer.clone(),
+                waker: worker.waker().clone(),
+                backfill,
+                db: db.clone(),
+            },
+            config.secret.clone(),
+        ))
         .layer(RequestBodyTimeoutLayer::new(config.body_timeout));
     let addr = listener.local_addr()?;
     let (stop, stopped) = oneshot::channel::<()>();
@@ -243,20 +247,157 @@ pub fn backfill_for(role: &Role) -> Backfill {
 #[derive(Clone)]
 struct AdminState {
     drainer: Drainer<OutboxCategory>,
+    waker: outbox_core::worker::Waker,
     backfill: Arc<Backfill>,
     db: DatabaseConnection,
 }
 
-/// `/healthz`, `/admin/outbox/shards` and `/admin/outbox/backfills`.
-fn admin_routes(state: AdminState) -> Router {
+/// `/healthz`, `/admin/outbox/shards`, `/admin/outbox/failing`,
+/// `/admin/outbox/backfills`, and (with the silo secret)
+/// `POST /admin/outbox/retry`.
+fn admin_routes(state: AdminState, secret: String) -> Router {
+    let retry = Router::new()
+        .route("/admin/outbox/retry", post(retry_shards))
+        .route_layer(axum::middleware::from_fn_with_state(
+            secret,
+            crate::rpc::require_secret,
+        ));
     Router::new()
         .route(
             "/healthz",
             get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
         )
         .route("/admin/outbox/shards", get(pending_shards))
+        .route("/admin/outbox/failing", get(failing_shards))
         .route("/admin/outbox/backfills", get(backfills))
+        .merge(retry)
         .with_state(state)
+}
+
+fn store_unavailable(error: outbox_core::StoreError) -> ApiError {
+    tracing::error!(%error, "outbox admin");
+    ApiError::new(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "outbox store unavailable",
+    )
+}
+
+/// A shard, as the admin routes show and take it.
+#[derive(Debug, serde::Deserialize, serde::Serialize)]
+struct ShardRef {
+    /// `region` or `control`.
+    kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    region: Option<String>,
+    scope: i32,
+    shard_identifier: i64,
+}
+
+impl ShardRef {
+    fn of(shard: &outbox_core::ShardKey) -> Self {
+        Self {
+            kind: shard.kind().as_str().to_owned(),
+            region: shard.region_name().map(str::to_owned),
+            scope: shard.scope(),
+            shard_identifier: shard.identifier(),
+        }
+    }
+
+    fn key(&self) -> Result<outbox_core::ShardKey, ApiError> {
+        let kind = OutboxKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == self.kind)
+            .ok_or_else(|| ApiError::bad_request("kind is `region` or `control`"))?;
+        match (kind, &self.region) {
+            (OutboxKind::Control, None) => Err(ApiError::bad_request(
+                "a control-outbox shard needs its region",
+            )),
+            (OutboxKind::Region, Some(_)) => {
+                Err(ApiError::bad_request("a region-outbox shard has no region"))
+            }
+            _ => Ok(outbox_core::ShardKey::from_raw(
+                kind,
+                self.scope,
+                self.shard_identifier,
+                self.region.clone(),
+            )),
+        }
+    }
+}
+
+/// Shards that failed and have not succeeded since, both outboxes: attempts,
+/// last error, next attempt, and whether the shard is quarantined after a
+/// permanent error (it then waits for `POST /admin/outbox/retry`).
+async fn failing_shards(
+    State(AdminState { drainer, .. }): State<AdminState>,
+) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
+    let mut failing = Vec::new();
+    for kind in OutboxKind::ALL {
+        failing.extend(
+            drainer
+                .admin()
+                .failing_shards(kind, 100)
+                .await
+                .map_err(store_unavailable)?,
+        );
+    }
+    Ok(Json(
+        failing
+            .into_iter()
+            .map(|failing| {
+                let state = &failing.state;
+                serde_json::json!({
+                    "shard": ShardRef::of(&failing.shard),
+                    "quarantined": state.is_quarantined(),
+                    "attempts": state.attempts,
+                    "last_error": state.last_error,
+                    "failed_at": state.failed_at.to_rfc3339(),
+                    "retry_at": (!state.is_quarantined()).then(|| state.retry_at.to_rfc3339()),
+                })
+            })
+            .collect(),
+    ))
+}
+
+/// Makes the given shards due at once (a quarantine or a backoff ends), for
+/// after a fix. Answers the shards released. A worker may hold a shard's
+/// bucket for a moment (it finds a quarantined shard, leaves it, releases):
+/// those are asked for again for up to a second; a shard still held then is
+/// not in the answer, and can be asked for again.
+async fn retry_shards(
+    State(AdminState { drainer, waker, .. }): State<AdminState>,
+    crate::error::ApiJson(shards): crate::error::ApiJson<Vec<ShardRef>>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let keys = shards
+        .iter()
+        .map(ShardRef::key)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut released = Vec::new();
+    let mut left = keys.clone();
+    for _ in 0..20 {
+        let now_released = drainer
+            .admin()
+            .retry_now(&left, drainer.now())
+            .await
+            .map_err(store_unavailable)?;
+        left.retain(|shard| !now_released.contains(shard));
+        released.extend(now_released);
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    tracing::info!(
+        released = released.len(),
+        asked = keys.len(),
+        "outbox shards retried by an operator"
+    );
+    for kind in OutboxKind::ALL {
+        waker.wake_local(kind);
+    }
+    Ok(Json(serde_json::json!({
+        "released": released.iter().map(ShardRef::of).collect::<Vec<_>>(),
+    })))
 }
 
 /// Per replicated table: the backfill cursor, target version and rows left.

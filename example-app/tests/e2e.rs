@@ -253,6 +253,84 @@ async fn organization_changes_reach_control_at_response_time(backend: DbBackend)
     app.shutdown().await;
 }
 
+/// Control rejects a replication call as too large (the region accepted a
+/// body right at the limit, and the call adds a field): a permanent error,
+/// so the shard is quarantined, not retried for an hour in silence. The
+/// admin surface shows it; once the data is fixed, an operator's retry
+/// releases it and the fixed data replicates.
+async fn a_rejected_replication_is_quarantined_until_an_operator_retries(backend: DbBackend) {
+    let app = Deployment::start(backend).await;
+    let overhead = serde_json::to_vec(&json!({ "slug": "big", "name": "" }))
+        .unwrap()
+        .len();
+    let name = "n".repeat((2 << 20) - overhead);
+    let (status, body, headers) = app
+        .send(
+            reqwest::Method::POST,
+            app.region_url("us", "/api/0/organizations"),
+            Some(json!({ "slug": "big", "name": name })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(headers["outbox-flush"], "deferred");
+    let id = body["id"].as_i64().unwrap();
+
+    let (status, failing) = app.get(app.region_url("us", "/admin/outbox/failing")).await;
+    assert_eq!(status, StatusCode::OK);
+    let failing = failing.as_array().unwrap().clone();
+    assert_eq!(failing.len(), 1, "{failing:?}");
+    assert_eq!(failing[0]["quarantined"], true);
+    assert!(failing[0]["retry_at"].is_null());
+    assert!(
+        failing[0]["last_error"].as_str().unwrap().contains("413"),
+        "{failing:?}"
+    );
+    let shard = failing[0]["shard"].clone();
+
+    // The fix: a shorter name. Its write waits behind the quarantine.
+    let (status, _, headers) = app
+        .send(
+            reqwest::Method::PUT,
+            app.region_url("us", &format!("/api/0/organizations/{id}")),
+            Some(json!({ "name": "Big" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["outbox-flush"], "deferred");
+    let mapping = app.control_url(&format!("/api/0/organization-mappings/{id}"));
+    assert_eq!(app.get(mapping.clone()).await.0, StatusCode::NOT_FOUND);
+
+    // Retrying needs the silo secret.
+    let retry = app.region_url("us", "/admin/outbox/retry");
+    let response = app
+        .http
+        .post(&retry)
+        .json(&json!([shard]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let response = app
+        .http
+        .post(&retry)
+        .header(example_app::rpc::SECRET_HEADER, SECRET)
+        .json(&json!([shard]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let released: Value = response.json().await.unwrap();
+    assert_eq!(released["released"], json!([shard]));
+    app.eventually("the fixed organization replicates", || {
+        let (app, mapping) = (&app, mapping.clone());
+        async move { app.get(mapping).await.1["name"] == "Big" }
+    })
+    .await;
+    let (_, failing) = app.get(app.region_url("us", "/admin/outbox/failing")).await;
+    assert_eq!(failing, json!([]));
+    app.shutdown().await;
+}
+
 async fn quick_renames_end_on_the_last_and_the_audit_log_keeps_every_event(backend: DbBackend) {
     let app = Deployment::start(backend).await;
     let id = app.create_org("de", "quick", "Q0").await;
@@ -580,6 +658,12 @@ mod sqlite {
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_rejected_replication_is_quarantined_until_an_operator_retries() {
+        super::a_rejected_replication_is_quarantined_until_an_operator_retries(DbBackend::Sqlite)
+            .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn stalled_oversized_and_mistyped_bodies_get_408_413_415() {
         super::stalled_oversized_and_mistyped_bodies_get_408_413_415(DbBackend::Sqlite).await;
     }
@@ -622,6 +706,12 @@ mod sqlite {
 /// The replication suite on PostgreSQL.
 mod postgres {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_rejected_replication_is_quarantined_until_an_operator_retries() {
+        super::a_rejected_replication_is_quarantined_until_an_operator_retries(DbBackend::Postgres)
+            .await;
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn stalled_oversized_and_mistyped_bodies_get_408_413_415() {

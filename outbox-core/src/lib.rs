@@ -82,7 +82,9 @@ pub use kill_switch::KillSwitch;
 #[cfg(feature = "test-utils")]
 pub use memory::{MemoryStore, MemoryTransaction};
 pub use message::{Message, PayloadError, StoredRow};
-pub use receiver::{HandlerError, IncompleteReceivers, Receivers};
+pub use receiver::{
+    is_permanent, permanent, HandlerError, IncompleteReceivers, Permanent, Receivers,
+};
 pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
 pub use shard::{OutboxKind, ShardKey, CLAIM_BUCKETS, MAX_BUCKETS_PER_CLAIM};
 pub use store::{
@@ -90,6 +92,18 @@ pub use store::{
     DrainStore, FailingShard, ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardState, Store,
     StoreAdmin, StoreError,
 };
+
+/// The `retry_at` of a quarantined shard (and the `scheduled_for` of its
+/// rows): 9999-01-01, a time no clock reaches. A receiver's
+/// [`permanent`] error quarantines its shard unless the scope dead-letters;
+/// `StoreAdmin::retry_now` releases it.
+pub fn quarantined_until() -> chrono::DateTime<chrono::Utc> {
+    use chrono::TimeZone;
+    chrono::Utc
+        .with_ymd_and_hms(9999, 1, 1, 0, 0, 0)
+        .single()
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
+}
 
 /// The `scheduled_for` given to new rows: 2016-08-01, so a new row is due at
 /// once whatever the clocks of the processes that drain it (as Sentry does).

@@ -618,4 +618,25 @@ impl StoreAdmin for MemoryStore {
         }
         Ok(moved)
     }
+
+    async fn retry_now(
+        &self,
+        shards: &[ShardKey],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ShardKey>, StoreError> {
+        let mut state = self.lock();
+        Self::check_failure(&mut state, "retry shards now")?;
+        let mut released = Vec::new();
+        for shard in shards {
+            if state.held(shard.kind(), shard.bucket(), now) || released.contains(shard) {
+                continue;
+            }
+            state.states.remove(shard);
+            state.reschedule(shard, now, |at| {
+                (at > crate::the_past()).then(crate::the_past)
+            });
+            released.push(shard.clone());
+        }
+        Ok(released)
+    }
 }

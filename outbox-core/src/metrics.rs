@@ -27,6 +27,9 @@ pub const UNKNOWN_CATEGORY: &str = "outbox.unknown_category";
 pub const CULLED: &str = "outbox.culled";
 /// Counter: shard claims found expired or taken at commit (tags: kind).
 pub const CLAIM_LOST: &str = "outbox.claim_lost";
+/// Counter: shards quarantined after a permanent error, in scopes that do
+/// not dead-letter (tags: category, kind).
+pub const QUARANTINED: &str = "outbox.quarantined";
 /// Counter: rows moved to the dead-letter table (tags: category, kind).
 pub const DEAD_LETTERED: &str = "outbox.dead_lettered";
 /// Counter: claims of cancelled rounds ended before their lease ran out

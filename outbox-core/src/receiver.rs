@@ -30,7 +30,68 @@ use crate::message::Message;
 use crate::registry::Category;
 
 /// The error a handler returns. Any error type converts into it with `?`.
+///
+/// An error is *transient* unless wrapped with [`permanent`]: the shard backs
+/// off and is tried again.
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// An error that retrying cannot fix (the receiver rejected the message
+/// itself: a 4xx from a peer, a payload it cannot accept). Made with
+/// [`permanent`].
+///
+/// The drain does not retry it: where the shard's scope dead-letters
+/// (`DeadLetterPolicy`), the message's group is dead-lettered at once and the
+/// shard goes on; otherwise the shard is *quarantined*: nothing of it is
+/// delivered until an operator releases it (`StoreAdmin::retry_now`), and
+/// it is logged at `ERROR`, counted in `outbox.quarantined`, and listed by
+/// `StoreAdmin::failing_shards` with `ShardState::is_quarantined`.
+#[derive(Debug)]
+pub struct Permanent(pub HandlerError);
+
+impl fmt::Display for Permanent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "permanent error: {}", self.0)
+    }
+}
+
+impl std::error::Error for Permanent {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.0.as_ref())
+    }
+}
+
+/// Marks `error` as permanent: retrying the message cannot succeed.
+///
+/// ```
+/// # outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
+/// use outbox_core::{permanent, HandlerError, Message, Receivers};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Rename { name: String }
+///
+/// let receivers = Receivers::new().on(OutboxCategory::OrgUpdate, |msg: Message<OutboxCategory>| async move {
+///     // A payload this binary cannot read will not get better by waiting.
+///     let rename: Rename = msg.payload_as().map_err(permanent)?;
+///     println!("org {} is now {}", msg.object_identifier, rename.name);
+///     Ok::<_, HandlerError>(())
+/// });
+/// ```
+pub fn permanent(error: impl Into<HandlerError>) -> HandlerError {
+    Box::new(Permanent(error.into()))
+}
+
+/// Whether `error` was marked with [`permanent`] (anywhere in its chain of
+/// sources).
+pub fn is_permanent(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if error.is::<Permanent>() {
+            return true;
+        }
+        next = error.source();
+    }
+    false
+}
 
 /// The future a registered handler returns.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send + 'static>>;

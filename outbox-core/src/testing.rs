@@ -119,6 +119,8 @@ struct RecorderInner<C: Category> {
     overlaps: AtomicUsize,
     calls: AtomicUsize,
     fail: Mutex<Option<Rule<C>>>,
+    /// Whether failures are permanent ([`crate::permanent`]).
+    permanent: AtomicBool,
     hold: Mutex<Option<(Rule<C>, Gate)>>,
     yield_inside: AtomicBool,
     delivered: Notify,
@@ -141,6 +143,7 @@ impl<C: Category> Default for Recorder<C> {
                 overlaps: AtomicUsize::new(0),
                 calls: AtomicUsize::new(0),
                 fail: Mutex::default(),
+                permanent: AtomicBool::new(false),
                 hold: Mutex::default(),
                 yield_inside: AtomicBool::new(false),
                 delivered: Notify::new(),
@@ -228,6 +231,17 @@ impl<C: Category> Recorder<C> {
 
     /// Fails every message for which `rule` holds.
     pub fn fail_when(&self, rule: impl Fn(&crate::Message<C>) -> bool + Send + Sync + 'static) {
+        self.inner.permanent.store(false, Ordering::SeqCst);
+        *lock(&self.inner.fail) = Some(Arc::new(rule));
+    }
+
+    /// Fails every message for which `rule` holds with a
+    /// [`permanent`](crate::permanent) error.
+    pub fn fail_permanently_when(
+        &self,
+        rule: impl Fn(&crate::Message<C>) -> bool + Send + Sync + 'static,
+    ) {
+        self.inner.permanent.store(true, Ordering::SeqCst);
         *lock(&self.inner.fail) = Some(Arc::new(rule));
     }
 
@@ -310,7 +324,11 @@ impl<C: Category> Recorder<C> {
         }
         let fail = lock(&self.inner.fail).clone();
         if fail.is_some_and(|rule| rule(&message)) {
-            return Err(format!("receiver refused {}", message.id).into());
+            let error = format!("receiver refused {}", message.id);
+            if self.inner.permanent.load(Ordering::SeqCst) {
+                return Err(crate::permanent(error));
+            }
+            return Err(error.into());
         }
         lock(&self.inner.deliveries).push(Delivery {
             shard: message.shard.clone(),

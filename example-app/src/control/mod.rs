@@ -35,7 +35,8 @@ impl ControlContext {
     fn region(&self, name: &str) -> Result<&RpcClient, HandlerError> {
         self.regions
             .get(name)
-            .ok_or_else(|| format!("no address known for region {name:?}").into())
+            // Configuration, not a passing fault: quarantine, not retry.
+            .ok_or_else(|| outbox_core::permanent(format!("no address known for region {name:?}")))
     }
 }
 

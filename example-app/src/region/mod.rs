@@ -148,7 +148,8 @@ pub fn receivers(
                     let record = AuditRecord {
                         region: context.region.clone(),
                         region_sequence: message.id,
-                        event: message.payload_as()?,
+                        // A payload this binary cannot read will not improve.
+                        event: message.payload_as().map_err(outbox_core::permanent)?,
                     };
                     context.control.post("/rpc/audit-logs", &record).await?;
                     Ok::<_, HandlerError>(())

@@ -214,3 +214,151 @@ pub async fn an_opted_in_scope_dead_letters_and_the_shard_goes_on<B: Backend>(ba
     assert_eq!(objects, vec![2, 1]);
     assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
 }
+
+/// A permanent error quarantines its shard where the scope does not
+/// dead-letter: not retried however long one waits, not by a flush either,
+/// rows written meanwhile wait with it, and it is listed as quarantined.
+/// Other shards flow. `retry_now` releases it, and it is delivered in order.
+pub async fn a_permanent_error_quarantines_its_shard_until_released<B: Backend>(backend: &B) {
+    let store = backend.fresh("quarantine").await;
+    let (poisoned, healthy) = (org(1), org(2));
+    backend
+        .write(
+            &store,
+            &[
+                update(&poisoned, 1, 1),
+                update(&poisoned, 2, 2),
+                update(&healthy, 3, 3),
+            ],
+        )
+        .await;
+    let clock = ManualClock::starting_now();
+    let recorder = Recorder::new();
+    recorder.fail_permanently_when(|message| message.object_identifier == 1);
+    let drainer = drainer(store.clone(), &recorder, &clock, DrainConfig::default());
+
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.deliveries, 1, "the healthy shard flows");
+    assert_eq!(report.dead_lettered, 0, "the scope does not dead-letter");
+    assert!(report.failures[0].error.is_permanent());
+    let state = state_of(&store).await;
+    assert!(state.is_quarantined(), "{state:?}");
+    assert!(state.last_error.unwrap_or_default().contains("refused"));
+
+    // However long one waits, nothing of it is tried; a new row waits too.
+    let ids = backend.write(&store, &[update(&poisoned, 4, 4)]).await;
+    clock.advance(Duration::from_secs(7 * 24 * 3600));
+    for _ in 0..2 {
+        let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+        assert_eq!((report.deliveries, report.failures.len()), (0, 0));
+        assert!(!store
+            .has_due(OutboxKind::Region, clock.now())
+            .await
+            .unwrap());
+    }
+    let error = drainer
+        .drain_shard(&poisoned, Some(ids[0]))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, FlushError::BackingOff { .. }), "{error}");
+    assert_eq!(recorder.calls(), 2, "one failed call, one delivery");
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 3);
+
+    // An operator fixes the receiver and releases the shard.
+    recorder.stop_failing();
+    let released = store
+        .retry_now(std::slice::from_ref(&poisoned), clock.now())
+        .await
+        .unwrap();
+    assert_eq!(released, vec![poisoned.clone()]);
+    assert!(store
+        .failing_shards(OutboxKind::Region, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    drain_until_idle(&drainer, &[OutboxKind::Region])
+        .await
+        .unwrap();
+    let objects: Vec<i64> = recorder.deliveries().iter().map(|d| d.object).collect();
+    assert_eq!(objects, vec![3, 1, 2, 4]);
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+}
+
+/// Where the scope dead-letters, a permanent error dead-letters its group on
+/// the first attempt, whatever the attempts the policy allows transient
+/// errors, and the shard goes on in the same round.
+pub async fn a_permanent_error_is_dead_lettered_at_once_where_the_scope_allows<B: Backend>(
+    backend: &B,
+) {
+    let store = backend.fresh("permanent_dead_letter").await;
+    let shard = audit(5);
+    let event = |object| NewRow {
+        category: OutboxCategory::AuditLogEvent,
+        ..update(&shard, object, object)
+    };
+    let ids = backend.write(&store, &[event(1), event(2)]).await;
+    let clock = ManualClock::starting_now();
+    let recorder = Recorder::new();
+    recorder.fail_permanently_when(|message| message.object_identifier == 1);
+    let drainer = drainer(store.clone(), &recorder, &clock, DrainConfig::default())
+        .with_dead_letter(OutboxScope::AuditLogScope, 10);
+
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!((report.deliveries, report.dead_lettered), (1, 1));
+    let dead = store.dead_letters(OutboxKind::Region, 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].row.id, ids[0]);
+    assert!(dead[0].error.contains("permanent"), "{}", dead[0].error);
+    assert!(store
+        .failing_shards(OutboxKind::Region, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(recorder.calls(), 2);
+}
+
+/// `retry_now` releases a backing-off shard at once, but leaves alone a
+/// shard whose bucket a worker holds: that worker may be about to write the
+/// shard's state.
+pub async fn retry_now_leaves_a_shard_whose_bucket_is_held_alone<B: Backend>(backend: &B) {
+    let store = backend.fresh("retry_now_held").await;
+    let (failing, busy) = (org(1), org(2));
+    backend
+        .write(&store, &[update(&failing, 1, 1), update(&busy, 2, 2)])
+        .await;
+    let clock = ManualClock::starting_now();
+    let recorder = Recorder::new();
+    recorder.fail_when(|message| message.object_identifier == 1);
+    let drainer = drainer(store.clone(), &recorder, &clock, DrainConfig::default());
+    let gate = recorder.hold_when(|message| message.object_identifier == 2);
+    let round = tokio::spawn({
+        let drainer = drainer.clone();
+        async move { drainer.drain_due(OutboxKind::Region).await.unwrap() }
+    });
+    // The failing shard has failed; the busy one is held in its receiver.
+    gate.reached(1).await;
+    let released = store
+        .retry_now(std::slice::from_ref(&busy), clock.now())
+        .await
+        .unwrap();
+    assert!(released.is_empty(), "a held bucket is left alone");
+    gate.open();
+    let report = round.await.unwrap();
+    assert_eq!((report.deliveries, report.failures.len()), (1, 1));
+    let state = state_of(&store).await;
+    assert_eq!(state.attempts, 1);
+
+    // A transient backoff of an hour is cut short by retry_now.
+    recorder.stop_failing();
+    let released = store
+        .retry_now(std::slice::from_ref(&failing), clock.now())
+        .await
+        .unwrap();
+    assert_eq!(released, vec![failing.clone()]);
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(
+        report.deliveries, 1,
+        "due at once, without the clock moving"
+    );
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+}

@@ -8,7 +8,7 @@
 //! | [`order`] | 3. groups in order of their lowest pending id |
 //! | [`exclusivity`] | 3. at most one worker on a shard, in any process |
 //! | [`coalescing`] | 4. the newest payload of a group, rows written meanwhile stay |
-//! | [`backoff`] | 5. a failing shard waits as a whole, whoever asks; dead letters |
+//! | [`backoff`] | 5. a failing shard waits as a whole, whoever asks; dead letters; permanent errors quarantine |
 //! | [`at_least_once`] | 6. a delivery whose commit was lost is made again |
 //! | [`fencing`] | 7. no transaction across a receiver; an expired claim writes nothing |
 //!
@@ -151,6 +151,9 @@ macro_rules! conformance_tests {
             backoff::a_failing_shard_backs_off_as_a_whole_and_others_flow,
             backoff::a_flush_racing_a_drain_on_a_failing_shard_tries_once_per_step,
             backoff::an_opted_in_scope_dead_letters_and_the_shard_goes_on,
+            backoff::a_permanent_error_quarantines_its_shard_until_released,
+            backoff::a_permanent_error_is_dead_lettered_at_once_where_the_scope_allows,
+            backoff::retry_now_leaves_a_shard_whose_bucket_is_held_alone,
             at_least_once::a_delivery_whose_lease_ended_before_its_commit_is_made_again,
             fencing::a_worker_whose_lease_ended_writes_nothing,
             fencing::receivers_run_outside_any_transaction,

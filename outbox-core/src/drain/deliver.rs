@@ -131,10 +131,29 @@ pub(crate) async fn deliver_shard<C: Category>(
         attempts = attempts.saturating_add(1);
         let category_name = C::try_from(group.category()).ok().map(|c| c.name());
         observe::delivery_failed(&shard, category_name, synchronous, &error);
-        let dead_letter = drainer
-            .dead_letter_policy()
-            .attempts_for(shard.scope())
-            .is_some_and(|max| attempts >= max);
+        let policy = drainer.dead_letter_policy().attempts_for(shard.scope());
+        // A permanent error is dead-lettered at once where the scope allows
+        // dead letters at all, and quarantines the shard otherwise.
+        let dead_letter = policy.is_some_and(|max| attempts >= max || error.is_permanent());
+        if !dead_letter && error.is_permanent() {
+            observe::quarantined(&shard, &group, category_name, &error);
+            let retry_at = crate::quarantined_until();
+            outcome.commit.end = ShardEnd::Backoff {
+                retry_at,
+                delay: last_backoff.unwrap_or(drainer.config().backoff.initial()),
+                error: error.to_string(),
+                attempts,
+            };
+            outcome.failures.push(failure(
+                &shard,
+                &group,
+                category_name,
+                retry_at,
+                false,
+                error,
+            ));
+            return outcome;
+        }
         if dead_letter {
             // The scope gives up on this group: move it aside and go on with
             // the shard, which is healthy again.

@@ -93,6 +93,24 @@ pub(crate) fn dead_lettered(
         .increment(group.ids.len() as u64);
 }
 
+pub(crate) fn quarantined(
+    shard: &ShardKey,
+    group: &CoalescingGroup,
+    category: Option<&'static str>,
+    error: &DeliveryError,
+) {
+    tracing::error!(
+        %shard,
+        id = group.newest.id,
+        category = category.unwrap_or("unknown"),
+        error = %error,
+        "outbox shard quarantined after a permanent error: nothing of it is delivered until \
+         an operator releases it (StoreAdmin::retry_now)"
+    );
+    metrics::counter!(names::QUARANTINED, "category" => category.unwrap_or("unknown"), "kind" => shard.kind().as_str())
+        .increment(1);
+}
+
 pub(crate) fn unknown_category(row: &StoredRow, value: i32) {
     metrics::counter!(names::UNKNOWN_CATEGORY, "kind" => row.shard.kind().as_str(), "category_value" => value.to_string())
         .increment(1);

@@ -49,9 +49,21 @@ pub enum DeliveryError {
 }
 
 impl DeliveryError {
+    /// Whether retrying cannot help: the receiver returned an error marked
+    /// with [`permanent`](crate::permanent).
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            DeliveryError::Handler(error) => crate::receiver::is_permanent(error.as_ref()),
+            _ => false,
+        }
+    }
+
     /// A short tag for metrics.
     pub fn reason(&self) -> &'static str {
         match self {
+            DeliveryError::Handler(error) if crate::receiver::is_permanent(error.as_ref()) => {
+                "permanent"
+            }
             DeliveryError::Handler(_) => "handler",
             DeliveryError::Panicked(_) => "panic",
             DeliveryError::Timeout(_) => "timeout",

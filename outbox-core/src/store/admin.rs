@@ -84,4 +84,18 @@ pub trait StoreAdmin: Send + Sync + 'static {
     /// Moves dead-lettered rows back into the outbox (same ids, due at once),
     /// for another try after a fix. Returns how many were moved.
     async fn replay_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError>;
+
+    /// Makes `shards` due at once, as after a success: forgets their backoff
+    /// state (a quarantine included) and makes their rows due. For an
+    /// operator after a fix, and for a receiver that is back.
+    ///
+    /// A shard whose bucket is leased at `now` is left as it is (its holder
+    /// may be about to write its state): ask again later. Safe against
+    /// concurrent claims: a claim that read the shard's state before this
+    /// call cannot lease its bucket after it. Returns the shards released.
+    async fn retry_now(
+        &self,
+        shards: &[ShardKey],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ShardKey>, StoreError>;
 }

@@ -44,6 +44,14 @@ pub struct ShardState {
     pub failed_at: DateTime<Utc>,
 }
 
+impl ShardState {
+    /// Whether the shard is quarantined after a permanent error: it waits
+    /// for an operator (`StoreAdmin::retry_now`), not for a time.
+    pub fn is_quarantined(&self) -> bool {
+        self.retry_at >= crate::quarantined_until()
+    }
+}
+
 /// One shard of a claim, with its rows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClaimedShard {

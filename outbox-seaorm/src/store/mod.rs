@@ -176,4 +176,12 @@ impl StoreAdmin for SeaOrmStore {
     async fn replay_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
         self.admin().replay_dead_letters(kind, ids).await
     }
+
+    async fn retry_now(
+        &self,
+        shards: &[ShardKey],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ShardKey>, StoreError> {
+        self.admin().retry_now(shards, now).await
+    }
 }

@@ -89,6 +89,8 @@ const UPSERT_STATES: &str = include_str!("sql/upsert_states.sql");
 const DELETE_STATES: &str = include_str!("sql/delete_states.sql");
 const FAILING_SHARDS: &str = include_str!("sql/failing_shards.sql");
 const DEAD_LETTERS: &str = include_str!("sql/dead_letters.sql");
+const CREATE_BUCKETS: &str = include_str!("sql/create_buckets.sql");
+const LOCK_FREE_BUCKETS: &str = include_str!("sql/lock_free_buckets.sql");
 
 fn table(kind: OutboxKind) -> &'static TableSql {
     match kind {
@@ -355,32 +357,45 @@ async fn apply_ends(
             .await
             .map_err(op(OP))?;
     }
-    if !recovered.is_empty() {
-        let [regions, scopes, identifiers] = key_arrays(recovered.iter().copied());
-        txn.execute_raw(statement(
-            DELETE_STATES,
-            vec![
-                kind.as_i16().into(),
-                regions.clone(),
-                scopes.clone(),
-                identifiers.clone(),
-            ],
-        ))
-        .await
-        .map_err(op(OP))?;
-        txn.execute_raw(statement(
-            table(kind).reset_schedule,
-            vec![
-                batch.now.into(),
-                regions,
-                scopes,
-                identifiers,
-                outbox_core::the_past().into(),
-            ],
-        ))
-        .await
-        .map_err(op(OP))?;
+    forget_states(txn, kind, batch.now, &recovered).await
+}
+
+/// Forgets the backoff state of `shards` and makes their rows due again:
+/// recovered shards, and shards retried now.
+async fn forget_states(
+    txn: &DatabaseTransaction,
+    kind: OutboxKind,
+    now: DateTime<Utc>,
+    shards: &[&ShardKey],
+) -> Result<(), StoreError> {
+    const OP: &str = "forget backoff states";
+    if shards.is_empty() {
+        return Ok(());
     }
+    let [regions, scopes, identifiers] = key_arrays(shards.iter().copied());
+    txn.execute_raw(statement(
+        DELETE_STATES,
+        vec![
+            kind.as_i16().into(),
+            regions.clone(),
+            scopes.clone(),
+            identifiers.clone(),
+        ],
+    ))
+    .await
+    .map_err(op(OP))?;
+    txn.execute_raw(statement(
+        table(kind).reset_schedule,
+        vec![
+            now.into(),
+            regions,
+            scopes,
+            identifiers,
+            outbox_core::the_past().into(),
+        ],
+    ))
+    .await
+    .map_err(op(OP))?;
     Ok(())
 }
 
@@ -634,5 +649,50 @@ impl StoreAdmin for PgStore {
             .await
             .map_err(op("replay dead letters"))?
             .rows_affected())
+    }
+
+    async fn retry_now(
+        &self,
+        shards: &[ShardKey],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ShardKey>, StoreError> {
+        const OP: &str = "retry shards now";
+        let mut released = Vec::new();
+        for kind in OutboxKind::ALL {
+            let mut wanted: Vec<&ShardKey> = shards.iter().filter(|s| s.kind() == kind).collect();
+            wanted.sort_unstable();
+            wanted.dedup();
+            if wanted.is_empty() {
+                continue;
+            }
+            let buckets = codec::buckets(wanted.iter().copied());
+            let txn = self.db.begin().await.map_err(op(OP))?;
+            txn.execute_raw(statement(
+                CREATE_BUCKETS,
+                vec![
+                    kind.as_i16().into(),
+                    buckets.clone().into(),
+                    outbox_core::the_past().into(),
+                ],
+            ))
+            .await
+            .map_err(op(OP))?;
+            let locked = txn
+                .query_all_raw(statement(
+                    LOCK_FREE_BUCKETS,
+                    vec![kind.as_i16().into(), buckets.into(), now.into()],
+                ))
+                .await
+                .map_err(op(OP))?;
+            let free = locked
+                .iter()
+                .map(|row| get::<i32>(row, "bucket", OP))
+                .collect::<Result<Vec<_>, _>>()?;
+            wanted.retain(|shard| free.contains(&shard.bucket()));
+            forget_states(&txn, kind, now, &wanted).await?;
+            txn.commit().await.map_err(op(OP))?;
+            released.extend(wanted.into_iter().cloned());
+        }
+        Ok(released)
     }
 }

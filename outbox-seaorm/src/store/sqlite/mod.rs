@@ -487,13 +487,7 @@ async fn apply_end(
     let later = match &shard.end {
         ShardEnd::Done => None,
         ShardEnd::Recovered => {
-            execute(txn, DELETE_STATE, state_key(), OP).await?;
-            let values = shard_values(
-                key,
-                vec![at(outbox_core::the_past()), at(batch.now)],
-                Vec::new(),
-            );
-            execute(txn, table(kind).reset_schedule, values, OP).await?;
+            forget_state(txn, key, batch.now).await?;
             None
         }
         ShardEnd::Wait { retry_at } => Some(*retry_at),
@@ -519,6 +513,31 @@ async fn apply_end(
         let values = shard_values(key, vec![at(retry_at), at(batch.now)], Vec::new());
         execute(txn, table(kind).reschedule, values, OP).await?;
     }
+    Ok(())
+}
+
+/// Forgets the backoff state of `shard` and makes its rows due again: a
+/// recovered shard, or one retried now.
+async fn forget_state(
+    txn: &DatabaseTransaction,
+    shard: &ShardKey,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    const OP: &str = "forget a backoff state";
+    let kind = shard.kind();
+    let key = vec![
+        kind.as_i16().into(),
+        codec::region(shard).into(),
+        shard.scope().into(),
+        shard.identifier().into(),
+    ];
+    execute(txn, DELETE_STATE, key, OP).await?;
+    let values = shard_values(
+        shard,
+        vec![at(outbox_core::the_past()), at(now)],
+        Vec::new(),
+    );
+    execute(txn, table(kind).reset_schedule, values, OP).await?;
     Ok(())
 }
 
@@ -644,5 +663,34 @@ impl StoreAdmin for SqliteStore {
         .await?;
         txn.commit().await.map_err(op(OP))?;
         Ok(moved)
+    }
+
+    async fn retry_now(
+        &self,
+        shards: &[ShardKey],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ShardKey>, StoreError> {
+        const OP: &str = "retry shards now";
+        let mut wanted: Vec<&ShardKey> = shards.iter().collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        // One write transaction: no claim runs in between.
+        let txn = self.begin(OP).await?;
+        let mut released = Vec::new();
+        for shard in wanted {
+            let held = query_all(
+                &txn,
+                BUCKET_HELD,
+                vec![shard.kind().as_i16().into(), shard.bucket().into(), at(now)],
+                OP,
+            )
+            .await?;
+            if held.is_empty() {
+                forget_state(&txn, shard, now).await?;
+                released.push(shard.clone());
+            }
+        }
+        txn.commit().await.map_err(op(OP))?;
+        Ok(released)
     }
 }
