@@ -631,7 +631,9 @@ impl StoreAdmin for MemoryStore {
             if state.held(shard.kind(), shard.bucket(), now) || released.contains(shard) {
                 continue;
             }
-            state.states.remove(shard);
+            if let Some(shard_state) = state.states.get_mut(shard) {
+                shard_state.retry_at = now;
+            }
             state.reschedule(shard, now, |at| {
                 (at > crate::the_past()).then(crate::the_past)
             });

@@ -134,7 +134,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             ));
         let drainer = Drainer::new(store.clone(), harness.receivers())
             .with_clock(clock.clone())
-            .with_config(config.sync_wait(Duration::ZERO));
+            // Rule 5 as such: no early retry when a receiver comes back
+            // (that exception has its conformance test).
+            .with_config(config.sync_wait(Duration::ZERO).recovery_batch(0));
         let mut written: HashMap<i64, (ShardKey, (i32, i64), serde_json::Value)> = HashMap::new();
         let mut retry_after: HashMap<ShardKey, DateTime<Utc>> = HashMap::new();
         let mut backoff_violations = Vec::new();

@@ -271,11 +271,12 @@ pub async fn a_permanent_error_quarantines_its_shard_until_released<B: Backend>(
         .await
         .unwrap();
     assert_eq!(released, vec![poisoned.clone()]);
-    assert!(store
-        .failing_shards(OutboxKind::Region, 10)
-        .await
-        .unwrap()
-        .is_empty());
+    let state = state_of(&store).await;
+    assert!(
+        !state.is_quarantined() && state.retry_at <= clock.now(),
+        "{state:?}"
+    );
+    assert_eq!(state.attempts, 1, "the attempts stay until a success");
     drain_until_idle(&drainer, &[OutboxKind::Region])
         .await
         .unwrap();
@@ -361,4 +362,126 @@ pub async fn retry_now_leaves_a_shard_whose_bucket_is_held_alone<B: Backend>(bac
         "due at once, without the clock moving"
     );
     assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+}
+
+/// When a receiver comes back after an outage, the shards that backed off
+/// on it are made due at once rather than at the end of their backoff, a
+/// bounded batch at a time (`recovery_batch`, at most once a second). A
+/// single failure among successes (a poison message) is not an outage: it
+/// waits out its backoff.
+pub async fn a_receiver_that_is_back_gets_its_backed_off_shards_at_once<B: Backend>(backend: &B) {
+    let store = backend.fresh("recovery").await;
+    let down: Vec<_> = (1..=3).map(org).collect();
+    let rows: Vec<NewRow> = down
+        .iter()
+        .map(|shard| update(shard, shard.identifier(), 0))
+        .collect();
+    backend.write(&store, &rows).await;
+    let clock = ManualClock::starting_now();
+    let start = clock.now();
+    let recorder = Recorder::new();
+    recorder.fail_when(|_| true); // the receiver is down
+    let config = DrainConfig::default().recovery_batch(2);
+    let drainer = drainer(store.clone(), &recorder, &clock, config);
+    assert_eq!(
+        drainer
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .failures
+            .len(),
+        3
+    );
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        drainer
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .failures
+            .len(),
+        3
+    );
+    // Backing off until start + 3 s. The receiver comes back; a new shard's
+    // delivery succeeds, and the round makes two of the three due.
+    recorder.stop_failing();
+    backend.write(&store, &[update(&org(4), 4, 0)]).await;
+    assert_eq!(
+        drainer
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .deliveries,
+        1
+    );
+    assert_eq!(
+        drainer
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .deliveries,
+        2
+    );
+    assert!(
+        drainer
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the third waits: one batch a second"
+    );
+    clock.advance(Duration::from_secs(1));
+    drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(
+        drainer
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .deliveries,
+        1
+    );
+    assert!(
+        clock.now() < start + chrono::Duration::seconds(3),
+        "before its backoff ended"
+    );
+    let mut objects: Vec<i64> = recorder.deliveries().iter().map(|d| d.object).collect();
+    objects.sort_unstable();
+    assert_eq!(objects, vec![1, 2, 3, 4]);
+    assert!(store
+        .failing_shards(OutboxKind::Region, 10)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // A poison message among successes waits out its backoff.
+    clock.advance(Duration::from_secs(1));
+    recorder.fail_when(|message| message.object_identifier == 5);
+    backend
+        .write(&store, &[update(&org(5), 5, 0), update(&org(6), 6, 0)])
+        .await;
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!((report.deliveries, report.failures.len()), (1, 1));
+    backend.write(&store, &[update(&org(7), 7, 0)]).await;
+    assert_eq!(
+        drainer
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .deliveries,
+        1
+    );
+    clock.advance(Duration::from_millis(999));
+    for _ in 0..2 {
+        assert!(drainer
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .is_empty());
+    }
+    let failed_calls = recorder.calls() - recorder.deliveries().len();
+    assert_eq!(
+        failed_calls,
+        6 + 1,
+        "six while down, one for the poison message"
+    );
 }

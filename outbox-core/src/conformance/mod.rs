@@ -154,6 +154,7 @@ macro_rules! conformance_tests {
             backoff::a_permanent_error_quarantines_its_shard_until_released,
             backoff::a_permanent_error_is_dead_lettered_at_once_where_the_scope_allows,
             backoff::retry_now_leaves_a_shard_whose_bucket_is_held_alone,
+            backoff::a_receiver_that_is_back_gets_its_backed_off_shards_at_once,
             at_least_once::a_delivery_whose_lease_ended_before_its_commit_is_made_again,
             fencing::a_worker_whose_lease_ended_writes_nothing,
             fencing::receivers_run_outside_any_transaction,

@@ -4,6 +4,8 @@ use crate::backoff::BackoffPolicy;
 
 /// Default rows a round claims at most (and deletes in one statement): 20,000.
 pub const DEFAULT_BATCH_SIZE: usize = 20_000;
+/// Default [`DrainConfig::recovery_batch`].
+pub const DEFAULT_RECOVERY_BATCH: usize = 100;
 /// Default shards delivered at once within a round: 16.
 pub const DEFAULT_CONCURRENCY: usize = 16;
 /// Default claim lease: 3 s, renewed every second while deliveries run.
@@ -29,6 +31,7 @@ pub struct DrainConfig {
     pub(crate) commit_interval: Duration,
     pub(crate) round_duration: Duration,
     pub(crate) backoff: BackoffPolicy,
+    pub(crate) recovery_batch: usize,
 }
 
 impl Default for DrainConfig {
@@ -42,6 +45,7 @@ impl Default for DrainConfig {
             commit_interval: DEFAULT_COMMIT_INTERVAL,
             round_duration: DEFAULT_ROUND_DURATION,
             backoff: BackoffPolicy::default(),
+            recovery_batch: DEFAULT_RECOVERY_BATCH,
         }
     }
 }
@@ -105,6 +109,15 @@ impl DrainConfig {
     /// Backoff of failing shards. Default: 1 s doubling to 1 h.
     pub fn backoff(mut self, backoff: BackoffPolicy) -> Self {
         self.backoff = backoff;
+        self
+    }
+
+    /// When a delivery of a category succeeds again, how many shards that
+    /// backed off on that category in this process are made due at once
+    /// (at most once a second per category), instead of waiting out their
+    /// backoff; 0 turns it off. Default: 100.
+    pub fn recovery_batch(mut self, shards: usize) -> Self {
+        self.recovery_batch = shards;
         self
     }
 

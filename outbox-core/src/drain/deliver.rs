@@ -122,6 +122,7 @@ pub(crate) async fn deliver_shard<C: Category>(
     for group in groups {
         let error = match deliver_group(drainer, &group, synchronous, stack.clone()).await {
             Ok(category) => {
+                drainer.recovery().succeeded(group.category());
                 outcome.commit.delete_ids.extend_from_slice(&group.ids);
                 outcome.delivered.push((category.name(), group.ids.len()));
                 continue;
@@ -175,6 +176,7 @@ pub(crate) async fn deliver_shard<C: Category>(
             dead_lettered_any = true;
             continue;
         }
+        drainer.recovery().backed_off(group.category(), &shard);
         let end = backoff_end(drainer, last_backoff, &error.to_string(), attempts);
         let retry_at = match &end {
             ShardEnd::Backoff { retry_at, .. } => *retry_at,
@@ -204,6 +206,9 @@ pub(crate) async fn deliver_shard<C: Category>(
     // row, if any, goes; the shard is healthy.
     if dead_lettered_any && state.is_some() {
         outcome.commit.end = ShardEnd::Recovered;
+    }
+    if outcome.commit.end == ShardEnd::Recovered {
+        drainer.recovery().recovered(&shard);
     }
     outcome
 }

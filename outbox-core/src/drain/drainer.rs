@@ -9,6 +9,7 @@ use super::abandoned::Abandoned;
 use super::config::DrainConfig;
 use super::observe;
 use super::pace::Pace;
+use super::recovery::Recovery;
 use super::report::{DrainReport, FlushError};
 use super::round::Round;
 use crate::clock::{Clock, SystemClock};
@@ -42,6 +43,7 @@ pub struct Drainer<C: Category> {
     dead_letter_after: Arc<DeadLetterPolicy>,
     abandoned: Arc<Abandoned>,
     pace: Arc<Pace>,
+    recovery: Arc<Recovery>,
 }
 
 /// Which scopes give up on a failing group, and after how many attempts.
@@ -90,6 +92,7 @@ impl<C: Category> Clone for Drainer<C> {
             dead_letter_after: self.dead_letter_after.clone(),
             abandoned: self.abandoned.clone(),
             pace: self.pace.clone(),
+            recovery: self.recovery.clone(),
         }
     }
 }
@@ -136,6 +139,7 @@ impl<C: Category> Drainer<C> {
             dead_letter_after: Arc::new(DeadLetterPolicy::new()),
             abandoned: Arc::default(),
             pace: Arc::default(),
+            recovery: Arc::default(),
         }
     }
 
@@ -227,6 +231,32 @@ impl<C: Category> Drainer<C> {
 
     pub(crate) fn pace(&self) -> &Pace {
         &self.pace
+    }
+
+    pub(crate) fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    /// Makes due the shards whose target came back in this round (see
+    /// `drain::recovery`). A failure only leaves them to their backoff.
+    pub(crate) async fn expedite_recovered(&self) {
+        let now = self.now();
+        let due = self.recovery.take_due(now, self.config.recovery_batch);
+        if due.is_empty() {
+            return;
+        }
+        match self.admin.retry_now(&due, now).await {
+            Ok(released) => {
+                self.recovery.released(&released);
+                tracing::info!(
+                    shards = released.len(),
+                    "outbox receiver is back: shards that backed off on it are due again"
+                );
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not make backed-off shards due; they wait out their backoff");
+            }
+        }
     }
 
     pub(crate) fn abandoned(&self) -> &Arc<Abandoned> {
@@ -352,11 +382,14 @@ impl<C: Category> Drainer<C> {
             if let Some(started) = started {
                 let _ = started.send(Ok(0));
             }
+            self.expedite_recovered().await;
             return Ok(DrainReport::default());
         }
-        Round::new(self.clone(), &request, false)
+        let report = Round::new(self.clone(), &request, false)
             .run(shards, started)
-            .await
+            .await;
+        self.expedite_recovered().await;
+        report
     }
 
     /// The synchronous flush of one shard: claims its bucket (waiting up to

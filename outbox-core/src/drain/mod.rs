@@ -61,6 +61,7 @@ mod deliver;
 mod drainer;
 mod observe;
 mod pace;
+mod recovery;
 mod report;
 mod round;
 

@@ -85,9 +85,10 @@ pub trait StoreAdmin: Send + Sync + 'static {
     /// for another try after a fix. Returns how many were moved.
     async fn replay_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError>;
 
-    /// Makes `shards` due at once, as after a success: forgets their backoff
-    /// state (a quarantine included) and makes their rows due. For an
-    /// operator after a fix, and for a receiver that is back.
+    /// Makes `shards` due at once: their backoff (a quarantine included)
+    /// ends now and their rows are due. Their attempts and last delay stay,
+    /// so a shard that fails again backs off further; a success forgets
+    /// them. For an operator after a fix, and for a receiver that is back.
     ///
     /// A shard whose bucket is leased at `now` is left as it is (its holder
     /// may be about to write its state): ask again later. Safe against

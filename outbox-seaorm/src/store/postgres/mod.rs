@@ -91,6 +91,7 @@ const FAILING_SHARDS: &str = include_str!("sql/failing_shards.sql");
 const DEAD_LETTERS: &str = include_str!("sql/dead_letters.sql");
 const CREATE_BUCKETS: &str = include_str!("sql/create_buckets.sql");
 const LOCK_FREE_BUCKETS: &str = include_str!("sql/lock_free_buckets.sql");
+const RETRY_STATES: &str = include_str!("sql/retry_states.sql");
 
 fn table(kind: OutboxKind) -> &'static TableSql {
     match kind {
@@ -689,7 +690,29 @@ impl StoreAdmin for PgStore {
                 .map(|row| get::<i32>(row, "bucket", OP))
                 .collect::<Result<Vec<_>, _>>()?;
             wanted.retain(|shard| free.contains(&shard.bucket()));
-            forget_states(&txn, kind, now, &wanted).await?;
+            if !wanted.is_empty() {
+                let [regions, scopes, identifiers] = key_arrays(wanted.iter().copied());
+                let retried = vec![
+                    kind.as_i16().into(),
+                    regions.clone(),
+                    scopes.clone(),
+                    identifiers.clone(),
+                    now.into(),
+                ];
+                txn.execute_raw(statement(RETRY_STATES, retried))
+                    .await
+                    .map_err(op(OP))?;
+                let schedule = vec![
+                    now.into(),
+                    regions,
+                    scopes,
+                    identifiers,
+                    outbox_core::the_past().into(),
+                ];
+                txn.execute_raw(statement(table(kind).reset_schedule, schedule))
+                    .await
+                    .map_err(op(OP))?;
+            }
             txn.commit().await.map_err(op(OP))?;
             released.extend(wanted.into_iter().cloned());
         }

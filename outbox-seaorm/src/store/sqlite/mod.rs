@@ -86,6 +86,7 @@ const EXPIRE_CLAIMS: &str = include_str!("sql/expire_claims.sql");
 const FENCE: &str = include_str!("sql/fence.sql");
 const UPSERT_STATE: &str = include_str!("sql/upsert_state.sql");
 const DELETE_STATE: &str = include_str!("sql/delete_state.sql");
+const RETRY_STATE: &str = include_str!("sql/retry_state.sql");
 const DELETE_DEAD_LETTERS: &str = include_str!("sql/delete_dead_letters.sql");
 const FAILING_SHARDS: &str = include_str!("sql/failing_shards.sql");
 const DEAD_LETTERS: &str = include_str!("sql/dead_letters.sql");
@@ -686,7 +687,20 @@ impl StoreAdmin for SqliteStore {
             )
             .await?;
             if held.is_empty() {
-                forget_state(&txn, shard, now).await?;
+                let mut key = vec![
+                    shard.kind().as_i16().into(),
+                    codec::region(shard).into(),
+                    shard.scope().into(),
+                    shard.identifier().into(),
+                ];
+                key.push(at(now));
+                execute(&txn, RETRY_STATE, key, OP).await?;
+                let values = shard_values(
+                    shard,
+                    vec![at(outbox_core::the_past()), at(now)],
+                    Vec::new(),
+                );
+                execute(&txn, table(shard.kind()).reset_schedule, values, OP).await?;
                 released.push(shard.clone());
             }
         }
