@@ -45,6 +45,32 @@ impl MigrationTrait for RegionSchema {
     }
 }
 
+/// Globally unique ids for what a region creates (see `crate::ids`): the
+/// per-table sequences, started above the ids already in use.
+pub struct RegionIdSequences;
+
+impl MigrationName for RegionIdSequences {
+    fn name(&self) -> &str {
+        "m20261123_000002_region_id_sequences"
+    }
+}
+
+#[allow(elided_lifetimes_in_paths)]
+#[async_trait::async_trait]
+impl MigrationTrait for RegionIdSequences {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let mut statements = vec![
+            "CREATE TABLE id_sequence (name text PRIMARY KEY, last bigint NOT NULL)".to_owned(),
+        ];
+        for table in ["organization", "organization_member"] {
+            statements.push(format!(
+                "INSERT INTO id_sequence (name, last) SELECT '{table}', coalesce(max(id), 0) FROM {table}"
+            ));
+        }
+        run(manager, statements).await
+    }
+}
+
 /// The control silo's tables.
 #[derive(DeriveMigrationName)]
 pub struct ControlSchema;
@@ -85,6 +111,7 @@ impl MigratorTrait for RegionMigrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         let mut migrations = outbox_migrations::migrations();
         migrations.push(Box::new(RegionSchema));
+        migrations.push(Box::new(RegionIdSequences));
         migrations
     }
 }

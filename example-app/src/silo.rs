@@ -73,6 +73,9 @@ pub enum SiloError {
     /// The outbox worker refused to start.
     #[error(transparent)]
     Worker(#[from] outbox_axum::WorkerError),
+    /// A region this example has no id code for (`crate::ids::REGION_CODES`).
+    #[error("unknown region {0:?}: this example knows {known}", known = crate::ids::REGION_CODES.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", "))]
+    UnknownRegion(String),
     /// The server failed.
     #[error("server: {0}")]
     Io(#[from] std::io::Error),
@@ -177,6 +180,8 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
             )
         }
         Role::Region(name) => {
+            let code = crate::ids::region_code(name)
+                .ok_or_else(|| SiloError::UnknownRegion(name.clone()))?;
             let context = Arc::new(RegionContext {
                 region: name.clone(),
                 control: RpcClient::new(config.control_url.clone(), config.secret.clone()),
@@ -184,7 +189,7 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
             (
                 region::receivers(&db, context),
                 region::routes(
-                    region::handlers_state(name.clone(), db.clone()),
+                    region::handlers_state(name.clone(), code, db.clone()),
                     config.secret.clone(),
                 ),
             )

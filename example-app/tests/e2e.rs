@@ -326,8 +326,39 @@ async fn a_rejected_replication_is_quarantined_until_an_operator_retries(backend
         async move { app.get(mapping).await.1["name"] == "Big" }
     })
     .await;
-    let (_, failing) = app.get(app.region_url("us", "/admin/outbox/failing")).await;
-    assert_eq!(failing, json!([]));
+    // The delivery is committed just after the receiver ran.
+    app.eventually("the shard is no longer failing", || async {
+        app.get(app.region_url("us", "/admin/outbox/failing"))
+            .await
+            .1
+            == json!([])
+    })
+    .await;
+    app.shutdown().await;
+}
+
+/// Each region numbers its objects from its own database, yet no two
+/// regions produce the same id: both organizations keep their mapping.
+async fn organizations_of_two_regions_never_share_an_id(backend: DbBackend) {
+    let app = Deployment::start(backend).await;
+    let mut ids = Vec::new();
+    for (region, slug) in [("us", "first-us"), ("de", "first-de"), ("us", "second-us")] {
+        ids.push((region, slug, app.create_org(region, slug, slug).await));
+    }
+    let mut distinct: Vec<i64> = ids.iter().map(|(_, _, id)| *id).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 3, "{ids:?}");
+    for (region, slug, id) in ids {
+        let (status, mapping) = app
+            .get(app.control_url(&format!("/api/0/organization-mappings/{id}")))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            (mapping["region"].as_str(), mapping["slug"].as_str()),
+            (Some(region), Some(slug))
+        );
+    }
     app.shutdown().await;
 }
 
@@ -658,6 +689,11 @@ mod sqlite {
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn organizations_of_two_regions_never_share_an_id() {
+        super::organizations_of_two_regions_never_share_an_id(DbBackend::Sqlite).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_rejected_replication_is_quarantined_until_an_operator_retries() {
         super::a_rejected_replication_is_quarantined_until_an_operator_retries(DbBackend::Sqlite)
             .await;
@@ -706,6 +742,11 @@ mod sqlite {
 /// The replication suite on PostgreSQL.
 mod postgres {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn organizations_of_two_regions_never_share_an_id() {
+        super::organizations_of_two_regions_never_share_an_id(DbBackend::Postgres).await;
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_rejected_replication_is_quarantined_until_an_operator_retries() {

@@ -22,6 +22,8 @@ use crate::registry::OutboxCategory;
 pub struct RegionState {
     /// This region's name.
     pub region: String,
+    /// Its code in the ids it allocates (`crate::ids`).
+    pub code: i64,
     /// Its database.
     pub db: DatabaseConnection,
 }
@@ -119,6 +121,7 @@ async fn audit(
 }
 
 async fn insert_organization(
+    state: &RegionState,
     tx: &Tx,
     new: NewOrganization,
 ) -> Result<organization::Model, ApiError> {
@@ -126,6 +129,7 @@ async fn insert_organization(
         return Err(ApiError::bad_request("slug must not be empty"));
     }
     let organization = organization::ActiveModel {
+        id: Set(crate::ids::next_id(tx, "organization", state.code).await?),
         slug: Set(new.slug),
         name: Set(new.name),
         ..Default::default()
@@ -147,7 +151,7 @@ async fn create_organization(
     tx: Tx,
     ApiJson(new): ApiJson<NewOrganization>,
 ) -> Result<(StatusCode, Json<OrganizationView>), ApiError> {
-    let organization = insert_organization(&tx, new).await?;
+    let organization = insert_organization(&state, &tx, new).await?;
     Ok((StatusCode::CREATED, Json(view(&state, organization))))
 }
 
@@ -162,7 +166,7 @@ async fn create_organizations_in_bulk(
     context.defer_flush();
     let mut created = Vec::with_capacity(batch.len());
     for new in batch {
-        created.push(view(&state, insert_organization(&tx, new).await?));
+        created.push(view(&state, insert_organization(&state, &tx, new).await?));
     }
     Ok((StatusCode::ACCEPTED, Json(created)))
 }
@@ -233,12 +237,14 @@ async fn delete_organization(tx: Tx, ApiPath(id): ApiPath<i64>) -> Result<Status
 }
 
 async fn add_member(
+    State(state): State<RegionState>,
     tx: Tx,
     ApiPath(organization_id): ApiPath<i64>,
     ApiJson(new): ApiJson<NewMember>,
 ) -> Result<(StatusCode, Json<organization_member::Model>), ApiError> {
     find_organization(&tx, organization_id).await?;
     let member = organization_member::ActiveModel {
+        id: Set(crate::ids::next_id(&tx, "organization_member", state.code).await?),
         organization_id: Set(organization_id),
         user_id: Set(new.user_id),
         role: Set(new.role),

@@ -17,8 +17,8 @@ use crate::rpc::RpcClient;
 pub use handlers::{routes, RegionState};
 
 /// The handlers' state of a region silo.
-pub fn handlers_state(region: String, db: DatabaseConnection) -> RegionState {
-    RegionState { region, db }
+pub fn handlers_state(region: String, code: i64, db: DatabaseConnection) -> RegionState {
+    RegionState { region, code, db }
 }
 
 use entities::{organization, organization_member};
