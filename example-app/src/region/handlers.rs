@@ -132,7 +132,6 @@ async fn insert_organization(
         id: Set(crate::ids::next_id(tx, "organization", state.code).await?),
         slug: Set(new.slug),
         name: Set(new.name),
-        ..Default::default()
     }
     .insert(tx)
     .await?;
@@ -248,7 +247,6 @@ async fn add_member(
         organization_id: Set(organization_id),
         user_id: Set(new.user_id),
         role: Set(new.role),
-        ..Default::default()
     }
     .insert(&tx)
     .await?;
