@@ -9,6 +9,8 @@ use axum::Json;
 use sea_orm::{DbErr, SqlErr};
 use serde::de::DeserializeOwned;
 
+use crate::validate::Validate;
+
 /// An error answered as `{"error": message}`.
 #[derive(Debug)]
 pub struct ApiError {
@@ -71,16 +73,20 @@ impl From<outbox_seaorm::WriteError> for ApiError {
     }
 }
 
-/// `Json<T>` whose rejections are 400 `{"error": ...}`.
+/// `Json<T>` whose rejections are `{"error": ...}` with the status HTTP
+/// means, and whose value is [`Validate`]d before the handler sees it.
 #[derive(Debug)]
 pub struct ApiJson<T>(pub T);
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+impl<T: DeserializeOwned + Validate, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         match Json::<T>::from_request(request, state).await {
-            Ok(Json(value)) => Ok(ApiJson(value)),
+            Ok(Json(value)) => {
+                value.validate()?;
+                Ok(ApiJson(value))
+            }
             Err(rejection) => Err(json_rejection(rejection)),
         }
     }

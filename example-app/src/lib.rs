@@ -25,3 +25,4 @@ pub mod registry;
 pub mod rpc;
 pub mod silo;
 pub mod upgrade;
+pub mod validate;

@@ -90,6 +90,9 @@ struct Args {
     /// How long a client may take to send a request body, in milliseconds.
     #[arg(long, default_value_t = 10_000, env = "BODY_TIMEOUT_MS")]
     body_timeout_ms: u64,
+    /// The largest request body accepted, in bytes; the same for every silo.
+    #[arg(long, default_value_t = example_app::silo::DEFAULT_BODY_LIMIT, env = "BODY_LIMIT_BYTES")]
+    body_limit_bytes: usize,
 }
 
 impl Args {
@@ -129,6 +132,7 @@ impl Args {
             ]),
             poll_interval: Duration::from_millis(self.poll_interval_ms.max(1)),
             body_timeout: Duration::from_millis(self.body_timeout_ms.max(1)),
+            body_limit: self.body_limit_bytes,
         }
     }
 }

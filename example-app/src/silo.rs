@@ -57,7 +57,15 @@ pub struct SiloConfig {
     /// read, so a stalled upload holds no connection; this bound also frees
     /// the task and the socket (the request fails with 408).
     pub body_timeout: Duration,
+    /// The largest request body accepted, in bytes (413 beyond). Every silo
+    /// should have the same: a replication call carries what a silo
+    /// accepted, and one refused by another silo is quarantined.
+    pub body_limit: usize,
 }
+
+/// Default [`SiloConfig::body_limit`]: 1 MiB (a bulk creation of
+/// `validate::BULK_MAX` organizations fits).
+pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
 
 /// Why a silo did not start.
 #[derive(Debug, thiserror::Error)]
@@ -215,6 +223,7 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
             },
             config.secret.clone(),
         ))
+        .layer(axum::extract::DefaultBodyLimit::max(config.body_limit))
         .layer(RequestBodyTimeoutLayer::new(config.body_timeout));
     let addr = listener.local_addr()?;
     let (stop, stopped) = oneshot::channel::<()>();
@@ -296,6 +305,16 @@ struct ShardRef {
     region: Option<String>,
     scope: i32,
     shard_identifier: i64,
+}
+
+impl crate::validate::Validate for ShardRef {
+    fn validate(&self) -> Result<(), ApiError> {
+        crate::validate::text("kind", &self.kind, 16)?;
+        if let Some(region) = &self.region {
+            crate::validate::text("region", region, crate::validate::SLUG_MAX)?;
+        }
+        Ok(())
+    }
 }
 
 impl ShardRef {

@@ -61,6 +61,7 @@ fn configs(
                 region_urls: region_urls.clone(),
                 poll_interval: Duration::from_millis(50),
                 body_timeout: Duration::from_secs(10),
+                body_limit: example_app::silo::DEFAULT_BODY_LIMIT,
             };
             (config, listener)
         })

@@ -13,6 +13,7 @@ use super::entities::users;
 use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
 use crate::region::AuditRecord;
 use crate::registry::OutboxCategory;
+use crate::validate::{self, Validate};
 
 /// Shared by Control's handlers.
 #[derive(Clone, Debug)]
@@ -45,6 +46,39 @@ struct MemberMapping {
     organization_id: i64,
     user_id: i64,
     role: String,
+}
+
+impl Validate for NewUser {
+    fn validate(&self) -> Result<(), ApiError> {
+        validate::required("email", &self.email, validate::EMAIL_MAX)?;
+        validate::required("name", &self.name, validate::NAME_MAX)
+    }
+}
+
+impl Validate for UserChange {
+    fn validate(&self) -> Result<(), ApiError> {
+        if let Some(email) = &self.email {
+            validate::required("email", email, validate::EMAIL_MAX)?;
+        }
+        if let Some(name) = &self.name {
+            validate::required("name", name, validate::NAME_MAX)?;
+        }
+        Ok(())
+    }
+}
+
+impl Validate for Mapping {
+    fn validate(&self) -> Result<(), ApiError> {
+        validate::required("slug", &self.slug, validate::SLUG_MAX)?;
+        validate::required("name", &self.name, validate::NAME_MAX)?;
+        validate::region(&self.region)
+    }
+}
+
+impl Validate for MemberMapping {
+    fn validate(&self) -> Result<(), ApiError> {
+        validate::required("role", &self.role, validate::ROLE_MAX)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -124,6 +158,7 @@ async fn find_mapping_by_slug(
     let slug = query
         .slug
         .ok_or_else(|| ApiError::bad_request("give ?slug=..."))?;
+    validate::required("slug", &slug, validate::SLUG_MAX)?;
     mapping_where(&state.db, "slug", slug.into()).await
 }
 
@@ -241,6 +276,9 @@ async fn upsert_member(
     ApiPath((region, member_id)): ApiPath<(String, i64)>,
     ApiJson(member): ApiJson<MemberMapping>,
 ) -> Result<StatusCode, ApiError> {
+    // Before anything is written: a user replicated to an unknown region
+    // would be an outbox row that can never be delivered.
+    validate::region(&region)?;
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
@@ -269,6 +307,7 @@ async fn delete_member(
     tx: Tx,
     ApiPath((region, member_id)): ApiPath<(String, i64)>,
 ) -> Result<StatusCode, ApiError> {
+    validate::region(&region)?;
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,

@@ -16,6 +16,7 @@ use super::entities::{organization, organization_member};
 use super::AuditEvent;
 use crate::error::{ApiError, ApiJson, ApiPath};
 use crate::registry::OutboxCategory;
+use crate::validate::{self, Validate};
 
 /// Shared by the region's handlers.
 #[derive(Clone, Debug)]
@@ -52,6 +53,38 @@ struct OrganizationView {
 struct NewMember {
     user_id: i64,
     role: String,
+}
+
+impl Validate for NewOrganization {
+    fn validate(&self) -> Result<(), ApiError> {
+        validate::required("slug", &self.slug, validate::SLUG_MAX)?;
+        validate::required("name", &self.name, validate::NAME_MAX)
+    }
+}
+
+impl Validate for OrganizationChange {
+    fn validate(&self) -> Result<(), ApiError> {
+        if let Some(slug) = &self.slug {
+            validate::required("slug", slug, validate::SLUG_MAX)?;
+        }
+        if let Some(name) = &self.name {
+            validate::required("name", name, validate::NAME_MAX)?;
+        }
+        Ok(())
+    }
+}
+
+impl Validate for NewMember {
+    fn validate(&self) -> Result<(), ApiError> {
+        validate::required("role", &self.role, validate::ROLE_MAX)
+    }
+}
+
+impl Validate for UserReplica {
+    fn validate(&self) -> Result<(), ApiError> {
+        validate::required("email", &self.email, validate::EMAIL_MAX)?;
+        validate::required("name", &self.name, validate::NAME_MAX)
+    }
 }
 
 /// The public API (`/api/0/...`) and the RPC routes Control calls (`/rpc/...`,

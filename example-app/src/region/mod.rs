@@ -58,6 +58,20 @@ pub struct AuditRecord {
     pub event: AuditEvent,
 }
 
+impl crate::validate::Validate for AuditRecord {
+    fn validate(&self) -> Result<(), crate::error::ApiError> {
+        use crate::validate;
+        validate::region(&self.region)?;
+        validate::required("action", &self.event.action, validate::ACTION_MAX)?;
+        validate::text("detail", &self.event.detail, validate::DETAIL_MAX)?;
+        validate::required(
+            "occurred_at",
+            &self.event.occurred_at,
+            validate::TIMESTAMP_MAX,
+        )
+    }
+}
+
 #[async_trait]
 impl RegionReplication for organization::Model {
     fn payload_for_update(&self) -> Option<serde_json::Value> {
