@@ -66,6 +66,8 @@ pub mod metrics;
 pub mod receiver;
 pub mod registry;
 pub mod shard;
+#[cfg(feature = "test-utils")]
+pub mod simulation;
 pub mod store;
 #[cfg(feature = "test-utils")]
 pub mod testing;

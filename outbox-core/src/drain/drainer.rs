@@ -1,6 +1,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
