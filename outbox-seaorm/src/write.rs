@@ -132,6 +132,16 @@ pub enum WriteError {
         /// The serializer's error.
         source: serde_json::Error,
     },
+    /// PostgreSQL's `jsonb` cannot store a NUL character (`\u0000`), and
+    /// the payload has one in a string or a key. Refused before any
+    /// statement runs, so the transaction stays usable.
+    #[error(
+        "outbox payload of {category} has a NUL character, which PostgreSQL's jsonb cannot store"
+    )]
+    NulInPayload {
+        /// The category name.
+        category: &'static str,
+    },
     /// The connection is neither PostgreSQL nor SQLite.
     #[error(transparent)]
     UnsupportedBackend(#[from] crate::store::UnsupportedBackend),
@@ -202,6 +212,18 @@ pub async fn write_control_many<C: Category, Db: ConnectionTrait>(
     insert(db, OutboxKind::Control, rows).await
 }
 
+/// Whether a string or key of `value` holds a NUL character.
+fn has_nul(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::String(text) => text.contains('\0'),
+        serde_json::Value::Array(items) => items.iter().any(has_nul),
+        serde_json::Value::Object(fields) => fields
+            .iter()
+            .any(|(key, value)| key.contains('\0') || has_nul(value)),
+        _ => false,
+    }
+}
+
 async fn insert<C: Category, Db: ConnectionTrait>(
     db: &Db,
     kind: OutboxKind,
@@ -219,6 +241,11 @@ async fn insert<C: Category, Db: ConnectionTrait>(
         }
         if kind == OutboxKind::Control && region.as_deref().is_none_or(str::is_empty) {
             return Err(WriteError::EmptyRegionName {
+                category: message.category.name(),
+            });
+        }
+        if backend == DbBackend::Postgres && message.payload.as_ref().is_some_and(has_nul) {
+            return Err(WriteError::NulInPayload {
                 category: message.category.name(),
             });
         }
