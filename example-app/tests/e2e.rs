@@ -126,7 +126,9 @@ impl Deployment {
             control_addr,
             control_config,
             regions,
-            http: reqwest::Client::new(),
+            // A connection per request: a request refused before its body is
+            // read may leave its connection closed by the server.
+            http: fresh_client(),
             databases,
         }
     }
@@ -324,16 +326,16 @@ async fn a_rejected_replication_is_quarantined_until_an_operator_retries(backend
 
     // Retrying needs the silo secret.
     let retry = app.region_url("us", "/admin/outbox/retry");
-    let response = app
-        .http
+    // Refused before its body is read: a connection per request.
+    let client = fresh_client();
+    let response = client
         .post(&retry)
         .json(&json!([shard]))
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
-    let response = app
-        .http
+    let response = client
         .post(&retry)
         .header(example_app::rpc::SECRET_HEADER, SECRET)
         .json(&json!([shard]))
@@ -652,8 +654,9 @@ async fn stalled_oversized_and_mistyped_bodies_get_408_413_415(backend: DbBacken
         )
         .await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
-    let response = app
-        .http
+    // The server answered before reading that body and closed the
+    // connection: a fresh client, not a pooled connection.
+    let response = fresh_client()
         .post(app.region_url("us", "/api/0/organizations"))
         .header("content-type", "text/plain")
         .body(r#"{"slug": "plain", "name": "Plain"}"#)
@@ -767,6 +770,14 @@ async fn hostile_text_gets_400_and_writes_nothing(backend: DbBackend) {
     app.shutdown().await;
 }
 
+/// A client that opens a connection per request.
+fn fresh_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
 /// A hostile request, as the property test generates it.
 #[derive(Debug, Clone)]
 struct Hostile {
@@ -876,6 +887,7 @@ async fn hostile_requests_never_get_a_5xx_and_lose_nothing(backend: DbBackend) {
     let app = Deployment::start(backend).await;
     let before = app.create_org("us", "before", "Before").await;
     let mut runner = TestRunner::deterministic();
+    let client = fresh_client();
     let mut statuses = std::collections::BTreeMap::new();
     for case in 0..150 {
         let hostile = hostile().new_tree(&mut runner).unwrap().current();
@@ -885,8 +897,9 @@ async fn hostile_requests_never_get_a_5xx_and_lose_nothing(backend: DbBackend) {
         } else {
             app.region_url(silo, path)
         };
-        let mut request = app
-            .http
+        // No pooled connections: a request refused before its body was
+        // read may leave its connection closed by the server.
+        let mut request = client
             .request(method.parse().unwrap(), url)
             .body(hostile.body.clone());
         if let Some(content_type) = hostile.content_type {
