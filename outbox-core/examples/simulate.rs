@@ -19,15 +19,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let schedules: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(100_000);
     let first: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
-    std::panic::set_hook(Box::new(|info| {
-        let simulated = info
-            .payload()
-            .downcast_ref::<&str>()
-            .is_some_and(|message| message.starts_with("simulated"));
-        if !simulated {
-            eprintln!("{info}");
-        }
-    }));
+    simulation::quiet_simulated_panics();
     let config = SimConfig::default();
     let started = Instant::now();
     let (mut deliveries, mut crashes) = (0usize, 0usize);

@@ -750,24 +750,7 @@ impl World {
                 self.trace.push(format!("advance {millis} ms"));
             }
             _ => {
-                let failing = self
-                    .store
-                    .failing_shards(OutboxKind::Region, 100)
-                    .await
-                    .unwrap();
-                let quarantined: Vec<ShardKey> = failing
-                    .into_iter()
-                    .filter(|f| f.state.is_quarantined())
-                    .map(|f| f.shard)
-                    .collect();
-                let released = self
-                    .store
-                    .retry_now(&quarantined, self.clock.now())
-                    .await
-                    .unwrap();
-                for shard in &released {
-                    self.retry_after.remove(shard);
-                }
+                let released = self.release_quarantined().await;
                 self.bump();
                 self.trace.push(format!(
                     "operator releases {:?}",
@@ -778,6 +761,28 @@ impl World {
                 ));
             }
         }
+    }
+
+    /// An operator releases every quarantined shard (`retry_now`).
+    async fn release_quarantined(&mut self) -> Vec<ShardKey> {
+        let quarantined: Vec<ShardKey> = self
+            .store
+            .failing_shards(OutboxKind::Region, 1_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|f| f.state.is_quarantined())
+            .map(|f| f.shard)
+            .collect();
+        let released = self
+            .store
+            .retry_now(&quarantined, self.clock.now())
+            .await
+            .unwrap();
+        for shard in &released {
+            self.retry_after.remove(shard);
+        }
+        released
     }
 
     /// Records backoffs and quarantines from the store, and checks the rules.
@@ -905,24 +910,7 @@ impl World {
                 return self.check().await;
             }
             self.clock.advance(Duration::from_secs(120));
-            let failing = self
-                .store
-                .failing_shards(OutboxKind::Region, 1_000)
-                .await
-                .unwrap();
-            let quarantined: Vec<ShardKey> = failing
-                .into_iter()
-                .filter(|f| f.state.is_quarantined())
-                .map(|f| f.shard)
-                .collect();
-            for shard in self
-                .store
-                .retry_now(&quarantined, self.clock.now())
-                .await
-                .unwrap()
-            {
-                self.retry_after.remove(&shard);
-            }
+            self.release_quarantined().await;
             let _ = self.workers[0].drain_due(OutboxKind::Region).await;
             self.check().await?;
         }
@@ -932,6 +920,22 @@ impl World {
             format!("{left} rows never drained after the faults stopped"),
         ))
     }
+}
+
+/// Installs a panic hook that stays quiet for the receivers' simulated
+/// panics (they are caught by the drain) and reports every other panic as
+/// before.
+pub fn quiet_simulated_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let simulated = info
+            .payload()
+            .downcast_ref::<&str>()
+            .is_some_and(|message| message.starts_with("simulated"));
+        if !simulated {
+            default(info);
+        }
+    }));
 }
 
 /// Runs the schedule of `seed`.

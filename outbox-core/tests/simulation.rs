@@ -7,21 +7,7 @@
 #![cfg(feature = "test-utils")]
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use outbox_core::simulation::{self, SimConfig};
-
-/// Simulated receiver panics are expected; anything else panics loudly.
-fn quiet_simulated_panics() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let simulated = info
-            .payload()
-            .downcast_ref::<&str>()
-            .is_some_and(|message| message.starts_with("simulated"));
-        if !simulated {
-            default(info);
-        }
-    }));
-}
+use outbox_core::simulation::{self, quiet_simulated_panics, SimConfig};
 
 #[test]
 fn ten_thousand_schedules_keep_every_rule() {

@@ -17,6 +17,7 @@
 //! quarantined shards (they wait for an operator).
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
@@ -41,6 +42,9 @@ struct Target {
 /// Backed-off shards by target (category value), shared by a drainer's clones.
 #[derive(Default)]
 pub(crate) struct Recovery {
+    /// Whether any failure was seen: until then, successes (the hot path)
+    /// take no lock.
+    armed: AtomicBool,
     targets: Mutex<HashMap<i32, Target>>,
 }
 
@@ -51,6 +55,7 @@ impl Recovery {
 
     /// `shard` backed off after a delivery of `category` failed.
     pub(crate) fn backed_off(&self, category: i32, shard: &ShardKey) {
+        self.armed.store(true, Ordering::Relaxed);
         let mut targets = self.targets();
         let target = targets.entry(category).or_default();
         if target.streak.len() < MAX_REMEMBERED {
@@ -60,6 +65,9 @@ impl Recovery {
 
     /// `shard` delivered everything it had: nothing to expedite.
     pub(crate) fn recovered(&self, shard: &ShardKey) {
+        if !self.armed.load(Ordering::Relaxed) {
+            return;
+        }
         for target in self.targets().values_mut() {
             target.shards.remove(shard);
             target.streak.retain(|failed| failed != shard);
@@ -69,6 +77,9 @@ impl Recovery {
     /// A delivery of `category` succeeded: after an outage (two failures
     /// or more in a row), its target is back.
     pub(crate) fn succeeded(&self, category: i32) {
+        if !self.armed.load(Ordering::Relaxed) {
+            return;
+        }
         if let Some(target) = self.targets().get_mut(&category) {
             let streak = std::mem::take(&mut target.streak);
             if streak.len() >= 2 {
@@ -85,6 +96,9 @@ impl Recovery {
     /// The shards to make due now: up to `batch` per target that succeeded
     /// since its last batch and had none in the last second.
     pub(crate) fn take_due(&self, now: DateTime<Utc>, batch: usize) -> Vec<ShardKey> {
+        if !self.armed.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
         let mut due = Vec::new();
         for target in self.targets().values_mut() {
             let rested = target
