@@ -366,9 +366,9 @@ pub async fn retry_now_leaves_a_shard_whose_bucket_is_held_alone<B: Backend>(bac
 
 /// When a receiver comes back after an outage, the shards that backed off
 /// on it are made due at once rather than at the end of their backoff, a
-/// bounded batch at a time (`recovery_batch`, at most once a second). A
-/// single failure among successes (a poison message) is not an outage: it
-/// waits out its backoff.
+/// bounded batch at a time (`recovery_batch`, at most once a second); while
+/// it is down, one shard a second probes it. A single failure among
+/// successes (a poison message) is not an outage: it waits out its backoff.
 pub async fn a_receiver_that_is_back_gets_its_backed_off_shards_at_once<B: Backend>(backend: &B) {
     let store = backend.fresh("recovery").await;
     let down: Vec<_> = (1..=3).map(org).collect();
@@ -402,8 +402,25 @@ pub async fn a_receiver_that_is_back_gets_its_backed_off_shards_at_once<B: Backe
             .len(),
         3
     );
-    // Backing off until start + 3 s. The receiver comes back; a new shard's
-    // delivery succeeds, and the round makes two of the three due.
+    // Backing off until start + 3 s. While the receiver is down, one shard
+    // a second is probed before its backoff ends (the first a second after
+    // the outage was seen).
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(
+        (report.deliveries, report.failures.len()),
+        (0, 1),
+        "a probe"
+    );
+    assert!(
+        drainer
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .is_empty(),
+        "one probe a second"
+    );
+    // The receiver comes back; a new shard's delivery succeeds, and the
+    // round makes two of the three due.
     recorder.stop_failing();
     backend.write(&store, &[update(&org(4), 4, 0)]).await;
     assert_eq!(
@@ -481,7 +498,7 @@ pub async fn a_receiver_that_is_back_gets_its_backed_off_shards_at_once<B: Backe
     let failed_calls = recorder.calls() - recorder.deliveries().len();
     assert_eq!(
         failed_calls,
-        6 + 1,
-        "six while down, one for the poison message"
+        6 + 1 + 1,
+        "six while down, one probe, one for the poison message"
     );
 }

@@ -241,22 +241,29 @@ impl<C: Category> Drainer<C> {
 
     /// Makes due the shards whose target came back in this round (see
     /// `drain::recovery`). A failure only leaves them to their backoff.
-    pub(crate) async fn expedite_recovered(&self) {
+    /// Returns how many shards it made due.
+    pub(crate) async fn expedite_recovered(&self) -> usize {
         let now = self.now();
         let due = self.recovery.take_due(now, self.config.recovery_batch);
         if due.is_empty() {
-            return;
+            return 0;
         }
         match self.admin.retry_now(&due, now).await {
             Ok(released) => {
                 self.recovery.released(&released);
-                tracing::info!(
-                    shards = released.len(),
-                    "outbox receiver is back: shards that backed off on it are due again"
-                );
+                if released.len() > 1 {
+                    tracing::info!(
+                        shards = released.len(),
+                        "outbox receiver is back: shards that backed off on it are due again"
+                    );
+                } else {
+                    tracing::debug!(shards = released.len(), "outbox receiver is down: probing");
+                }
+                released.len()
             }
             Err(error) => {
                 tracing::warn!(%error, "could not make backed-off shards due; they wait out their backoff");
+                0
             }
         }
     }
@@ -381,10 +388,13 @@ impl<C: Category> Drainer<C> {
             }
         };
         if shards.is_empty() {
+            // Shards made due here are claimed by the next round at once,
+            // not after the poll interval: the loop goes on when this says
+            // something was claimed.
+            let expedited = self.expedite_recovered().await;
             if let Some(started) = started {
-                let _ = started.send(Ok(0));
+                let _ = started.send(Ok(expedited));
             }
-            self.expedite_recovered().await;
             return Ok(DrainReport::default());
         }
         let report = Round::new(self.clone(), &request, false)

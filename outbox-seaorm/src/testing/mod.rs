@@ -54,8 +54,8 @@ use sea_orm_migration::MigratorTrait;
 use owned_database::OwnedDatabase;
 pub use pgbouncer::{PgBouncer, PoolMode};
 pub use postgres::{
-    admin_url, cluster_dir, restart_cluster_at, start_cluster_at, stop_cluster_at,
-    stop_test_cluster,
+    admin_url, cluster_dir, crash_restart_cluster_at, restart_cluster_at, start_cluster_at,
+    stop_cluster_at, stop_test_cluster,
 };
 
 /// A test database could not be prepared.

@@ -63,7 +63,8 @@ impl PgBouncer {
     /// [`TestDbError`] when `pgbouncer` is not installed (the message says how
     /// to install it) or does not start.
     pub fn start(server_url: &str, mode: PoolMode) -> Result<Self, TestDbError> {
-        let binary = pgbouncer_binary()?;
+        // Said before anything is written: how to install it.
+        pgbouncer_binary()?;
         let (host, server_port) = host_and_port(server_url)?;
         let dir = std::env::temp_dir().join(format!(
             "outbox-test-pgbouncer-{}-{:08x}",
@@ -109,28 +110,64 @@ impl PgBouncer {
                 chown_postgres(&path)?;
             }
         }
-        let process = wrap(Command::new(binary).arg(dir.join("pgbouncer.ini")))
+        let mut bouncer = Self {
+            dir,
+            port,
+            process: None,
+        };
+        bouncer.spawn()?;
+        Ok(bouncer)
+    }
+
+    /// Stops PgBouncer (every client and server connection is cut) and
+    /// starts it again on the same port, as when an operator restarts it.
+    ///
+    /// # Errors
+    ///
+    /// [`TestDbError`] when it does not start again.
+    pub fn restart(&mut self) -> Result<(), TestDbError> {
+        self.stop();
+        self.spawn()
+    }
+
+    /// Starts the process and waits until it listens.
+    fn spawn(&mut self) -> Result<(), TestDbError> {
+        let binary = pgbouncer_binary()?;
+        let process = wrap(Command::new(binary).arg(self.dir.join("pgbouncer.ini")))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| TestDbError(format!("cannot start pgbouncer: {e}")))?;
-        let bouncer = Self {
-            dir,
-            port,
-            process: Some(process),
-        };
+        self.process = Some(process);
         let started = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             if started.elapsed() > WAIT {
                 return Err(TestDbError(format!(
-                    "pgbouncer did not listen on port {port} within {WAIT:?}; see {}",
-                    bouncer.dir.join("pgbouncer.log").display()
+                    "pgbouncer did not listen on port {} within {WAIT:?}; see {}",
+                    self.port,
+                    self.dir.join("pgbouncer.log").display()
                 )));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(bouncer)
+        Ok(())
+    }
+
+    /// Stops the process (SIGTERM, PgBouncer's immediate shutdown; `runuser`
+    /// passes it on), and waits until it has exited and its port is free.
+    fn stop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &process.id().to_string()])
+                .status();
+            let started = Instant::now();
+            while matches!(process.try_wait(), Ok(None)) && started.elapsed() < WAIT {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = process.kill();
+            let _ = process.wait();
+        }
     }
 
     /// The port PgBouncer listens on (127.0.0.1).
@@ -155,18 +192,7 @@ impl PgBouncer {
 
 impl Drop for PgBouncer {
     fn drop(&mut self) {
-        if let Some(mut process) = self.process.take() {
-            // SIGTERM: PgBouncer's immediate shutdown (`runuser` passes it on).
-            let _ = Command::new("kill")
-                .args(["-TERM", &process.id().to_string()])
-                .status();
-            let started = Instant::now();
-            while matches!(process.try_wait(), Ok(None)) && started.elapsed() < WAIT {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = process.kill();
-            let _ = process.wait();
-        }
+        self.stop();
         let _ = fs::remove_dir_all(&self.dir);
     }
 }

@@ -92,6 +92,22 @@ pub fn stop_cluster_at(dir: &Path) -> Result<(), TestDbError> {
 ///
 /// [`TestDbError`] when `pg_ctl` fails.
 pub fn restart_cluster_at(dir: &Path) -> Result<(), TestDbError> {
+    restart_cluster_in_mode(dir, "fast")
+}
+
+/// Restarts the cluster in `dir` the way a crash does (`pg_ctl restart -m
+/// immediate`): the server stops without a checkpoint, every connection is
+/// cut, and the restarted server recovers from its write-ahead log. With a
+/// cluster started `durable`, every committed transaction survives.
+///
+/// # Errors
+///
+/// [`TestDbError`] when `pg_ctl` fails.
+pub fn crash_restart_cluster_at(dir: &Path) -> Result<(), TestDbError> {
+    restart_cluster_in_mode(dir, "immediate")
+}
+
+fn restart_cluster_in_mode(dir: &Path, mode: &str) -> Result<(), TestDbError> {
     let pg_ctl = binary("pg_ctl")?;
     run_as_postgres(
         Command::new(pg_ctl)
@@ -102,7 +118,7 @@ pub fn restart_cluster_at(dir: &Path) -> Result<(), TestDbError> {
             // would wait for them to close, forever).
             .arg("-l")
             .arg(dir.join("server.log"))
-            .args(["-m", "fast", "-w", "-t", "60"]),
+            .args(["-m", mode, "-w", "-t", "60"]),
     )
 }
 
