@@ -1,0 +1,371 @@
+//! The scenarios: set-up, faults under load, convergence, checks.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sea_orm::DatabaseConnection;
+
+use crate::ledger::{Ledger, Snapshot};
+use crate::load::{self, Load, Tally, Urls};
+use crate::postgres::{Locker, Postgres};
+use crate::silos::{Silos, SILOS};
+
+/// Concurrent writers of the steady load.
+const WRITERS: usize = 6;
+/// Load before the first fault.
+const WARM_UP: Duration = Duration::from_secs(1);
+/// The bound on convergence after the last fault.
+const CONVERGENCE_BOUND: Duration = Duration::from_secs(5);
+/// How long the suite waits for convergence before it gives up.
+const CONVERGENCE_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How much chaos.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scale {
+    /// A few minutes in all, in the test command.
+    Bounded,
+    /// As in the chaos run the suite reproduces.
+    Long,
+}
+
+impl Scale {
+    fn pick(self, bounded: u32, long: u32) -> u32 {
+        match self {
+            Scale::Bounded => bounded,
+            Scale::Long => long,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    Sigkill,
+    CrashRestart,
+    TerminateStorm,
+    IdleLockers,
+    LoadWaves,
+    PgBouncerRestart,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 6] = [
+        Scenario::Sigkill,
+        Scenario::CrashRestart,
+        Scenario::TerminateStorm,
+        Scenario::IdleLockers,
+        Scenario::LoadWaves,
+        Scenario::PgBouncerRestart,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Sigkill => "sigkill",
+            Scenario::CrashRestart => "crash_restart",
+            Scenario::TerminateStorm => "terminate",
+            Scenario::IdleLockers => "lockers",
+            Scenario::LoadWaves => "waves",
+            Scenario::PgBouncerRestart => "pgbouncer",
+        }
+    }
+}
+
+/// One line of the table, and what went wrong.
+pub struct Row {
+    scenario: String,
+    acknowledged: usize,
+    lost: Vec<String>,
+    stale: Vec<String>,
+    duplicated: Vec<String>,
+    client_errors: String,
+    converged: Option<Duration>,
+    /// What was left when it did not converge.
+    unconverged: Option<String>,
+    logs: Option<String>,
+}
+
+impl Row {
+    /// Each violation, one line (with the silos' logs after the first).
+    pub fn violations(&self) -> Vec<String> {
+        let mut violations = Vec::new();
+        let name = &self.scenario;
+        for (what, items) in [
+            ("lost", &self.lost),
+            ("stale", &self.stale),
+            ("duplicated", &self.duplicated),
+        ] {
+            for item in items.iter().take(10) {
+                violations.push(format!("{name}: {what}: {item}"));
+            }
+            if items.len() > 10 {
+                violations.push(format!("{name}: … {} more {what}", items.len() - 10));
+            }
+        }
+        match self.converged {
+            None => violations.push(format!(
+                "{name}: not converged within {CONVERGENCE_DEADLINE:?} of the last fault: {}",
+                self.unconverged.as_deref().unwrap_or("")
+            )),
+            Some(after) if after > CONVERGENCE_BOUND => violations.push(format!(
+                "{name}: converged {:.1} s after the last fault (bound {CONVERGENCE_BOUND:?})",
+                after.as_secs_f64()
+            )),
+            Some(_) => {}
+        }
+        if let (false, Some(logs)) = (violations.is_empty(), &self.logs) {
+            violations.push(logs.clone());
+        }
+        violations
+    }
+}
+
+/// The report.
+pub fn table(rows: &[Row], scale: Scale, seed: u64) -> String {
+    let mut table = format!(
+        "\nchaos suite ({scale:?}, OUTBOX_CHAOS_SEED={seed}): three silos as processes, \
+         {WRITERS} writers over HTTP, PostgreSQL\n\n\
+         | scenario | acknowledged writes | lost | stale | duplicated | client errors | converged after the last fault |\n\
+         |---|---|---|---|---|---|---|\n"
+    );
+    for row in rows {
+        let converged = row.converged.map_or_else(
+            || format!("not within {} s", CONVERGENCE_DEADLINE.as_secs()),
+            |after| format!("{:.1} s", after.as_secs_f64()),
+        );
+        table.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            row.scenario,
+            row.acknowledged,
+            row.lost.len(),
+            row.stale.len(),
+            row.duplicated.len(),
+            row.client_errors,
+            converged
+        ));
+    }
+    table.push('\n');
+    table
+}
+
+/// Everything a scenario's faults need.
+struct Stage<'a> {
+    postgres: &'a Postgres,
+    silos: Silos,
+    urls: Urls,
+    ledger: Arc<Mutex<Ledger>>,
+    /// The silos' databases, directly (not through PgBouncer).
+    database_urls: Vec<String>,
+    bouncer: Option<outbox_seaorm::testing::PgBouncer>,
+    rng: StdRng,
+    seed: u64,
+    tally: Tally,
+}
+
+/// Runs `scenario` on fresh databases and silos.
+pub async fn run(scenario: Scenario, scale: Scale, postgres: &Postgres, seed: u64) -> Row {
+    let databases = postgres.databases(scenario.name()).await;
+    let database_urls: Vec<String> = databases.iter().map(|(url, _)| url.clone()).collect();
+    let bouncer = match scenario {
+        Scenario::PgBouncerRestart => Some(postgres.pgbouncer().await),
+        _ => None,
+    };
+    let silo_urls: Vec<String> = database_urls
+        .iter()
+        .map(|url| bouncer.as_ref().map_or(url.clone(), |b| b.url_for(url)))
+        .collect();
+    let dir = std::env::temp_dir().join(format!(
+        "outbox-chaos-{}-{}",
+        std::process::id(),
+        scenario.name()
+    ));
+    let silos = Silos::start(&dir, &silo_urls, None).await;
+    let urls = Urls {
+        control: silos.url_of("control"),
+        regions: SILOS[1..]
+            .iter()
+            .map(|region| ((*region).to_owned(), silos.url_of(region)))
+            .collect(),
+    };
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let mut stage = Stage {
+        postgres,
+        silos,
+        urls,
+        ledger,
+        database_urls,
+        bouncer,
+        rng: StdRng::seed_from_u64(seed ^ scenario as u64),
+        seed,
+        tally: Tally::default(),
+    };
+
+    let load = Load::start(&stage.urls, &stage.ledger, WRITERS, seed);
+    tokio::time::sleep(WARM_UP).await;
+    let (description, fault_end) = stage.faults(scenario, scale).await;
+    let steady = load.stop().await;
+    stage.tally.merge(steady);
+
+    // Convergence: every outbox empty, every replica equal to its source.
+    let checks: Vec<DatabaseConnection> = databases.into_iter().map(|(_, db)| db).collect();
+    let (converged, unconverged) = loop {
+        let snapshot = Snapshot::take(&checks, false).await;
+        if snapshot.converged() {
+            break (Some(fault_end.elapsed()), None);
+        }
+        if fault_end.elapsed() > CONVERGENCE_DEADLINE {
+            let stale = snapshot.stale();
+            break (
+                None,
+                Some(format!(
+                    "{} outbox rows pending, {} stale replicas, e.g. {:?}",
+                    snapshot.pending,
+                    stale.len(),
+                    &stale[..stale.len().min(3)]
+                )),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let snapshot = Snapshot::take(&checks, true).await;
+    let lost = stage.ledger.lock().unwrap().lost(&snapshot);
+    let mut row = Row {
+        scenario: description,
+        acknowledged: stage.tally.acknowledged,
+        lost,
+        stale: snapshot.stale(),
+        duplicated: snapshot.duplicated(),
+        client_errors: stage.tally.to_string(),
+        converged,
+        unconverged,
+        logs: None,
+    };
+    let Stage { silos, bouncer, .. } = stage;
+    if row.violations().is_empty() {
+        silos.stop();
+    } else {
+        row.logs = Some(format!(
+            "logs kept in {}:\n{}",
+            silos.log_dir().display(),
+            silos.log_tails()
+        ));
+        drop(silos);
+    }
+    drop(bouncer);
+    for db in checks {
+        let _ = db.close().await;
+    }
+    row
+}
+
+impl Stage<'_> {
+    /// A pause between faults, under load.
+    async fn gap(&mut self, seconds: std::ops::Range<f64>) {
+        let pause = self.rng.random_range(seconds);
+        tokio::time::sleep(Duration::from_secs_f64(pause)).await;
+    }
+
+    /// Injects the scenario's faults; returns its description and when the
+    /// last fault ended.
+    async fn faults(&mut self, scenario: Scenario, scale: Scale) -> (String, Instant) {
+        match scenario {
+            Scenario::Sigkill => {
+                let kills = scale.pick(3, 10);
+                for _ in 0..kills {
+                    self.gap(1.0..2.5).await;
+                    let silo = self.rng.random_range(0..SILOS.len());
+                    self.silos.kill(silo);
+                    self.gap(0.3..1.0).await;
+                    self.silos.restart(silo).await;
+                }
+                (
+                    format!("SIGKILL of a random silo, {kills} times, restarted after 0.3–1 s"),
+                    Instant::now(),
+                )
+            }
+            Scenario::CrashRestart => {
+                let restarts = scale.pick(2, 4);
+                for _ in 0..restarts {
+                    self.gap(1.5..2.5).await;
+                    self.postgres.crash_restart().await;
+                }
+                (
+                    format!("`pg_ctl restart -m immediate`, {restarts} times"),
+                    Instant::now(),
+                )
+            }
+            Scenario::TerminateStorm => {
+                let seconds = scale.pick(5, 10);
+                let started = Instant::now();
+                let mut terminated = 0;
+                while started.elapsed() < Duration::from_secs(seconds.into()) {
+                    terminated += self.postgres.terminate_backends(&self.database_urls).await;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                (
+                    format!(
+                        "`pg_terminate_backend` of every backend every 0.5 s for {seconds} s \
+                         ({terminated} terminated)"
+                    ),
+                    Instant::now(),
+                )
+            }
+            Scenario::IdleLockers => {
+                let seconds = scale.pick(6, 20);
+                self.gap(0.5..1.0).await;
+                // Rows of `us` that writers rename, and the table Control
+                // writes replicated organizations into.
+                let rows = Locker::hold(
+                    &self.database_urls[1],
+                    &["SELECT id FROM organization ORDER BY id LIMIT 20 FOR UPDATE"],
+                )
+                .await;
+                let table = Locker::hold(
+                    &self.database_urls[0],
+                    &["LOCK TABLE organization_mapping IN SHARE ROW EXCLUSIVE MODE"],
+                )
+                .await;
+                tokio::time::sleep(Duration::from_secs(seconds.into())).await;
+                rows.release().await;
+                table.release().await;
+                (
+                    format!(
+                        "two sessions idle in transaction holding row and table locks for {seconds} s"
+                    ),
+                    Instant::now(),
+                )
+            }
+            Scenario::LoadWaves => {
+                let waves = scale.pick(3, 5);
+                let size = 200;
+                for wave in 0..waves as usize {
+                    let tally = load::wave(
+                        &self.urls,
+                        &self.ledger,
+                        size,
+                        1_000 + wave * size,
+                        self.seed,
+                    )
+                    .await;
+                    self.tally.merge(tally);
+                }
+                (
+                    format!("{waves} waves of {size} concurrent requests on pools of 10"),
+                    Instant::now(),
+                )
+            }
+            Scenario::PgBouncerRestart => {
+                let restarts = scale.pick(2, 5);
+                for _ in 0..restarts {
+                    self.gap(1.5..2.5).await;
+                    let bouncer = self.bouncer.as_mut().unwrap();
+                    tokio::task::block_in_place(|| bouncer.restart()).unwrap();
+                }
+                (
+                    format!("behind PgBouncer (session mode), restarted {restarts} times"),
+                    Instant::now(),
+                )
+            }
+        }
+    }
+}
