@@ -9,8 +9,8 @@
 //! stale, nothing duplicated, and convergence within 5 s of the last fault.
 //! It prints a table and fails on any violation.
 //!
-//! `cargo test -p example-app --test chaos` runs the bounded form (a few
-//! minutes); `-- --ignored chaos_long` the long one. `OUTBOX_CHAOS_SEED`
+//! `cargo test -p example-app --test chaos` runs the bounded form (about a
+//! minute); `-- --ignored chaos_long` the long one. `OUTBOX_CHAOS_SEED`
 //! replays a run's choices (which silo is killed, when);
 //! `OUTBOX_CHAOS_ONLY=sigkill,waves` runs only the scenarios named (sigkill,
 //! crash_restart, terminate, lockers, waves, pgbouncer).
@@ -61,7 +61,7 @@ async fn chaos_bounded() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "the long form (about 5 minutes): cargo test -p example-app --test chaos -- --ignored"]
+#[ignore = "the long form (about 2 minutes): cargo test -p example-app --test chaos -- --ignored"]
 async fn chaos_long() {
     run(Scale::Long).await;
 }
