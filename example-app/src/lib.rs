@@ -24,5 +24,6 @@ pub mod region;
 pub mod registry;
 pub mod rpc;
 pub mod silo;
+pub mod telemetry;
 pub mod upgrade;
 pub mod validate;

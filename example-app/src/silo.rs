@@ -159,6 +159,8 @@ pub async fn open_database(url: &str) -> Result<DatabaseConnection, SiloError> {
 ///
 /// [`SiloError`] when the database or the worker cannot start.
 pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningSilo, SiloError> {
+    // Before the worker emits its first metrics.
+    crate::telemetry::prometheus();
     let db = open_database(&config.database_url).await?;
     let migrated = match &config.role {
         Role::Control => ControlMigrator::up(&db, None).await,
@@ -266,7 +268,7 @@ struct AdminState {
     db: DatabaseConnection,
 }
 
-/// `/healthz`, `/admin/outbox/shards`, `/admin/outbox/failing`,
+/// `/healthz`, `/metrics`, `/admin/outbox/shards`, `/admin/outbox/failing`,
 /// `/admin/outbox/backfills`, and (with the silo secret)
 /// `POST /admin/outbox/retry`.
 fn admin_routes(state: AdminState, secret: String) -> Router {
@@ -281,6 +283,7 @@ fn admin_routes(state: AdminState, secret: String) -> Router {
             "/healthz",
             get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
         )
+        .route("/metrics", get(crate::telemetry::metrics))
         .route("/admin/outbox/shards", get(pending_shards))
         .route("/admin/outbox/failing", get(failing_shards))
         .route("/admin/outbox/backfills", get(backfills))

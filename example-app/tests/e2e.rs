@@ -1098,3 +1098,79 @@ mod postgres {
             .await;
     }
 }
+
+/// The sum of the samples of `name` whose labels include `labels`, in a
+/// Prometheus text exposition.
+fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter(|line| {
+            labels
+                .iter()
+                .all(|(key, value)| line.contains(&format!("{key}=\"{value}\"")))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_and_move_with_a_delivery() {
+    let app = Deployment::start(DbBackend::Sqlite).await;
+    let scrape = || async {
+        let response = fresh_client()
+            .get(app.region_url("us", "/metrics"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.headers()[reqwest::header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain"));
+        response.text().await.unwrap()
+    };
+    let delivered = [
+        ("category", "OrganizationUpdate"),
+        ("kind", "region"),
+        ("synchronous", "true"),
+    ];
+    let before = scrape().await;
+    app.create_org("us", "metered", "Metered").await;
+    let after = scrape().await;
+    // The recorder is the process's: other tests of this binary add to it,
+    // never take away.
+    assert!(
+        metric_sum(&after, "outbox_processed", &delivered)
+            >= metric_sum(&before, "outbox_processed", &delivered) + 1.0,
+        "the synchronous flush's delivery is counted:\n{after}"
+    );
+    assert!(
+        metric_sum(
+            &after,
+            "outbox_saved",
+            &[("category", "OrganizationUpdate")]
+        ) >= 1.0,
+        "{after}"
+    );
+    // Published by every worker as it starts (alongside serving), then
+    // every 15 s.
+    app.eventually("the backlog gauges", || async {
+        let text = scrape().await;
+        [
+            "outbox_backlog_depth",
+            "outbox_backlog_oldest_age",
+            "outbox_failing_shards",
+            "outbox_quarantined_shards",
+        ]
+        .iter()
+        .all(|gauge| {
+            text.lines()
+                .any(|line| line.starts_with(&format!("{gauge}{{kind=\"region\"}}")))
+        })
+    })
+    .await;
+    app.shutdown().await;
+}

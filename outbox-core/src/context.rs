@@ -172,7 +172,10 @@ impl OutboxContext {
         };
         let mut outcome = FlushOutcome::default();
         for (shard, up_to) in shards {
-            match drainer.drain_shard(&shard, Some(up_to)).await {
+            let started = std::time::Instant::now();
+            let flushed = drainer.drain_shard(&shard, Some(up_to)).await;
+            crate::drain::observe::flushed(shard.kind(), flushed.is_ok(), started.elapsed());
+            match flushed {
                 Ok(report) => outcome.report.absorb(report),
                 Err(error) => {
                     self.lock().deferred.insert(shard.kind());

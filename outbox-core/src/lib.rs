@@ -78,7 +78,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use coalesce::{coalesce, CoalescingGroup};
 pub use context::{FlushOutcome, OutboxContext};
 pub use drain::{
-    DeadLetterPolicy, DeliveryError, DrainConfig, DrainReport, Drainer, FlushError, ShardFailure,
+    Backlog, DeadLetterPolicy, DeliveryError, DrainConfig, DrainReport, Drainer, FlushError,
+    ShardFailure,
 };
 pub use kill_switch::KillSwitch;
 #[cfg(feature = "test-utils")]

@@ -1,22 +1,41 @@
 //! Metric names, emitted through the [`metrics`](https://docs.rs/metrics) facade.
 //!
-//! Install any `metrics` recorder (Prometheus, StatsD, …) to collect them. Tags:
+//! Install any `metrics` recorder (Prometheus, StatsD, …) to collect them; the
+//! example app serves them at `/metrics` with `metrics-exporter-prometheus`
+//! (which writes the dots as underscores: `outbox_processed`). Tags:
 //! `category` (the category name), `kind` (`region` or `control`) and
 //! `synchronous` (`true` for the flush after a commit, `false` for the
 //! background drain).
+//!
+//! Counters and histograms are emitted where things happen. The gauges
+//! ([`BACKLOG_DEPTH`], [`BACKLOG_OLDEST_AGE`], [`FAILING_SHARDS`],
+//! [`QUARANTINED_SHARDS`]) are kept up to date by the background worker,
+//! every `WorkerBuilder::gauge_interval` (15 s), from
+//! [`Drainer::backlog`](crate::Drainer::backlog).
 
 /// Counter: outbox rows written (tags: category, kind).
 pub const SAVED: &str = "outbox.saved";
 /// Counter: outbox rows deleted after delivery (tags: category, kind, synchronous).
 pub const PROCESSED: &str = "outbox.processed";
+/// Counter: rows deleted without a delivery of their own because a newer
+/// row of the same (category, object) was delivered (tags: category, kind,
+/// synchronous). Included in [`PROCESSED`].
+pub const COALESCED: &str = "outbox.coalesced";
+/// Counter: successful deliveries of a shard that had failed before, the
+/// first after its failures (tags: category, kind, synchronous).
+pub const RETRIED: &str = "outbox.retried";
+/// Histogram, seconds: the synchronous flush of one shard after a commit,
+/// from its claim to its commit (tags: kind, outcome = `delivered` or
+/// `failed`).
+pub const FLUSH_DURATION: &str = "outbox.flush.duration";
 /// Histogram, seconds: from the delivered group's oldest `scheduled_from` to
 /// delivery (tags: category, kind, synchronous).
 pub const PROCESSING_LAG: &str = "outbox.processing_lag";
 /// Histogram, seconds: from the delivered group's oldest `date_added` to
 /// delivery (tags: category, kind, synchronous).
 pub const COALESCED_NET_QUEUE_TIME: &str = "outbox.coalesced_net_queue_time";
-/// Histogram, seconds: time spent in the receiver (tags: category, kind,
-/// synchronous).
+/// Histogram, seconds: time spent in the receiver, the delivery duration
+/// (tags: category, kind, synchronous).
 pub const SEND_SIGNAL_DURATION: &str = "outbox.send_signal.duration";
 /// Counter: failed deliveries (tags: category, kind, synchronous, reason).
 pub const DELIVERY_FAILED: &str = "outbox.delivery_failed";
@@ -35,3 +54,13 @@ pub const DEAD_LETTERED: &str = "outbox.dead_lettered";
 /// Counter: claims of cancelled rounds ended before their lease ran out
 /// (tags: kind). See `Drainer::release_abandoned`.
 pub const ABANDONED_CLAIMS_RELEASED: &str = "outbox.abandoned_claims_released";
+/// Gauge: rows pending in the outbox table (tags: kind).
+pub const BACKLOG_DEPTH: &str = "outbox.backlog.depth";
+/// Gauge, seconds: how long the oldest pending row has waited, 0 when none
+/// is (tags: kind).
+pub const BACKLOG_OLDEST_AGE: &str = "outbox.backlog.oldest_age";
+/// Gauge: shards backing off after a failure, not quarantined (tags: kind).
+pub const FAILING_SHARDS: &str = "outbox.failing_shards";
+/// Gauge: shards quarantined after a permanent error, waiting for an
+/// operator (tags: kind).
+pub const QUARANTINED_SHARDS: &str = "outbox.quarantined_shards";

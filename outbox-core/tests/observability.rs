@@ -93,3 +93,115 @@ fn deliveries_emit_the_sentry_metrics_tagged_by_category_and_mode() {
         }
     }
 }
+
+/// Coalesced rows and retries are counted; the worker publishes the
+/// backlog gauges (depth, oldest age, failing and quarantined shards).
+#[test]
+fn coalescing_retries_and_the_backlog_are_measured() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use outbox_core::worker::WorkerBuilder;
+    use outbox_core::ManualClock;
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let store = MemoryStore::new();
+            let flaky = ShardKey::region(OutboxScope::OrgScope, 1);
+            for _ in 0..3 {
+                store.write(&flaky, OutboxCategory::OrgUpdate, 1, None);
+            }
+            store.write(
+                &ShardKey::region(OutboxScope::OrgScope, 2),
+                OutboxCategory::OrgRename,
+                2,
+                None,
+            );
+            let calls = Arc::new(AtomicUsize::new(0));
+            let receivers = Receivers::new()
+                .on(OutboxCategory::OrgUpdate, {
+                    let calls = calls.clone();
+                    move |_m: Message<OutboxCategory>| {
+                        let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+                        async move {
+                            if first {
+                                Err(HandlerError::from("down"))
+                            } else {
+                                Ok(())
+                            }
+                        }
+                    }
+                })
+                .on(
+                    OutboxCategory::OrgRename,
+                    |_m: Message<OutboxCategory>| async {
+                        Err::<(), _>(outbox_core::permanent("refused for good"))
+                    },
+                );
+            let clock = ManualClock::starting_now();
+            let drainer = Drainer::new(store, receivers).with_clock(clock.clone());
+            drainer.drain_due(OutboxKind::Region).await.unwrap();
+            clock.advance(Duration::from_secs(5));
+            let backlog = drainer.backlog(OutboxKind::Region).await.unwrap();
+            assert_eq!(
+                (
+                    backlog.depth,
+                    backlog.failing_shards,
+                    backlog.quarantined_shards
+                ),
+                (4, 1, 1)
+            );
+            assert!(backlog.oldest_age.unwrap() >= Duration::from_secs(5));
+            let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+            assert_eq!(report.deliveries, 1, "the flaky shard, coalesced");
+
+            let worker = WorkerBuilder::new(drainer)
+                .gauge_interval(Some(Duration::from_secs(3600)))
+                .spawn();
+            worker.ready().await;
+            worker.shutdown().await;
+        });
+    });
+
+    let mut seen: HashMap<(String, Vec<(String, String)>), DebugValue> = HashMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let mut labels: Vec<(String, String)> = key
+            .key()
+            .labels()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect();
+        labels.sort();
+        seen.insert((key.key().name().to_owned(), labels), value);
+    }
+    let delivered = vec![
+        ("category".to_owned(), "OrgUpdate".to_owned()),
+        ("kind".to_owned(), "region".to_owned()),
+        ("synchronous".to_owned(), "false".to_owned()),
+    ];
+    assert_eq!(
+        seen.get(&("outbox.coalesced".to_owned(), delivered.clone())),
+        Some(&DebugValue::Counter(2)),
+        "two rows coalesced into the newest"
+    );
+    assert_eq!(
+        seen.get(&("outbox.retried".to_owned(), delivered)),
+        Some(&DebugValue::Counter(1)),
+        "one success after a failure"
+    );
+    let kind = vec![("kind".to_owned(), "region".to_owned())];
+    let gauge = |name: &str| match seen.get(&(name.to_owned(), kind.clone())) {
+        Some(DebugValue::Gauge(value)) => value.into_inner(),
+        other => panic!("{name}: {other:?}"),
+    };
+    assert_eq!(gauge("outbox.backlog.depth"), 1.0, "the quarantined row");
+    assert!(gauge("outbox.backlog.oldest_age") >= 5.0);
+    assert_eq!(gauge("outbox.failing_shards"), 0.0);
+    assert_eq!(gauge("outbox.quarantined_shards"), 1.0);
+}

@@ -85,6 +85,7 @@ pub struct OutboxWorkerBuilder<C: Category> {
     shutdown_timeout: Duration,
     kinds: Vec<OutboxKind>,
     rounds_in_flight: usize,
+    gauge_interval: Option<Duration>,
     listen: Listen,
     kill_switch: KillSwitch,
     clock: Option<Arc<dyn Clock>>,
@@ -111,6 +112,7 @@ impl OutboxWorker {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             kinds: OutboxKind::ALL.to_vec(),
             rounds_in_flight: DEFAULT_ROUNDS_IN_FLIGHT,
+            gauge_interval: Some(outbox_core::worker::DEFAULT_GAUGE_INTERVAL),
             listen: Listen::Pool,
             kill_switch: KillSwitch::new(),
             clock: None,
@@ -151,6 +153,15 @@ impl<C: Category> OutboxWorkerBuilder<C> {
     /// Rounds of one kind in flight at once. Default: 4.
     pub fn rounds_in_flight(mut self, rounds: usize) -> Self {
         self.rounds_in_flight = rounds;
+        self
+    }
+
+    /// How often the worker updates the backlog gauges of
+    /// [`outbox_core::metrics`] (depth, oldest age, failing and quarantined
+    /// shards; three reads per kind); `None` turns them off. Default: every
+    /// 15 s.
+    pub fn gauge_interval(mut self, interval: Option<Duration>) -> Self {
+        self.gauge_interval = interval;
         self
     }
 
@@ -226,6 +237,7 @@ impl<C: Category> OutboxWorkerBuilder<C> {
             .poll_interval(self.poll_interval)
             .shutdown_timeout(self.shutdown_timeout)
             .rounds_in_flight(self.rounds_in_flight)
+            .gauge_interval(self.gauge_interval)
             .waker(waker);
         let source = match self.listen {
             Listen::Off => None,

@@ -119,9 +119,18 @@ pub(crate) async fn deliver_shard<C: Category>(
         stack
     });
     let mut dead_lettered_any = false;
+    let mut retrying = attempts > 0;
     for group in groups {
         let error = match deliver_group(drainer, &group, synchronous, stack.clone()).await {
             Ok(category) => {
+                observe::delivered_group(
+                    category.name(),
+                    shard.kind(),
+                    synchronous,
+                    group.ids.len(),
+                    retrying,
+                );
+                retrying = false;
                 drainer.recovery().succeeded(group.category());
                 outcome.commit.delete_ids.extend_from_slice(&group.ids);
                 outcome.delivered.push((category.name(), group.ids.len()));
@@ -130,6 +139,7 @@ pub(crate) async fn deliver_shard<C: Category>(
             Err(error) => error,
         };
         attempts = attempts.saturating_add(1);
+        retrying = true;
         let category_name = C::try_from(group.category()).ok().map(|c| c.name());
         observe::delivery_failed(&shard, category_name, synchronous, &error);
         let policy = drainer.dead_letter_policy().attempts_for(shard.scope());

@@ -112,6 +112,28 @@ impl<C: Category> std::fmt::Debug for Drainer<C> {
 /// How the first part of a background round went, for the worker loop: the
 /// number of shards claimed once their first commit is done (0 when nothing
 /// was due), or the store's error.
+/// What [`Drainer::backlog`] measured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Backlog {
+    /// The outbox table.
+    pub kind: OutboxKind,
+    /// Rows pending (not yet delivered).
+    pub depth: u64,
+    /// How long the oldest pending row has waited; `None` when none is.
+    pub oldest_age: Option<Duration>,
+    /// Shards backing off after a failure (not quarantined).
+    pub failing_shards: u64,
+    /// Shards quarantined after a permanent error.
+    pub quarantined_shards: u64,
+}
+
+impl Backlog {
+    /// Publishes it as gauges.
+    pub(crate) fn publish(&self) {
+        observe::backlog(self);
+    }
+}
+
 pub(crate) type RoundStarted = oneshot::Sender<Result<usize, String>>;
 
 impl<C: Category> Drainer<C> {
@@ -288,6 +310,32 @@ impl<C: Category> Drainer<C> {
                 .to_std()
                 .unwrap_or(Duration::ZERO)
         }))
+    }
+
+    /// The backlog of `kind` as operators watch it: pending rows, the age of
+    /// the oldest, and the shards that fail (at most the first 10,000 are
+    /// counted). Three reads; the worker publishes them as gauges (see
+    /// [`crate::metrics`]).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn backlog(&self, kind: OutboxKind) -> Result<Backlog, StoreError> {
+        const COUNTED: usize = 10_000;
+        let depth = self.admin.pending_count(kind).await?;
+        let oldest_age = self.oldest_pending_age(kind).await?;
+        let failing = self.admin.failing_shards(kind, COUNTED).await?;
+        let quarantined_shards = failing
+            .iter()
+            .filter(|shard| shard.state.is_quarantined())
+            .count() as u64;
+        Ok(Backlog {
+            kind,
+            depth,
+            oldest_age,
+            failing_shards: failing.len() as u64 - quarantined_shards,
+            quarantined_shards,
+        })
     }
 
     /// Ends, now, the claims of rounds that stopped without ending them, so

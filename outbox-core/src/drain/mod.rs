@@ -59,7 +59,7 @@ mod abandoned;
 mod config;
 mod deliver;
 mod drainer;
-mod observe;
+pub(crate) mod observe;
 mod pace;
 mod recovery;
 mod report;
@@ -69,5 +69,5 @@ pub use config::{
     DrainConfig, DEFAULT_BATCH_SIZE, DEFAULT_COMMIT_INTERVAL, DEFAULT_CONCURRENCY,
     DEFAULT_DELIVERY_TIMEOUT, DEFAULT_LEASE, DEFAULT_ROUND_DURATION, DEFAULT_SYNC_WAIT,
 };
-pub use drainer::{DeadLetterPolicy, Drainer};
+pub use drainer::{Backlog, DeadLetterPolicy, Drainer};
 pub use report::{DeliveryError, DrainReport, FlushError, ShardFailure};

@@ -52,6 +52,44 @@ pub(crate) fn processed(category: &'static str, kind: OutboxKind, synchronous: b
         .increment(rows as u64);
 }
 
+/// A group was delivered: its older rows were coalesced away, and the
+/// delivery was a retry if its shard had failed before.
+pub(crate) fn delivered_group(
+    category: &'static str,
+    kind: OutboxKind,
+    synchronous: bool,
+    rows: usize,
+    retried: bool,
+) {
+    let (kind, sync) = (kind.as_str(), sync_tag(synchronous));
+    if rows > 1 {
+        metrics::counter!(names::COALESCED, "category" => category, "kind" => kind, "synchronous" => sync)
+            .increment(rows as u64 - 1);
+    }
+    if retried {
+        metrics::counter!(names::RETRIED, "category" => category, "kind" => kind, "synchronous" => sync)
+            .increment(1);
+    }
+}
+
+/// The synchronous flush of one shard took `elapsed`.
+pub(crate) fn flushed(kind: OutboxKind, delivered: bool, elapsed: Duration) {
+    let outcome = if delivered { "delivered" } else { "failed" };
+    metrics::histogram!(names::FLUSH_DURATION, "kind" => kind.as_str(), "outcome" => outcome)
+        .record(elapsed.as_secs_f64());
+}
+
+/// Publishes a backlog as gauges.
+pub(crate) fn backlog(backlog: &super::drainer::Backlog) {
+    let kind = backlog.kind.as_str();
+    metrics::gauge!(names::BACKLOG_DEPTH, "kind" => kind).set(backlog.depth as f64);
+    metrics::gauge!(names::BACKLOG_OLDEST_AGE, "kind" => kind)
+        .set(backlog.oldest_age.map_or(0.0, |age| age.as_secs_f64()));
+    metrics::gauge!(names::FAILING_SHARDS, "kind" => kind).set(backlog.failing_shards as f64);
+    metrics::gauge!(names::QUARANTINED_SHARDS, "kind" => kind)
+        .set(backlog.quarantined_shards as f64);
+}
+
 pub(crate) fn culled(kind: OutboxKind, rows: usize) {
     if rows > 0 {
         metrics::counter!(names::CULLED, "kind" => kind.as_str()).increment(rows as u64);

@@ -64,6 +64,8 @@ use run::Shared;
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default bound on a graceful shutdown: 10 s.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default time between two updates of the backlog gauges: 15 s.
+pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(15);
 /// Default rounds of one kind in flight at once: 4 (a new one starts when the
 /// last has committed its first shards).
 pub const DEFAULT_ROUNDS_IN_FLIGHT: usize = 4;
@@ -75,6 +77,7 @@ pub struct WorkerBuilder<C: Category> {
     poll_interval: Duration,
     shutdown_timeout: Duration,
     rounds_in_flight: usize,
+    gauge_interval: Option<Duration>,
     wake_source: Option<Box<dyn WakeSource>>,
     waker: Waker,
 }
@@ -98,6 +101,7 @@ impl<C: Category> WorkerBuilder<C> {
             poll_interval: DEFAULT_POLL_INTERVAL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             rounds_in_flight: DEFAULT_ROUNDS_IN_FLIGHT,
+            gauge_interval: Some(DEFAULT_GAUGE_INTERVAL),
             wake_source: None,
             waker: Waker::new(),
         }
@@ -125,6 +129,14 @@ impl<C: Category> WorkerBuilder<C> {
     /// Rounds of one kind in flight at once (at least 1). Default: 4.
     pub fn rounds_in_flight(mut self, rounds: usize) -> Self {
         self.rounds_in_flight = rounds.max(1);
+        self
+    }
+
+    /// How often the worker updates the backlog gauges of
+    /// [`crate::metrics`] (three reads per kind); `None` turns them off.
+    /// Default: every 15 s.
+    pub fn gauge_interval(mut self, interval: Option<Duration>) -> Self {
+        self.gauge_interval = interval.map(|interval| interval.max(Duration::from_millis(1)));
         self
     }
 
@@ -167,6 +179,14 @@ impl<C: Category> WorkerBuilder<C> {
         }
         if let Some(source) = self.wake_source {
             tasks.spawn(run::wake_loop(shared.clone(), source));
+            parts += 1;
+        }
+        if let Some(interval) = self.gauge_interval {
+            tasks.spawn(run::gauge_loop(
+                shared.clone(),
+                self.kinds.clone(),
+                interval,
+            ));
             parts += 1;
         }
         tracing::info!(kinds = ?self.kinds, "outbox worker started");
@@ -238,7 +258,8 @@ impl<C: Category> WorkerHandle<C> {
     /// Waits until every drain loop has gone idle once (found nothing due)
     /// and the wake-up source, if any, is connected or has been found
     /// unavailable (the worker then polls): from then on, a commit's wake-up
-    /// is not missed. Readiness probes and tests use it.
+    /// is not missed. The backlog gauges, if on, have been published (or
+    /// found unmeasurable) once. Readiness probes and tests use it.
     pub async fn ready(&self) {
         let mut ready = self.ready.clone();
         let parts = self.parts;

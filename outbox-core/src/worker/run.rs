@@ -120,6 +120,31 @@ pub(super) async fn drain_loop<C: Category>(
     }
 }
 
+/// Keeps the backlog gauges of `kinds` up to date (see [`crate::metrics`]):
+/// now, then every `interval`, until the worker stops.
+pub(super) async fn gauge_loop<C: Category>(
+    shared: Shared<C>,
+    kinds: Vec<OutboxKind>,
+    interval: Duration,
+) {
+    let mut announced = false;
+    loop {
+        for &kind in &kinds {
+            match shared.drainer.backlog(kind).await {
+                Ok(backlog) => backlog.publish(),
+                Err(error) => {
+                    tracing::debug!(%error, kind = kind.as_str(), "could not measure the outbox backlog; the gauges keep their last values");
+                }
+            }
+        }
+        shared.announce(&mut announced);
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = shared.stop.cancelled() => return,
+        }
+    }
+}
+
 /// Turns wake-ups from other processes into local ones. When the source
 /// fails, the drains go on polling: said once at `WARN`, then quietly
 /// retried with growing delays until the source is back.
