@@ -13,7 +13,9 @@
 //!   that empties it only ends leases, which fencing makes safe; its rows are
 //!   created again on first use;
 //! - `outbox_shard_state`, the backoff of each failing shard: attempts, last
-//!   delay and error, next attempt.
+//!   delay and error, next attempt;
+//! - `outbox_control`, operators' pauses and culls of a shard or a scope,
+//!   read by every worker (see `outbox_core::control`).
 //!
 //! Both PostgreSQL and SQLite are supported.
 //!
@@ -52,11 +54,13 @@ mod m20261121_000001_create_outbox_tables;
 mod m20261121_000002_create_backfill_tables;
 mod m20261121_000003_create_dead_letter_table;
 mod m20261123_000004_bucket_claims;
+mod m20261123_000005_runtime_controls;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
 pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
 pub use m20261121_000003_create_dead_letter_table::Migration as CreateDeadLetterTable;
 pub use m20261123_000004_bucket_claims::Migration as BucketClaims;
+pub use m20261123_000005_runtime_controls::Migration as RuntimeControls;
 
 /// The outbox migrations, in order, to append to your own `MigratorTrait::migrations`.
 pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
@@ -65,6 +69,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(CreateBackfillTables),
         Box::new(CreateDeadLetterTable),
         Box::new(BucketClaims),
+        Box::new(RuntimeControls),
     ]
 }
 

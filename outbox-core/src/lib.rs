@@ -57,8 +57,8 @@ pub mod coalesce;
 #[cfg(feature = "test-utils")]
 pub mod conformance;
 pub mod context;
+pub mod control;
 pub mod drain;
-pub mod kill_switch;
 #[cfg(feature = "test-utils")]
 pub mod memory;
 pub mod message;
@@ -77,11 +77,11 @@ pub use backoff::BackoffPolicy;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use coalesce::{coalesce, CoalescingGroup};
 pub use context::{FlushOutcome, OutboxContext};
+pub use control::{ControlAction, ControlTarget, Controls, RuntimeControl};
 pub use drain::{
     Backlog, DeadLetterPolicy, DeliveryError, DrainConfig, DrainReport, Drainer, FlushError,
     ShardFailure,
 };
-pub use kill_switch::KillSwitch;
 #[cfg(feature = "test-utils")]
 pub use memory::{MemoryStore, MemoryTransaction};
 pub use message::{Message, PayloadError, StoredRow};
@@ -104,6 +104,18 @@ pub fn quarantined_until() -> chrono::DateTime<chrono::Utc> {
     use chrono::TimeZone;
     chrono::Utc
         .with_ymd_and_hms(9999, 1, 1, 0, 0, 0)
+        .single()
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
+}
+
+/// The `retry_at` of a shard parked by an operator's pause (and the
+/// `scheduled_for` of its rows): 9998-01-01, a time no clock reaches and
+/// before [`quarantined_until`]. Resuming the pause releases it (see
+/// [`control`]).
+pub fn paused_until() -> chrono::DateTime<chrono::Utc> {
+    use chrono::TimeZone;
+    chrono::Utc
+        .with_ymd_and_hms(9998, 1, 1, 0, 0, 0)
         .single()
         .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
 }

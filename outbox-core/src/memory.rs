@@ -45,6 +45,7 @@ struct State {
     leases: HashMap<(OutboxKind, i32), Lease>,
     states: HashMap<ShardKey, ShardState>,
     dead: HashMap<OutboxKind, BTreeMap<i64, DeadLetterRow>>,
+    controls: Vec<crate::control::RuntimeControl>,
     skip_before_failing: u32,
     fail_next: u32,
 }
@@ -640,5 +641,34 @@ impl StoreAdmin for MemoryStore {
             released.push(shard.clone());
         }
         Ok(released)
+    }
+
+    /// Never fails, and does not count as a call for
+    /// [`fail_calls`](Self::fail_calls): drains read the controls about once
+    /// a second, which would shift the calls tests aim their failures at.
+    async fn controls(&self) -> Result<Vec<crate::control::RuntimeControl>, StoreError> {
+        Ok(self.lock().controls.clone())
+    }
+
+    async fn set_control(
+        &self,
+        control: &crate::control::RuntimeControl,
+    ) -> Result<(), StoreError> {
+        let mut state = self.lock();
+        Self::check_failure(&mut state, "set a runtime control")?;
+        state.controls.retain(|old| old.target != control.target);
+        state.controls.push(control.clone());
+        Ok(())
+    }
+
+    async fn clear_control(
+        &self,
+        target: &crate::control::ControlTarget,
+    ) -> Result<bool, StoreError> {
+        let mut state = self.lock();
+        Self::check_failure(&mut state, "clear a runtime control")?;
+        let before = state.controls.len();
+        state.controls.retain(|old| &old.target != target);
+        Ok(state.controls.len() < before)
     }
 }

@@ -9,7 +9,7 @@
 //!
 //! Counters and histograms are emitted where things happen. The gauges
 //! ([`BACKLOG_DEPTH`], [`BACKLOG_OLDEST_AGE`], [`FAILING_SHARDS`],
-//! [`QUARANTINED_SHARDS`]) are kept up to date by the background worker,
+//! [`QUARANTINED_SHARDS`], [`PAUSED_SHARDS`]) are kept up to date by the background worker,
 //! every `WorkerBuilder::gauge_interval` (15 s), from
 //! [`Drainer::backlog`](crate::Drainer::backlog).
 
@@ -42,7 +42,7 @@ pub const DELIVERY_FAILED: &str = "outbox.delivery_failed";
 /// Counter: rows met whose category this binary does not know (tags: kind,
 /// category_value). Such a row holds its shard until a binary that knows it runs.
 pub const UNKNOWN_CATEGORY: &str = "outbox.unknown_category";
-/// Counter: rows culled by the kill switch (tags: kind).
+/// Counter: rows culled by an operator's control (tags: kind).
 pub const CULLED: &str = "outbox.culled";
 /// Counter: shard claims found expired or taken at commit (tags: kind).
 pub const CLAIM_LOST: &str = "outbox.claim_lost";
@@ -64,3 +64,5 @@ pub const FAILING_SHARDS: &str = "outbox.failing_shards";
 /// Gauge: shards quarantined after a permanent error, waiting for an
 /// operator (tags: kind).
 pub const QUARANTINED_SHARDS: &str = "outbox.quarantined_shards";
+/// Gauge: shards parked by an operator's pause (tags: kind).
+pub const PAUSED_SHARDS: &str = "outbox.paused_shards";

@@ -360,6 +360,24 @@ impl StoreAdmin for SimStore {
     ) -> Result<Vec<ShardKey>, StoreError> {
         self.inner.retry_now(shards, now).await
     }
+
+    async fn controls(&self) -> Result<Vec<crate::control::RuntimeControl>, StoreError> {
+        self.inner.controls().await
+    }
+
+    async fn set_control(
+        &self,
+        control: &crate::control::RuntimeControl,
+    ) -> Result<(), StoreError> {
+        self.inner.set_control(control).await
+    }
+
+    async fn clear_control(
+        &self,
+        target: &crate::control::ControlTarget,
+    ) -> Result<bool, StoreError> {
+        self.inner.clear_control(target).await
+    }
 }
 
 /// What the next delivery of a shard does.

@@ -39,8 +39,8 @@ use tokio_util::sync::CancellationToken;
 
 use outbox_core::worker::{Waker, WorkerBuilder};
 use outbox_core::{
-    Category, Clock, DeadLetterPolicy, DrainConfig, Drainer, IncompleteReceivers, KillSwitch,
-    OutboxKind, Receivers,
+    Category, Clock, DeadLetterPolicy, DrainConfig, Drainer, IncompleteReceivers, OutboxKind,
+    Receivers,
 };
 use outbox_seaorm::backfill::Backfill;
 use outbox_seaorm::listener::{PgNotifier, PgWakeSource};
@@ -87,7 +87,6 @@ pub struct OutboxWorkerBuilder<C: Category> {
     rounds_in_flight: usize,
     gauge_interval: Option<Duration>,
     listen: Listen,
-    kill_switch: KillSwitch,
     clock: Option<Arc<dyn Clock>>,
     backfill: Option<Arc<Backfill>>,
     backfill_interval: Duration,
@@ -114,7 +113,6 @@ impl OutboxWorker {
             rounds_in_flight: DEFAULT_ROUNDS_IN_FLIGHT,
             gauge_interval: Some(outbox_core::worker::DEFAULT_GAUGE_INTERVAL),
             listen: Listen::Pool,
-            kill_switch: KillSwitch::new(),
             clock: None,
             backfill: None,
             backfill_interval: DEFAULT_BACKFILL_INTERVAL,
@@ -181,12 +179,6 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         self
     }
 
-    /// Shares an operator kill switch with the drain. Default: none skipped.
-    pub fn kill_switch(mut self, kill_switch: KillSwitch) -> Self {
-        self.kill_switch = kill_switch;
-        self
-    }
-
     /// Runs `backfill` as part of the worker: one budgeted tick at start and
     /// then every `backfill_interval`. Default: no backfill.
     pub fn backfill(mut self, backfill: Backfill) -> Self {
@@ -226,7 +218,6 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         let store = SeaOrmStore::new(self.db.clone())?;
         let mut drainer = Drainer::new(store, self.receivers)
             .with_config(self.config)
-            .with_kill_switch(self.kill_switch)
             .with_dead_letters(self.dead_letters);
         if let Some(clock) = self.clock {
             drainer = drainer.with_shared_clock(clock);

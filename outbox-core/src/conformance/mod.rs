@@ -9,6 +9,7 @@
 //! | [`exclusivity`] | 3. at most one worker on a shard, in any process |
 //! | [`coalescing`] | 4. the newest payload of a group, rows written meanwhile stay |
 //! | [`backoff`] | 5. a failing shard waits as a whole, whoever asks; dead letters; permanent errors quarantine |
+//! | [`control`] | 2. an operator's pause or cull holds in every process; lifted, the kept rows flow |
 //! | [`at_least_once`] | 6. a delivery whose commit was lost is made again |
 //! | [`fencing`] | 7. no transaction across a receiver; an expired claim writes nothing |
 //!
@@ -29,6 +30,7 @@ pub mod at_least_once;
 pub mod atomic_write;
 pub mod backoff;
 pub mod coalescing;
+pub mod control;
 pub mod exclusivity;
 pub mod fencing;
 pub mod no_loss;
@@ -155,6 +157,9 @@ macro_rules! conformance_tests {
             backoff::a_permanent_error_is_dead_lettered_at_once_where_the_scope_allows,
             backoff::retry_now_leaves_a_shard_whose_bucket_is_held_alone,
             backoff::a_receiver_that_is_back_gets_its_backed_off_shards_at_once,
+            control::a_pause_set_in_one_process_holds_in_another_until_resumed,
+            control::a_scope_control_holds_its_new_shards_and_a_cull_drops_their_rows,
+            control::a_shard_parked_under_a_pause_that_is_gone_is_released_at_startup,
             at_least_once::a_delivery_whose_lease_ended_before_its_commit_is_made_again,
             fencing::a_worker_whose_lease_ended_writes_nothing,
             fencing::receivers_run_outside_any_transaction,

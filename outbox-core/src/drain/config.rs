@@ -4,6 +4,8 @@ use crate::backoff::BackoffPolicy;
 
 /// Default rows a round claims at most (and deletes in one statement): 20,000.
 pub const DEFAULT_BATCH_SIZE: usize = 20_000;
+/// Default [`DrainConfig::controls_refresh`]: 1 s.
+pub const DEFAULT_CONTROLS_REFRESH: Duration = Duration::from_secs(1);
 /// Default [`DrainConfig::recovery_batch`].
 pub const DEFAULT_RECOVERY_BATCH: usize = 100;
 /// Default shards delivered at once within a round: 16.
@@ -32,6 +34,7 @@ pub struct DrainConfig {
     pub(crate) round_duration: Duration,
     pub(crate) backoff: BackoffPolicy,
     pub(crate) recovery_batch: usize,
+    pub(crate) controls_refresh: Duration,
 }
 
 impl Default for DrainConfig {
@@ -46,6 +49,7 @@ impl Default for DrainConfig {
             round_duration: DEFAULT_ROUND_DURATION,
             backoff: BackoffPolicy::default(),
             recovery_batch: DEFAULT_RECOVERY_BATCH,
+            controls_refresh: DEFAULT_CONTROLS_REFRESH,
         }
     }
 }
@@ -124,6 +128,15 @@ impl DrainConfig {
     /// The lease of a claim.
     pub fn lease_duration(&self) -> Duration {
         self.lease
+    }
+
+    /// How old the cache of runtime controls may grow before a round or a
+    /// synchronous flush reads them again (one small read): a pause or a
+    /// cull set in another process holds here within this time. Default:
+    /// 1 s.
+    pub fn controls_refresh(mut self, refresh: Duration) -> Self {
+        self.controls_refresh = refresh;
+        self
     }
 
     /// The backoff policy.

@@ -12,10 +12,14 @@ use super::drainer::{to_chrono, Drainer, DELIVERING};
 use super::observe;
 use super::report::{DeliveryError, ShardFailure};
 use crate::coalesce::{coalesce, CoalescingGroup};
+use crate::control::ControlAction;
 use crate::message::Message;
 use crate::registry::{Category, Scope};
 use crate::shard::ShardKey;
 use crate::store::{ClaimedShard, DeadLetter, ShardCommit, ShardEnd, ShardState};
+
+/// The last error of a shard parked by a pause.
+pub(crate) const PAUSED: &str = "paused by an operator";
 
 /// What delivering one shard decided.
 #[derive(Debug)]
@@ -24,7 +28,7 @@ pub(crate) struct ShardOutcome {
     pub(crate) commit: ShardCommit,
     /// Delivered groups: category name and rows acknowledged.
     pub(crate) delivered: Vec<(&'static str, usize)>,
-    /// Rows culled by the kill switch.
+    /// Rows culled by an operator's control.
     pub(crate) culled: usize,
     /// Failed deliveries (dead-lettered ones included).
     pub(crate) failures: Vec<ShardFailure>,
@@ -97,20 +101,33 @@ pub(crate) async fn deliver_shard<C: Category>(
     let mut attempts = state.as_ref().map_or(0, |s| s.attempts);
     let mut last_backoff = state.as_ref().and_then(|s| s.last_backoff);
 
-    if drainer.kill_switch().is_skipped(&shard) {
-        for group in &groups {
-            let older = &group.ids[..group.ids.len() - 1];
-            outcome.commit.delete_ids.extend_from_slice(older);
-            outcome.culled += older.len();
+    match drainer.controls().action_for(&shard) {
+        None => {}
+        Some(ControlAction::Cull) => {
+            // An operator drops this shard's rows: none is delivered.
+            for group in &groups {
+                outcome.commit.delete_ids.extend_from_slice(&group.ids);
+                outcome.culled += group.ids.len();
+            }
+            outcome.commit.end = if state.is_some() {
+                ShardEnd::Recovered
+            } else {
+                ShardEnd::Done
+            };
+            tracing::info!(%shard, culled = outcome.culled, "outbox shard culled by an operator");
+            return outcome;
         }
-        outcome.commit.end = backoff_end(
-            drainer,
-            last_backoff,
-            "shard skipped by the kill switch",
-            attempts,
-        );
-        tracing::info!(%shard, culled = outcome.culled, "outbox shard skipped by the kill switch");
-        return outcome;
+        Some(ControlAction::Pause) => {
+            // Parked: claims pass it by until the pause is lifted.
+            outcome.commit.end = ShardEnd::Backoff {
+                retry_at: crate::paused_until(),
+                delay: last_backoff.unwrap_or_default(),
+                error: PAUSED.to_owned(),
+                attempts,
+            };
+            tracing::info!(%shard, "outbox shard paused by an operator: parked");
+            return outcome;
+        }
     }
 
     let stack = Arc::new({

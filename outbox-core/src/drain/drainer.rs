@@ -15,7 +15,7 @@ use super::recovery::Recovery;
 use super::report::{DrainReport, FlushError};
 use super::round::Round;
 use crate::clock::{Clock, SystemClock};
-use crate::kill_switch::KillSwitch;
+use crate::control::{ControlAction, ControlTarget, Controls, RuntimeControl};
 use crate::receiver::Receivers;
 use crate::registry::{Category, Scope};
 use crate::shard::{OutboxKind, ShardKey};
@@ -32,14 +32,15 @@ const MAX_FLUSH_PAUSE: Duration = Duration::from_millis(20);
 
 /// Delivers outbox messages from a store to [`Receivers`].
 ///
-/// Cheap to clone; clones share the store, receivers, clock and kill switch.
+/// Cheap to clone; clones share the store, receivers, clock and the cache of
+/// runtime controls.
 /// See the [module documentation](crate::drain) for how a round works.
 pub struct Drainer<C: Category> {
     store: Arc<dyn DrainStore>,
     admin: Arc<dyn StoreAdmin>,
     receivers: Arc<Receivers<C>>,
     config: DrainConfig,
-    kill_switch: KillSwitch,
+    controls: Controls,
     clock: Arc<dyn Clock>,
     owner: Arc<str>,
     dead_letter_after: Arc<DeadLetterPolicy>,
@@ -88,7 +89,7 @@ impl<C: Category> Clone for Drainer<C> {
             admin: self.admin.clone(),
             receivers: self.receivers.clone(),
             config: self.config,
-            kill_switch: self.kill_switch.clone(),
+            controls: self.controls.clone(),
             clock: self.clock.clone(),
             owner: self.owner.clone(),
             dead_letter_after: self.dead_letter_after.clone(),
@@ -121,10 +122,12 @@ pub struct Backlog {
     pub depth: u64,
     /// How long the oldest pending row has waited; `None` when none is.
     pub oldest_age: Option<Duration>,
-    /// Shards backing off after a failure (not quarantined).
+    /// Shards backing off after a failure (not quarantined, not paused).
     pub failing_shards: u64,
     /// Shards quarantined after a permanent error.
     pub quarantined_shards: u64,
+    /// Shards parked by an operator's pause.
+    pub paused_shards: u64,
 }
 
 impl Backlog {
@@ -138,7 +141,7 @@ pub(crate) type RoundStarted = oneshot::Sender<Result<usize, String>>;
 
 impl<C: Category> Drainer<C> {
     /// A drainer over `store` with the default [`DrainConfig`], the system
-    /// clock and an empty kill switch.
+    /// clock and no runtime controls read yet.
     pub fn new(store: impl Store, receivers: Receivers<C>) -> Self {
         let store = Arc::new(store);
         Self::from_parts(store.clone(), store, Arc::new(receivers))
@@ -157,7 +160,7 @@ impl<C: Category> Drainer<C> {
             admin,
             receivers,
             config: DrainConfig::default(),
-            kill_switch: KillSwitch::default(),
+            controls: Controls::default(),
             clock: Arc::new(SystemClock),
             owner: owner.into(),
             dead_letter_after: Arc::new(DeadLetterPolicy::new()),
@@ -202,12 +205,6 @@ impl<C: Category> Drainer<C> {
         self
     }
 
-    /// Shares `kill_switch` with this drainer.
-    pub fn with_kill_switch(mut self, kill_switch: KillSwitch) -> Self {
-        self.kill_switch = kill_switch;
-        self
-    }
-
     /// Names this worker in claims (default: process id and a random suffix).
     pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = owner.into().into();
@@ -234,9 +231,181 @@ impl<C: Category> Drainer<C> {
         &self.receivers
     }
 
-    /// The kill switch.
-    pub fn kill_switch(&self) -> &KillSwitch {
-        &self.kill_switch
+    /// Its cache of the runtime controls (see [`crate::control`]).
+    pub fn controls(&self) -> &Controls {
+        &self.controls
+    }
+
+    /// Pauses `target` in every process (keep and skip; see
+    /// [`crate::control`]): stored, then this drainer's cache is read again.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn pause(
+        &self,
+        target: ControlTarget,
+        reason: Option<String>,
+    ) -> Result<(), StoreError> {
+        self.set_control(target, ControlAction::Pause, reason).await
+    }
+
+    /// Culls `target` in every process (drop; see [`crate::control`]); a
+    /// pause it replaces is resumed.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn cull(
+        &self,
+        target: ControlTarget,
+        reason: Option<String>,
+    ) -> Result<(), StoreError> {
+        self.set_control(target.clone(), ControlAction::Cull, reason)
+            .await?;
+        self.release_parked(&[target]).await
+    }
+
+    /// Lifts the control of `target`, in every process; the shards a pause
+    /// parked are due at once. Returns whether there was a control.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn resume(&self, target: &ControlTarget) -> Result<bool, StoreError> {
+        let cleared = self.admin.clear_control(target).await?;
+        self.refresh_controls().await?;
+        self.release_parked(std::slice::from_ref(target)).await?;
+        Ok(cleared)
+    }
+
+    async fn set_control(
+        &self,
+        target: ControlTarget,
+        action: ControlAction,
+        reason: Option<String>,
+    ) -> Result<(), StoreError> {
+        let control = RuntimeControl {
+            target,
+            action,
+            reason,
+            created_at: self.now(),
+        };
+        self.admin.set_control(&control).await?;
+        tracing::info!(target = ?control.target, action = action.as_str(), reason = ?control.reason, "outbox runtime control set");
+        self.refresh_controls().await
+    }
+
+    /// Reads the controls again; releases the shards parked under pauses
+    /// that are gone.
+    pub(crate) async fn refresh_controls(&self) -> Result<(), StoreError> {
+        let controls = self.admin.controls().await?;
+        let gone = self.controls.replace(controls, self.now());
+        let unreleased: Vec<ShardKey> = self
+            .controls
+            .take_unreleased()
+            .into_iter()
+            .filter(|shard| self.controls.action_for(shard) != Some(ControlAction::Pause))
+            .collect();
+        self.retry_parked(&unreleased).await?;
+        if !gone.is_empty() {
+            self.release_parked(&gone).await?;
+        }
+        Ok(())
+    }
+
+    /// Reads the controls again if the cache is older than
+    /// `controls_refresh`. A failed read keeps the cache (and is retried at
+    /// the next call).
+    pub(crate) async fn refresh_controls_if_stale(&self) {
+        let now = self.now();
+        let stale_before = now
+            - chrono::Duration::from_std(self.config.controls_refresh)
+                .unwrap_or(chrono::Duration::MAX);
+        if self.controls.is_fresh(stale_before) {
+            return;
+        }
+        if let Err(error) = self.refresh_controls().await {
+            tracing::warn!(%error, "could not read the outbox runtime controls; the last ones read hold");
+        }
+    }
+
+    /// Makes due the parked shards of `targets` that no pause covers now.
+    async fn release_parked(&self, targets: &[ControlTarget]) -> Result<(), StoreError> {
+        let mut kinds: Vec<OutboxKind> = targets.iter().map(ControlTarget::kind).collect();
+        kinds.dedup();
+        for kind in kinds {
+            let parked = self.parked_shards(kind).await?;
+            let release: Vec<ShardKey> = parked
+                .into_iter()
+                .filter(|shard| targets.iter().any(|target| target.covers(shard)))
+                .filter(|shard| self.controls.action_for(shard) != Some(ControlAction::Pause))
+                .collect();
+            self.retry_parked(&release).await?;
+        }
+        Ok(())
+    }
+
+    /// Makes due the parked shards no pause covers: those parked by a
+    /// process that stopped before it read the resume. The background
+    /// worker calls it as it starts.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn release_orphaned_pauses(&self) -> Result<(), StoreError> {
+        self.refresh_controls().await?;
+        for kind in OutboxKind::ALL {
+            let release: Vec<ShardKey> = self
+                .parked_shards(kind)
+                .await?
+                .into_iter()
+                .filter(|shard| self.controls.action_for(shard) != Some(ControlAction::Pause))
+                .collect();
+            self.retry_parked(&release).await?;
+        }
+        Ok(())
+    }
+
+    async fn parked_shards(&self, kind: OutboxKind) -> Result<Vec<ShardKey>, StoreError> {
+        const AT_MOST: usize = 10_000;
+        Ok(self
+            .admin
+            .failing_shards(kind, AT_MOST)
+            .await?
+            .into_iter()
+            .filter(|failing| failing.state.is_paused())
+            .map(|failing| failing.shard)
+            .collect())
+    }
+
+    async fn retry_parked(&self, shards: &[ShardKey]) -> Result<(), StoreError> {
+        if shards.is_empty() {
+            return Ok(());
+        }
+        let released = match self.admin.retry_now(shards, self.now()).await {
+            Ok(released) => released,
+            Err(error) => {
+                self.controls.add_unreleased(shards.iter().cloned());
+                return Err(error);
+            }
+        };
+        if released.len() < shards.len() {
+            // Their buckets are held: tried again at the next read of the
+            // controls.
+            tracing::debug!(
+                parked = shards.len(),
+                released = released.len(),
+                "some parked outbox shards are in held buckets; released later"
+            );
+            self.controls.add_unreleased(
+                shards
+                    .iter()
+                    .filter(|shard| !released.contains(shard))
+                    .cloned(),
+            );
+        }
+        Ok(())
     }
 
     /// The clock.
@@ -325,16 +494,18 @@ impl<C: Category> Drainer<C> {
         let depth = self.admin.pending_count(kind).await?;
         let oldest_age = self.oldest_pending_age(kind).await?;
         let failing = self.admin.failing_shards(kind, COUNTED).await?;
-        let quarantined_shards = failing
-            .iter()
-            .filter(|shard| shard.state.is_quarantined())
-            .count() as u64;
+        let count = |which: fn(&crate::store::ShardState) -> bool| {
+            failing.iter().filter(|shard| which(&shard.state)).count() as u64
+        };
+        let quarantined_shards = count(crate::store::ShardState::is_quarantined);
+        let paused_shards = count(crate::store::ShardState::is_paused);
         Ok(Backlog {
             kind,
             depth,
             oldest_age,
-            failing_shards: failing.len() as u64 - quarantined_shards,
+            failing_shards: failing.len() as u64 - quarantined_shards - paused_shards,
             quarantined_shards,
+            paused_shards,
         })
     }
 
@@ -424,6 +595,7 @@ impl<C: Category> Drainer<C> {
         up_to_id: Option<i64>,
         started: Option<RoundStarted>,
     ) -> Result<DrainReport, StoreError> {
+        self.refresh_controls_if_stale().await;
         let rows = self.pace.rows_per_round(&self.config);
         let request = self.claim_request(kind, rows, up_to_id);
         let shards = match self.store.claim_due(&request).await {
@@ -487,6 +659,7 @@ impl<C: Category> Drainer<C> {
                 ..DrainReport::default()
             });
         }
+        self.refresh_controls_if_stale().await;
         let kind = shard.kind();
         let mut total = DrainReport::default();
         let mut started = Instant::now();

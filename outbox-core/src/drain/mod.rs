@@ -67,7 +67,8 @@ mod round;
 
 pub use config::{
     DrainConfig, DEFAULT_BATCH_SIZE, DEFAULT_COMMIT_INTERVAL, DEFAULT_CONCURRENCY,
-    DEFAULT_DELIVERY_TIMEOUT, DEFAULT_LEASE, DEFAULT_ROUND_DURATION, DEFAULT_SYNC_WAIT,
+    DEFAULT_CONTROLS_REFRESH, DEFAULT_DELIVERY_TIMEOUT, DEFAULT_LEASE, DEFAULT_ROUND_DURATION,
+    DEFAULT_SYNC_WAIT,
 };
 pub use drainer::{Backlog, DeadLetterPolicy, Drainer};
 pub use report::{DeliveryError, DrainReport, FlushError, ShardFailure};

@@ -88,6 +88,7 @@ pub(crate) fn backlog(backlog: &super::drainer::Backlog) {
     metrics::gauge!(names::FAILING_SHARDS, "kind" => kind).set(backlog.failing_shards as f64);
     metrics::gauge!(names::QUARANTINED_SHARDS, "kind" => kind)
         .set(backlog.quarantined_shards as f64);
+    metrics::gauge!(names::PAUSED_SHARDS, "kind" => kind).set(backlog.paused_shards as f64);
 }
 
 pub(crate) fn culled(kind: OutboxKind, rows: usize) {

@@ -116,7 +116,7 @@ pub struct DrainReport {
     pub deliveries: usize,
     /// Rows deleted, delivered or culled.
     pub rows_deleted: u64,
-    /// Rows culled by the kill switch.
+    /// Rows culled by an operator's control.
     pub culled: usize,
     /// Rows moved to the dead-letter table.
     pub dead_lettered: u64,

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 
 use super::drain::ShardState;
 use super::error::StoreError;
+use crate::control::{ControlTarget, RuntimeControl};
 use crate::message::StoredRow;
 use crate::shard::{OutboxKind, ShardKey};
 
@@ -41,8 +42,9 @@ pub struct DeadLetterRow {
     pub dead_lettered_at: DateTime<Utc>,
 }
 
-/// Inspection and administration of an outbox store. The drain never calls
-/// these; each is one read or one transaction.
+/// Inspection and administration of an outbox store. The drain calls only
+/// `controls` (a cached read) and `retry_now`; each is one read or one
+/// transaction.
 #[async_trait]
 pub trait StoreAdmin: Send + Sync + 'static {
     /// Rows pending in `kind`.
@@ -99,4 +101,14 @@ pub trait StoreAdmin: Send + Sync + 'static {
         shards: &[ShardKey],
         now: DateTime<Utc>,
     ) -> Result<Vec<ShardKey>, StoreError>;
+
+    /// Every runtime control (see [`crate::control`]), shard controls and
+    /// scope controls alike.
+    async fn controls(&self) -> Result<Vec<RuntimeControl>, StoreError>;
+
+    /// Sets `control`, replacing the control of the same target if any.
+    async fn set_control(&self, control: &RuntimeControl) -> Result<(), StoreError>;
+
+    /// Removes the control of `target`; returns whether there was one.
+    async fn clear_control(&self, target: &ControlTarget) -> Result<bool, StoreError>;
 }

@@ -50,6 +50,12 @@ impl ShardState {
     pub fn is_quarantined(&self) -> bool {
         self.retry_at >= crate::quarantined_until()
     }
+
+    /// Whether the shard is parked by an operator's pause (see
+    /// [`crate::control`]).
+    pub fn is_paused(&self) -> bool {
+        self.retry_at >= crate::paused_until() && !self.is_quarantined()
+    }
 }
 
 /// One shard of a claim, with its rows.

@@ -172,6 +172,12 @@ impl<C: Category> WorkerBuilder<C> {
             ready: Arc::new(ready_tx),
         };
         let mut parts = 0;
+        let drainer = self.drainer.clone();
+        tasks.spawn(async move {
+            if let Err(error) = drainer.release_orphaned_pauses().await {
+                tracing::warn!(%error, "could not look for shards parked by a pause that is gone; they wait for the next resume");
+            }
+        });
         for &kind in &self.kinds {
             let in_flight = Arc::new(Semaphore::new(self.rounds_in_flight));
             tasks.spawn(run::drain_loop(shared.clone(), kind, in_flight));

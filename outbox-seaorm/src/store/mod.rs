@@ -19,6 +19,7 @@
 //!   may sit behind a transaction-pooling proxy.
 
 mod codec;
+mod controls;
 pub mod postgres;
 pub mod sqlite;
 
@@ -183,5 +184,17 @@ impl StoreAdmin for SeaOrmStore {
         now: DateTime<Utc>,
     ) -> Result<Vec<ShardKey>, StoreError> {
         self.admin().retry_now(shards, now).await
+    }
+
+    async fn controls(&self) -> Result<Vec<outbox_core::RuntimeControl>, StoreError> {
+        self.admin().controls().await
+    }
+
+    async fn set_control(&self, control: &outbox_core::RuntimeControl) -> Result<(), StoreError> {
+        self.admin().set_control(control).await
+    }
+
+    async fn clear_control(&self, target: &outbox_core::ControlTarget) -> Result<bool, StoreError> {
+        self.admin().clear_control(target).await
     }
 }

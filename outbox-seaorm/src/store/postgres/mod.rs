@@ -718,4 +718,16 @@ impl StoreAdmin for PgStore {
         }
         Ok(released)
     }
+
+    async fn controls(&self) -> Result<Vec<outbox_core::RuntimeControl>, StoreError> {
+        super::controls::read(&self.db).await
+    }
+
+    async fn set_control(&self, control: &outbox_core::RuntimeControl) -> Result<(), StoreError> {
+        super::controls::set(&self.db, control).await
+    }
+
+    async fn clear_control(&self, target: &outbox_core::ControlTarget) -> Result<bool, StoreError> {
+        super::controls::clear(&self.db, target).await
+    }
 }

@@ -1,0 +1,177 @@
+//! Runtime controls (rule 2's operator's kill switch, and the pause): a
+//! control set through one process holds in every other within
+//! `controls_refresh`, for the background drain and the synchronous flush;
+//! lifting it lets everything kept flow again, and nothing is lost but what
+//! a cull drops.
+
+use std::time::Duration;
+
+use super::{audit, drainer, org, update, Backend, NewRow, OutboxCategory, OutboxScope};
+use crate::clock::ManualClock;
+use crate::control::ControlTarget;
+use crate::drain::{DrainConfig, FlushError};
+use crate::registry::Scope;
+use crate::shard::OutboxKind;
+use crate::store::StoreAdmin;
+use crate::testing::Recorder;
+
+/// A shard paused through one process is neither delivered by another's
+/// drain nor by its synchronous flush, its rows stay (new ones too), and
+/// it shows as paused; resumed, its newest payload is delivered, also by the
+/// process whose view was still a second old when the pause was lifted.
+pub async fn a_pause_set_in_one_process_holds_in_another_until_resumed<B: Backend>(backend: &B) {
+    let store = backend.fresh("pause").await;
+    let other = backend.reconnect(&store).await;
+    let (paused, neighbour) = (org(1), org(2));
+    backend
+        .write(&store, &[update(&paused, 1, 0), update(&neighbour, 2, 0)])
+        .await;
+    let clock = ManualClock::starting_now();
+    let recorder = Recorder::new();
+    let a = drainer(store.clone(), &recorder, &clock, DrainConfig::default());
+    let b = drainer(other.clone(), &recorder, &clock, DrainConfig::default());
+    let target = ControlTarget::Shard(paused.clone());
+    a.pause(target.clone(), Some("investigating".into()))
+        .await
+        .unwrap();
+    assert_eq!(store.controls().await.unwrap().len(), 1);
+
+    let report = b.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.deliveries, 1, "the neighbour only");
+    backend.write(&store, &[update(&paused, 1, 1)]).await;
+    assert_eq!(b.drain_due(OutboxKind::Region).await.unwrap().deliveries, 0);
+    assert_eq!(a.drain_due(OutboxKind::Region).await.unwrap().deliveries, 0);
+    assert!(
+        matches!(
+            b.drain_shard(&paused, None).await,
+            Err(FlushError::BackingOff { .. })
+        ),
+        "a synchronous flush waits too"
+    );
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 2);
+    let failing = store.failing_shards(OutboxKind::Region, 10).await.unwrap();
+    assert_eq!(failing.len(), 1);
+    assert!(failing[0].state.is_paused() && !failing[0].state.is_quarantined());
+    assert_eq!(
+        failing[0].state.last_error.as_deref(),
+        Some("paused by an operator")
+    );
+
+    assert!(a.resume(&target).await.unwrap());
+    assert!(store.controls().await.unwrap().is_empty());
+    // B read the controls less than a second ago: it still sees the pause
+    // and parks the shard again; its next read releases it.
+    assert_eq!(b.drain_due(OutboxKind::Region).await.unwrap().deliveries, 0);
+    clock.advance(Duration::from_secs(1));
+    let report = b.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.deliveries, 1);
+    let objects: Vec<(i64, i64)> = recorder
+        .deliveries()
+        .iter()
+        .map(|d| (d.object, super::v(&d.payload)))
+        .collect();
+    assert_eq!(objects, vec![(2, 0), (1, 1)], "the newest payload, once");
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+    assert!(store
+        .failing_shards(OutboxKind::Region, 10)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+/// A paused scope holds every shard of it, new ones too, and no other; a
+/// cull that replaces the pause drops their rows without a delivery; lifted,
+/// the scope's new rows flow again.
+pub async fn a_scope_control_holds_its_new_shards_and_a_cull_drops_their_rows<B: Backend>(
+    backend: &B,
+) {
+    let store = backend.fresh("scope_control").await;
+    let other = backend.reconnect(&store).await;
+    backend
+        .write(
+            &store,
+            &[
+                update(&org(1), 1, 0),
+                update(&org(2), 2, 0),
+                NewRow {
+                    shard: audit(9),
+                    category: OutboxCategory::AuditLogEvent,
+                    object: 9,
+                    payload: None,
+                },
+            ],
+        )
+        .await;
+    let clock = ManualClock::starting_now();
+    let recorder = Recorder::new();
+    let a = drainer(store.clone(), &recorder, &clock, DrainConfig::default());
+    let b = drainer(other, &recorder, &clock, DrainConfig::default());
+    let scope = ControlTarget::Scope {
+        kind: OutboxKind::Region,
+        region: None,
+        scope: OutboxScope::OrganizationScope.value(),
+    };
+    a.pause(scope.clone(), None).await.unwrap();
+    assert_eq!(
+        b.drain_due(OutboxKind::Region).await.unwrap().deliveries,
+        1,
+        "the audit event, another scope"
+    );
+    backend.write(&store, &[update(&org(3), 3, 0)]).await;
+    assert_eq!(b.drain_due(OutboxKind::Region).await.unwrap().deliveries, 0);
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 3);
+
+    a.cull(scope.clone(), Some("bad deploy".into()))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(1));
+    let report = b.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!((report.deliveries, report.culled), (0, 3));
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+
+    assert!(a.resume(&scope).await.unwrap());
+    assert!(!a.resume(&scope).await.unwrap(), "nothing left to lift");
+    clock.advance(Duration::from_secs(1));
+    backend.write(&store, &[update(&org(4), 4, 0)]).await;
+    assert_eq!(b.drain_due(OutboxKind::Region).await.unwrap().deliveries, 1);
+    let mut objects: Vec<i64> = recorder.deliveries().iter().map(|d| d.object).collect();
+    objects.sort_unstable();
+    assert_eq!(objects, vec![4, 9]);
+}
+
+/// A shard parked by a process that stopped before it read the resume (its
+/// pause cleared behind its back) is released by the next worker to start:
+/// nothing stays parked without a pause.
+pub async fn a_shard_parked_under_a_pause_that_is_gone_is_released_at_startup<B: Backend>(
+    backend: &B,
+) {
+    let store = backend.fresh("orphan_pause").await;
+    let shard = org(1);
+    backend.write(&store, &[update(&shard, 1, 0)]).await;
+    let clock = ManualClock::starting_now();
+    let recorder = Recorder::new();
+    let gone = drainer(store.clone(), &recorder, &clock, DrainConfig::default());
+    let target = ControlTarget::Shard(shard.clone());
+    gone.pause(target.clone(), None).await.unwrap();
+    assert_eq!(
+        gone.drain_due(OutboxKind::Region).await.unwrap().deliveries,
+        0
+    );
+    drop(gone);
+    assert!(store.clear_control(&target).await.unwrap());
+    let failing = store.failing_shards(OutboxKind::Region, 10).await.unwrap();
+    assert!(failing[0].state.is_paused(), "still parked");
+
+    let next = backend.reconnect(&store).await;
+    let started = drainer(next, &recorder, &clock, DrainConfig::default());
+    started.release_orphaned_pauses().await.unwrap();
+    assert_eq!(
+        started
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .deliveries,
+        1
+    );
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+}
