@@ -90,6 +90,12 @@ struct Args {
     /// How long a client may take to send a request body, in milliseconds.
     #[arg(long, default_value_t = 10_000, env = "BODY_TIMEOUT_MS")]
     body_timeout_ms: u64,
+    /// The bearer token of the outbox admin API (`/admin/outbox` on every
+    /// silo: shards, controls, dead letters). Generated and printed when
+    /// running all three silos without one; without one, a single silo
+    /// serves no admin API.
+    #[arg(long, env = "OUTBOX_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
     /// The largest request body accepted, in bytes; the same for every silo.
     #[arg(long, default_value_t = example_app::silo::DEFAULT_BODY_LIMIT, env = "BODY_LIMIT_BYTES")]
     body_limit_bytes: usize,
@@ -105,7 +111,7 @@ impl Args {
         })
     }
 
-    fn config(&self, role: Role, secret: &str) -> SiloConfig {
+    fn config(&self, role: Role, secret: &str, admin_token: Option<&str>) -> SiloConfig {
         let (database_url, listen_url) = match &role {
             Role::Control => (
                 self.database_url("control", &self.control_database_url),
@@ -133,6 +139,7 @@ impl Args {
             poll_interval: Duration::from_millis(self.poll_interval_ms.max(1)),
             body_timeout: Duration::from_millis(self.body_timeout_ms.max(1)),
             body_limit: self.body_limit_bytes,
+            admin_token: admin_token.map(str::to_owned),
         }
     }
 }
@@ -157,6 +164,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
         }
     };
+    let admin_token = match (&args.admin_token, args.silo) {
+        (Some(token), _) if !token.is_empty() => Some(token.clone()),
+        (_, Which::All) => Some(format!("{:032x}", rand::random::<u128>())),
+        _ => None,
+    };
     let roles: Vec<(Role, SocketAddr)> = match args.silo {
         Which::All => vec![
             (Role::Control, args.control_addr),
@@ -173,7 +185,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-            configs.push((args.config(role, &secret), listener));
+            configs.push((args.config(role, &secret, admin_token.as_deref()), listener));
         }
         let report = example_app::upgrade::run(configs, &mut std::io::stderr()).await?;
         println!(
@@ -192,9 +204,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Role::Control => "control".to_owned(),
             Role::Region(name) => format!("region {name}"),
         };
-        let silo = silo::start(args.config(role, &secret), listener).await?;
+        let silo =
+            silo::start(args.config(role, &secret, admin_token.as_deref()), listener).await?;
         println!("{name:<10} http://{}", silo.addr);
         running.push(silo);
+    }
+    match (&admin_token, &args.admin_token) {
+        (Some(token), None) => println!(
+            "admin API  /admin/outbox on every silo, with: -H 'authorization: Bearer {token}'"
+        ),
+        (Some(_), Some(_)) => println!("admin API  /admin/outbox on every silo (your token)"),
+        (None, _) => println!("admin API  off (give --admin-token)"),
     }
     println!("Ctrl-C to stop");
     tokio::signal::ctrl_c().await?;

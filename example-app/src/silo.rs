@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
+use outbox_axum::admin::{Admin, BearerToken};
 use outbox_axum::OutboxWorker;
-use outbox_core::{Drainer, OutboxKind};
+use outbox_core::Drainer;
 use outbox_seaorm::backfill::Backfill;
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend};
 use sea_orm_migration::MigratorTrait;
@@ -61,6 +62,9 @@ pub struct SiloConfig {
     /// should have the same: a replication call carries what a silo
     /// accepted, and one refused by another silo is quarantined.
     pub body_limit: usize,
+    /// The bearer token of the outbox admin API (`/admin/outbox`); `None`
+    /// leaves it off.
+    pub admin_token: Option<String>,
 }
 
 /// Default [`SiloConfig::body_limit`]: 1 MiB (a bulk creation of
@@ -217,13 +221,13 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
     let app = routes
         .layer(worker.layer())
         .merge(admin_routes(
-            AdminState {
-                drainer: drainer.clone(),
-                waker: worker.waker().clone(),
+            SiloState {
                 backfill,
                 db: db.clone(),
             },
-            config.secret.clone(),
+            drainer.clone(),
+            worker.waker().clone(),
+            config.admin_token.as_deref(),
         ))
         .layer(axum::extract::DefaultBodyLimit::max(config.body_limit))
         .layer(RequestBodyTimeoutLayer::new(config.body_timeout));
@@ -261,175 +265,44 @@ pub fn backfill_for(role: &Role) -> Backfill {
 }
 
 #[derive(Clone)]
-struct AdminState {
-    drainer: Drainer<OutboxCategory>,
-    waker: outbox_core::worker::Waker,
+struct SiloState {
     backfill: Arc<Backfill>,
     db: DatabaseConnection,
 }
 
-/// `/healthz`, `/metrics`, `/admin/outbox/shards`, `/admin/outbox/failing`,
-/// `/admin/outbox/backfills`, and (with the silo secret)
-/// `POST /admin/outbox/retry`.
-fn admin_routes(state: AdminState, secret: String) -> Router {
-    let retry = Router::new()
-        .route("/admin/outbox/retry", post(retry_shards))
-        .route_layer(axum::middleware::from_fn_with_state(
-            secret,
-            crate::rpc::require_secret,
-        ));
-    Router::new()
+/// `/healthz`, `/metrics`, `/admin/backfills`, and with `admin_token` the
+/// library's admin API under `/admin/outbox` (see `outbox_axum::admin`).
+fn admin_routes(
+    state: SiloState,
+    drainer: Drainer<OutboxCategory>,
+    waker: outbox_core::worker::Waker,
+    admin_token: Option<&str>,
+) -> Router {
+    let mut router = Router::new()
         .route(
             "/healthz",
             get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
         )
         .route("/metrics", get(crate::telemetry::metrics))
-        .route("/admin/outbox/shards", get(pending_shards))
-        .route("/admin/outbox/failing", get(failing_shards))
-        .route("/admin/outbox/backfills", get(backfills))
-        .merge(retry)
-        .with_state(state)
-}
-
-fn store_unavailable(error: outbox_core::StoreError) -> ApiError {
-    tracing::error!(%error, "outbox admin");
-    ApiError::new(
-        axum::http::StatusCode::SERVICE_UNAVAILABLE,
-        "outbox store unavailable",
-    )
-}
-
-/// A shard, as the admin routes show and take it.
-#[derive(Debug, serde::Deserialize, serde::Serialize)]
-struct ShardRef {
-    /// `region` or `control`.
-    kind: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    region: Option<String>,
-    scope: i32,
-    shard_identifier: i64,
-}
-
-impl crate::validate::Validate for ShardRef {
-    fn validate(&self) -> Result<(), ApiError> {
-        crate::validate::text("kind", &self.kind, 16)?;
-        if let Some(region) = &self.region {
-            crate::validate::text("region", region, crate::validate::SLUG_MAX)?;
+        .route("/admin/backfills", get(backfills))
+        .with_state(state);
+    match admin_token {
+        Some(token) => {
+            router = router.nest(
+                "/admin/outbox",
+                Admin::new(drainer)
+                    .waker(waker)
+                    .router(BearerToken::new(token)),
+            );
         }
-        Ok(())
+        None => tracing::info!("no admin token: the outbox admin API is off"),
     }
-}
-
-impl ShardRef {
-    fn of(shard: &outbox_core::ShardKey) -> Self {
-        Self {
-            kind: shard.kind().as_str().to_owned(),
-            region: shard.region_name().map(str::to_owned),
-            scope: shard.scope(),
-            shard_identifier: shard.identifier(),
-        }
-    }
-
-    fn key(&self) -> Result<outbox_core::ShardKey, ApiError> {
-        let kind = OutboxKind::ALL
-            .into_iter()
-            .find(|kind| kind.as_str() == self.kind)
-            .ok_or_else(|| ApiError::bad_request("kind is `region` or `control`"))?;
-        match (kind, &self.region) {
-            (OutboxKind::Control, None) => Err(ApiError::bad_request(
-                "a control-outbox shard needs its region",
-            )),
-            (OutboxKind::Region, Some(_)) => {
-                Err(ApiError::bad_request("a region-outbox shard has no region"))
-            }
-            _ => Ok(outbox_core::ShardKey::from_raw(
-                kind,
-                self.scope,
-                self.shard_identifier,
-                self.region.clone(),
-            )),
-        }
-    }
-}
-
-/// Shards that failed and have not succeeded since, both outboxes: attempts,
-/// last error, next attempt, and whether the shard is quarantined after a
-/// permanent error (it then waits for `POST /admin/outbox/retry`).
-async fn failing_shards(
-    State(AdminState { drainer, .. }): State<AdminState>,
-) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
-    let mut failing = Vec::new();
-    for kind in OutboxKind::ALL {
-        failing.extend(
-            drainer
-                .admin()
-                .failing_shards(kind, 100)
-                .await
-                .map_err(store_unavailable)?,
-        );
-    }
-    Ok(Json(
-        failing
-            .into_iter()
-            .map(|failing| {
-                let state = &failing.state;
-                serde_json::json!({
-                    "shard": ShardRef::of(&failing.shard),
-                    "quarantined": state.is_quarantined(),
-                    "attempts": state.attempts,
-                    "last_error": state.last_error,
-                    "failed_at": state.failed_at.to_rfc3339(),
-                    "retry_at": (!state.is_quarantined()).then(|| state.retry_at.to_rfc3339()),
-                })
-            })
-            .collect(),
-    ))
-}
-
-/// Makes the given shards due at once (a quarantine or a backoff ends), for
-/// after a fix. Answers the shards released. A worker may hold a shard's
-/// bucket for a moment (it finds a quarantined shard, leaves it, releases):
-/// those are asked for again for up to a second; a shard still held then is
-/// not in the answer, and can be asked for again.
-async fn retry_shards(
-    State(AdminState { drainer, waker, .. }): State<AdminState>,
-    crate::error::ApiJson(shards): crate::error::ApiJson<Vec<ShardRef>>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let keys = shards
-        .iter()
-        .map(ShardRef::key)
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut released = Vec::new();
-    let mut left = keys.clone();
-    for _ in 0..20 {
-        let now_released = drainer
-            .admin()
-            .retry_now(&left, drainer.now())
-            .await
-            .map_err(store_unavailable)?;
-        left.retain(|shard| !now_released.contains(shard));
-        released.extend(now_released);
-        if left.is_empty() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    tracing::info!(
-        released = released.len(),
-        asked = keys.len(),
-        "outbox shards retried by an operator"
-    );
-    for kind in OutboxKind::ALL {
-        waker.wake_local(kind);
-    }
-    Ok(Json(serde_json::json!({
-        "released": released.iter().map(ShardRef::of).collect::<Vec<_>>(),
-    })))
+    router
 }
 
 /// Per replicated table: the backfill cursor, target version and rows left.
 async fn backfills(
-    State(state): State<AdminState>,
+    State(state): State<SiloState>,
 ) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
     let statuses = state.backfill.status(&state.db).await?;
     Ok(Json(
@@ -444,46 +317,6 @@ async fn backfills(
                     "target_version": status.target_version,
                     "done": status.done,
                     "rows_remaining": status.rows_remaining,
-                })
-            })
-            .collect(),
-    ))
-}
-
-/// Pending shards of both outboxes, deepest first, with their depth, oldest
-/// age and next scheduled time.
-async fn pending_shards(
-    State(AdminState { drainer, .. }): State<AdminState>,
-) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
-    let now = drainer.now();
-    let mut shards = Vec::new();
-    for kind in OutboxKind::ALL {
-        let depths = drainer
-            .admin()
-            .shard_depths(kind, 100)
-            .await
-            .map_err(|error| {
-                tracing::error!(%error, "shard depths");
-                ApiError::new(
-                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                    "outbox store unavailable",
-                )
-            })?;
-        shards.extend(depths);
-    }
-    shards.sort_by_key(|shard| std::cmp::Reverse(shard.depth));
-    Ok(Json(
-        shards
-            .into_iter()
-            .map(|shard| {
-                serde_json::json!({
-                    "kind": shard.shard.kind().as_str(),
-                    "region": shard.shard.region_name(),
-                    "scope": shard.shard.scope(),
-                    "shard_identifier": shard.shard.identifier(),
-                    "depth": shard.depth,
-                    "oldest_age_seconds": (now - shard.oldest_date_added).num_milliseconds() as f64 / 1000.0,
-                    "next_scheduled_for": shard.next_scheduled_for.to_rfc3339(),
                 })
             })
             .collect(),

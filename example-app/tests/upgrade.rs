@@ -62,6 +62,7 @@ fn configs(
                 poll_interval: Duration::from_millis(50),
                 body_timeout: Duration::from_secs(10),
                 body_limit: example_app::silo::DEFAULT_BODY_LIMIT,
+                admin_token: None,
             };
             (config, listener)
         })

@@ -62,6 +62,7 @@
 //! transaction, then [`OutboxContext::flush`](outbox_core::OutboxContext::flush)
 //! after the commit.
 
+pub mod admin;
 mod context;
 pub mod layer;
 mod slot;

@@ -1,0 +1,440 @@
+//! What the admin routes take and answer, as JSON.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use outbox_core::store::{DeadLetterRow, FailingShard, ShardDepth, ShardState};
+use outbox_core::{Backlog, ControlAction, ControlTarget, OutboxKind, RuntimeControl, ShardKey};
+
+use super::error::AdminError;
+
+/// An outbox table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// `region_outbox`.
+    Region,
+    /// `control_outbox`.
+    Control,
+}
+
+impl From<Kind> for OutboxKind {
+    fn from(kind: Kind) -> Self {
+        match kind {
+            Kind::Region => OutboxKind::Region,
+            Kind::Control => OutboxKind::Control,
+        }
+    }
+}
+
+impl From<OutboxKind> for Kind {
+    fn from(kind: OutboxKind) -> Self {
+        match kind {
+            OutboxKind::Region => Kind::Region,
+            OutboxKind::Control => Kind::Control,
+        }
+    }
+}
+
+/// A shard: `region` is required for the control outbox and refused for
+/// the region outbox.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardRef {
+    /// Its table.
+    pub kind: Kind,
+    /// Its region (control outbox only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Its scope's value.
+    pub scope: i32,
+    /// Its identifier.
+    pub identifier: i64,
+}
+
+fn checked_region(kind: Kind, region: Option<&String>) -> Result<Option<String>, AdminError> {
+    match (kind, region) {
+        (Kind::Region, None) => Ok(None),
+        (Kind::Region, Some(_)) => Err(AdminError::bad_request(
+            "`region` names a region of the control outbox; the region outbox has none",
+        )),
+        (Kind::Control, Some(region)) if !region.is_empty() && region.len() <= 64 => {
+            Ok(Some(region.clone()))
+        }
+        (Kind::Control, _) => Err(AdminError::bad_request(
+            "the control outbox needs `region` (1 to 64 characters)",
+        )),
+    }
+}
+
+impl ShardRef {
+    /// The shard key, checked.
+    pub(crate) fn key(&self) -> Result<ShardKey, AdminError> {
+        let region = checked_region(self.kind, self.region.as_ref())?;
+        Ok(ShardKey::from_raw(
+            self.kind.into(),
+            self.scope,
+            self.identifier,
+            region,
+        ))
+    }
+
+    pub(crate) fn of(shard: &ShardKey) -> Self {
+        Self {
+            kind: shard.kind().into(),
+            region: shard.region_name().map(str::to_owned),
+            scope: shard.scope(),
+            identifier: shard.identifier(),
+        }
+    }
+}
+
+/// What a control applies to: a shard, or a whole scope when `identifier`
+/// is absent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetRef {
+    /// The table.
+    pub kind: Kind,
+    /// The region (control outbox only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// The scope's value.
+    pub scope: i32,
+    /// The shard; absent: every shard of the scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identifier: Option<i64>,
+}
+
+impl TargetRef {
+    pub(crate) fn target(&self) -> Result<ControlTarget, AdminError> {
+        let region = checked_region(self.kind, self.region.as_ref())?;
+        Ok(match self.identifier {
+            Some(identifier) => ControlTarget::Shard(ShardKey::from_raw(
+                self.kind.into(),
+                self.scope,
+                identifier,
+                region,
+            )),
+            None => ControlTarget::Scope {
+                kind: self.kind.into(),
+                region,
+                scope: self.scope,
+            },
+        })
+    }
+
+    pub(crate) fn of(target: &ControlTarget) -> Self {
+        match target {
+            ControlTarget::Shard(shard) => {
+                let shard = ShardRef::of(shard);
+                Self {
+                    kind: shard.kind,
+                    region: shard.region,
+                    scope: shard.scope,
+                    identifier: Some(shard.identifier),
+                }
+            }
+            ControlTarget::Scope {
+                kind,
+                region,
+                scope,
+            } => Self {
+                kind: (*kind).into(),
+                region: region.clone(),
+                scope: *scope,
+                identifier: None,
+            },
+        }
+    }
+}
+
+/// `pause` or `cull`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Keep and skip.
+    Pause,
+    /// Drop.
+    Cull,
+}
+
+impl From<Action> for ControlAction {
+    fn from(action: Action) -> Self {
+        match action {
+            Action::Pause => ControlAction::Pause,
+            Action::Cull => ControlAction::Cull,
+        }
+    }
+}
+
+impl From<ControlAction> for Action {
+    fn from(action: ControlAction) -> Self {
+        match action {
+            ControlAction::Pause => Action::Pause,
+            ControlAction::Cull => Action::Cull,
+        }
+    }
+}
+
+/// `PUT /controls`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetControl {
+    /// What.
+    pub target: TargetRef,
+    /// Pause or cull.
+    pub action: Action,
+    /// Why, for the next operator (at most 1,000 characters).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `DELETE /controls`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LiftControl {
+    /// What.
+    pub target: TargetRef,
+}
+
+/// A control as stored.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ControlView {
+    /// What.
+    pub target: TargetRef,
+    /// Pause or cull.
+    pub action: Action,
+    /// Why.
+    pub reason: Option<String>,
+    /// Since when.
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<&RuntimeControl> for ControlView {
+    fn from(control: &RuntimeControl) -> Self {
+        Self {
+            target: TargetRef::of(&control.target),
+            action: control.action.into(),
+            reason: control.reason.clone(),
+            created_at: control.created_at,
+        }
+    }
+}
+
+/// A shard's failure state.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StateView {
+    /// Failed attempts since its last success.
+    pub attempts: u32,
+    /// Its next attempt (far in the future while paused or quarantined).
+    pub retry_at: DateTime<Utc>,
+    /// What failed last ("paused by an operator" while paused).
+    pub last_error: Option<String>,
+    /// When.
+    pub failed_at: DateTime<Utc>,
+    /// Parked by a pause.
+    pub paused: bool,
+    /// Waiting for an operator after a permanent error.
+    pub quarantined: bool,
+}
+
+impl From<&ShardState> for StateView {
+    fn from(state: &ShardState) -> Self {
+        Self {
+            attempts: state.attempts,
+            retry_at: state.retry_at,
+            last_error: state.last_error.clone(),
+            failed_at: state.failed_at,
+            paused: state.is_paused(),
+            quarantined: state.is_quarantined(),
+        }
+    }
+}
+
+/// A pending shard.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ShardView {
+    /// Which.
+    pub shard: ShardRef,
+    /// Rows pending.
+    pub depth: u64,
+    /// When its oldest pending row was written.
+    pub oldest_date_added: DateTime<Utc>,
+    /// Its earliest `scheduled_for`.
+    pub next_scheduled_for: DateTime<Utc>,
+    /// Its failure state, if it failed (or is paused).
+    pub state: Option<StateView>,
+}
+
+impl ShardView {
+    pub(crate) fn of(depth: &ShardDepth, failing: &[FailingShard]) -> Self {
+        Self {
+            shard: ShardRef::of(&depth.shard),
+            depth: depth.depth,
+            oldest_date_added: depth.oldest_date_added,
+            next_scheduled_for: depth.next_scheduled_for,
+            state: failing
+                .iter()
+                .find(|f| f.shard == depth.shard)
+                .map(|f| StateView::from(&f.state)),
+        }
+    }
+}
+
+/// A shard with a failure state.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FailingView {
+    /// Which.
+    pub shard: ShardRef,
+    /// Its state.
+    pub state: StateView,
+}
+
+/// `GET /shards`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ShardsView {
+    /// The table.
+    pub kind: Kind,
+    /// Rows pending.
+    pub pending: u64,
+    /// The deepest shards, deepest first.
+    pub shards: Vec<ShardView>,
+    /// Shards with a failure state (backing off, paused, quarantined), next
+    /// attempt first.
+    pub failing: Vec<FailingView>,
+}
+
+/// `POST /shards/retry`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryShards {
+    /// Which (failing ones: unknown shards are refused).
+    pub shards: Vec<ShardRef>,
+}
+
+/// What `POST /shards/retry` did.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Retried {
+    /// Made due at once.
+    pub released: Vec<ShardRef>,
+    /// Left alone: their bucket is held by a worker right now; ask again.
+    pub held: Vec<ShardRef>,
+}
+
+/// A dead-lettered row.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeadLetterView {
+    /// Its id (kept when replayed).
+    pub id: i64,
+    /// Its shard.
+    pub shard: ShardRef,
+    /// Its category's value.
+    pub category: i32,
+    /// Its object.
+    pub object_identifier: i64,
+    /// Its payload.
+    pub payload: Option<serde_json::Value>,
+    /// Why it was dead-lettered.
+    pub error: String,
+    /// When it was written.
+    pub date_added: DateTime<Utc>,
+    /// When it was dead-lettered.
+    pub dead_lettered_at: DateTime<Utc>,
+}
+
+impl From<&DeadLetterRow> for DeadLetterView {
+    fn from(dead: &DeadLetterRow) -> Self {
+        Self {
+            id: dead.row.id,
+            shard: ShardRef::of(&dead.row.shard),
+            category: dead.row.category,
+            object_identifier: dead.row.object_identifier,
+            payload: dead.row.payload.clone(),
+            error: dead.error.clone(),
+            date_added: dead.row.date_added,
+            dead_lettered_at: dead.dead_lettered_at,
+        }
+    }
+}
+
+/// `POST /dead-letters/replay`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayDeadLetters {
+    /// The table.
+    pub kind: Kind,
+    /// The rows (1 to 10,000).
+    pub ids: Vec<i64>,
+}
+
+/// One table's backlog.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BacklogView {
+    /// The table.
+    pub kind: Kind,
+    /// Rows pending.
+    pub depth: u64,
+    /// Age of the oldest pending row, in seconds.
+    pub oldest_age_seconds: Option<f64>,
+    /// Shards backing off.
+    pub failing_shards: u64,
+    /// Shards quarantined.
+    pub quarantined_shards: u64,
+    /// Shards paused.
+    pub paused_shards: u64,
+}
+
+impl From<&Backlog> for BacklogView {
+    fn from(backlog: &Backlog) -> Self {
+        Self {
+            kind: backlog.kind.into(),
+            depth: backlog.depth,
+            oldest_age_seconds: backlog.oldest_age.map(|age| age.as_secs_f64()),
+            failing_shards: backlog.failing_shards,
+            quarantined_shards: backlog.quarantined_shards,
+            paused_shards: backlog.paused_shards,
+        }
+    }
+}
+
+/// `GET /health`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HealthView {
+    /// Per table.
+    pub backlogs: Vec<BacklogView>,
+    /// Runtime controls in force.
+    pub controls: usize,
+}
+
+/// `?kind=region&limit=100`.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListQuery {
+    #[serde(default = "region")]
+    pub(crate) kind: Kind,
+    #[serde(default = "hundred")]
+    pub(crate) limit: usize,
+}
+
+fn region() -> Kind {
+    Kind::Region
+}
+
+fn hundred() -> usize {
+    100
+}
+
+/// The largest `limit` and replay batch.
+pub(crate) const MAX_LIMIT: usize = 10_000;
+
+impl ListQuery {
+    pub(crate) fn checked(self) -> Result<Self, AdminError> {
+        if self.limit == 0 || self.limit > MAX_LIMIT {
+            return Err(AdminError::bad_request(format!(
+                "`limit` must be between 1 and {MAX_LIMIT}"
+            )));
+        }
+        Ok(self)
+    }
+}

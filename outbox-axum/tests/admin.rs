@@ -1,0 +1,375 @@
+//! The admin router: authorisation, typed errors on bad input, and runtime
+//! controls that hold across processes (two pools on one database).
+
+#![allow(missing_docs, clippy::unwrap_used)]
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use outbox_axum::admin::{Admin, BearerToken};
+use outbox_core::{Drainer, OutboxKind, StoreAdmin};
+use outbox_seaorm::testing::{DbBackend, TestDatabase};
+use outbox_seaorm::{write_region, OutboxMessage, SeaOrmStore};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+outbox_core::registry! {
+    OrganizationScope = 0 (shard_field = "organization_id") {
+        OrganizationUpdate = 1,
+    }
+}
+
+type Recorder = outbox_core::testing::Recorder<OutboxCategory>;
+
+const TOKEN: &str = "admin-token";
+
+/// A request body: content type and text.
+type RequestBody<'a> = Option<(&'a str, &'a str)>;
+
+async fn call(
+    router: &Router,
+    method: Method,
+    uri: &str,
+    token: Option<&str>,
+    body: RequestBody<'_>,
+) -> (StatusCode, Value) {
+    let mut request = Request::builder().method(method).uri(uri);
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = match body {
+        Some((content_type, body)) => request
+            .header(header::CONTENT_TYPE, content_type)
+            .body(Body::from(body.to_owned())),
+        None => request.body(Body::empty()),
+    }
+    .unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&bytes)))
+    };
+    (status, value)
+}
+
+async fn write(db: &TestDatabase, organization: i64) {
+    write_region(
+        &db.db,
+        OutboxMessage::new(
+            OutboxCategory::OrganizationUpdate,
+            organization,
+            organization,
+        )
+        .with_payload(json!({ "v": organization })),
+    )
+    .await
+    .unwrap();
+}
+
+fn pause_body(identifier: i64) -> String {
+    json!({
+        "target": { "kind": "region", "scope": 0, "identifier": identifier },
+        "action": "pause",
+        "reason": "investigating"
+    })
+    .to_string()
+}
+
+/// Every route refuses a request without the token (or with a wrong one)
+/// with 401 and a JSON error, and changes nothing.
+async fn unauthorised_requests_get_401_and_change_nothing(backend: DbBackend) {
+    let db = TestDatabase::of(backend, "admin_unauthorised")
+        .await
+        .unwrap();
+    write(&db, 1).await;
+    let recorder = Recorder::new();
+    let drainer = Drainer::new(
+        SeaOrmStore::new(db.db.clone()).unwrap(),
+        recorder.receivers(),
+    );
+    let router = Admin::new(drainer).router(BearerToken::new(TOKEN));
+    let json = "application/json";
+    let pause = pause_body(1);
+    let routes: Vec<(Method, &str, RequestBody<'_>)> = vec![
+        (Method::GET, "/health", None),
+        (Method::GET, "/shards", None),
+        (
+            Method::POST,
+            "/shards/retry",
+            Some((
+                json,
+                r#"{"shards":[{"kind":"region","scope":0,"identifier":1}]}"#,
+            )),
+        ),
+        (Method::GET, "/controls", None),
+        (Method::PUT, "/controls", Some((json, pause.as_str()))),
+        (
+            Method::DELETE,
+            "/controls",
+            Some((
+                json,
+                r#"{"target":{"kind":"region","scope":0,"identifier":1}}"#,
+            )),
+        ),
+        (Method::GET, "/dead-letters", None),
+        (
+            Method::POST,
+            "/dead-letters/replay",
+            Some((json, r#"{"kind":"region","ids":[1]}"#)),
+        ),
+    ];
+    for (method, uri, body) in routes {
+        for token in [None, Some("wrong"), Some("")] {
+            let (status, error) = call(&router, method.clone(), uri, token, body).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {uri} {token:?}");
+            assert_eq!(error["error"]["code"], "unauthorized");
+        }
+    }
+    assert!(db.store().controls().await.unwrap().is_empty());
+    assert_eq!(
+        db.store().pending_count(OutboxKind::Region).await.unwrap(),
+        1
+    );
+}
+
+/// Bad input is a typed 4xx and changes nothing: malformed JSON, the wrong
+/// content type, unknown fields, actions, kinds and shards, a region on
+/// the region outbox, limits out of range.
+async fn bad_input_gets_a_typed_error_and_changes_nothing(backend: DbBackend) {
+    let db = TestDatabase::of(backend, "admin_bad_input").await.unwrap();
+    write(&db, 1).await;
+    let recorder = Recorder::new();
+    let drainer = Drainer::new(
+        SeaOrmStore::new(db.db.clone()).unwrap(),
+        recorder.receivers(),
+    );
+    let router = Admin::new(drainer).router(BearerToken::new(TOKEN));
+    let json = "application/json";
+    let token = Some(TOKEN);
+    let cases: Vec<(Method, &str, RequestBody<'_>, StatusCode, &str)> = vec![
+        (
+            Method::PUT,
+            "/controls",
+            Some((json, "{not json")),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            Method::PUT,
+            "/controls",
+            Some(("text/plain", "{}")),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+        ),
+        (
+            Method::PUT,
+            "/controls",
+            Some((
+                json,
+                r#"{"target":{"kind":"region","scope":0},"action":"explode"}"#,
+            )),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+        ),
+        (
+            Method::PUT,
+            "/controls",
+            Some((
+                json,
+                r#"{"target":{"kind":"moon","scope":0},"action":"pause"}"#,
+            )),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+        ),
+        (
+            Method::PUT,
+            "/controls",
+            Some((
+                json,
+                r#"{"target":{"kind":"region","scope":0,"colour":1},"action":"pause"}"#,
+            )),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+        ),
+        (
+            Method::PUT,
+            "/controls",
+            Some((
+                json,
+                r#"{"target":{"kind":"region","region":"us","scope":0},"action":"pause"}"#,
+            )),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            Method::PUT,
+            "/controls",
+            Some((
+                json,
+                r#"{"target":{"kind":"control","scope":0},"action":"pause"}"#,
+            )),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            Method::DELETE,
+            "/controls",
+            Some((
+                json,
+                r#"{"target":{"kind":"region","scope":0,"identifier":7}}"#,
+            )),
+            StatusCode::NOT_FOUND,
+            "unknown_control",
+        ),
+        (
+            Method::POST,
+            "/shards/retry",
+            Some((
+                json,
+                r#"{"shards":[{"kind":"region","scope":0,"identifier":7}]}"#,
+            )),
+            StatusCode::NOT_FOUND,
+            "unknown_shard",
+        ),
+        (
+            Method::POST,
+            "/shards/retry",
+            Some((json, r#"{"shards":[]}"#)),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            Method::POST,
+            "/dead-letters/replay",
+            Some((json, r#"{"kind":"region","ids":[12345]}"#)),
+            StatusCode::NOT_FOUND,
+            "unknown_dead_letters",
+        ),
+        (
+            Method::GET,
+            "/shards?kind=moon",
+            None,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            Method::GET,
+            "/shards?limit=0",
+            None,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            Method::GET,
+            "/dead-letters?limit=100000",
+            None,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+    ];
+    for (method, uri, body, status, code) in cases {
+        let (got, error) = call(&router, method.clone(), uri, token, body).await;
+        assert_eq!(
+            (got, error["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{method} {uri} {body:?}: {error}"
+        );
+        assert!(error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+    assert!(db.store().controls().await.unwrap().is_empty());
+    assert_eq!(
+        db.store().pending_count(OutboxKind::Region).await.unwrap(),
+        1
+    );
+}
+
+/// A pause set through the admin API of one process stops delivery by a
+/// worker of another (its own pool on the same database), shows in the
+/// shards view, and lifting it lets the row through.
+async fn a_pause_through_the_admin_api_holds_in_another_process(backend: DbBackend) {
+    let db = TestDatabase::of(backend, "admin_pause").await.unwrap();
+    write(&db, 1).await;
+    write(&db, 2).await;
+    let recorder = Recorder::new();
+    let here = Drainer::new(
+        SeaOrmStore::new(db.db.clone()).unwrap(),
+        recorder.receivers(),
+    );
+    let router = Admin::new(here).router(BearerToken::new(TOKEN));
+    let clock = outbox_core::ManualClock::starting_now();
+    let elsewhere = Drainer::new(
+        SeaOrmStore::new(db.connect_again(2).await.unwrap()).unwrap(),
+        recorder.receivers(),
+    )
+    .with_clock(clock.clone());
+    let json = "application/json";
+    let pause = pause_body(1);
+    let (status, control) = call(
+        &router,
+        Method::PUT,
+        "/controls",
+        Some(TOKEN),
+        Some((json, &pause)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{control}");
+    assert_eq!(control["action"], "pause");
+    assert_eq!(control["reason"], "investigating");
+
+    let report = elsewhere.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.deliveries, 1, "organization 2 only");
+    let (_, shards) = call(&router, Method::GET, "/shards", Some(TOKEN), None).await;
+    assert_eq!(shards["pending"], 1);
+    assert_eq!(shards["failing"][0]["shard"]["identifier"], 1);
+    assert_eq!(shards["failing"][0]["state"]["paused"], true);
+    let (_, health) = call(&router, Method::GET, "/health", Some(TOKEN), None).await;
+    assert_eq!(health["backlogs"][0]["paused_shards"], 1);
+    assert_eq!(health["controls"], 1);
+
+    let lift = r#"{"target":{"kind":"region","scope":0,"identifier":1}}"#;
+    let (status, _) = call(
+        &router,
+        Method::DELETE,
+        "/controls",
+        Some(TOKEN),
+        Some((json, lift)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    // The other process read the controls less than a second ago: it
+    // still sees the pause (and parks the shard again); its next read, a
+    // second later, sees it gone and releases the shard.
+    assert_eq!(
+        elsewhere
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .deliveries,
+        0
+    );
+    clock.advance(std::time::Duration::from_secs(1));
+    assert_eq!(
+        elsewhere
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .deliveries,
+        1
+    );
+    let mut objects: Vec<i64> = recorder.deliveries().iter().map(|d| d.object).collect();
+    objects.sort_unstable();
+    assert_eq!(objects, vec![1, 2]);
+}
+
+outbox_seaorm::on_both_backends!(
+    unauthorised_requests_get_401_and_change_nothing,
+    bad_input_gets_a_typed_error_and_changes_nothing,
+    a_pause_through_the_admin_api_holds_in_another_process,
+);
