@@ -122,6 +122,11 @@ async fn unauthorised_requests_get_401_and_change_nothing(backend: DbBackend) {
             "/dead-letters/replay",
             Some((json, r#"{"kind":"region","ids":[1]}"#)),
         ),
+        (
+            Method::POST,
+            "/dead-letters/discard",
+            Some((json, r#"{"kind":"region","ids":[1]}"#)),
+        ),
     ];
     for (method, uri, body) in routes {
         for token in [None, Some("wrong"), Some("")] {
@@ -251,6 +256,13 @@ async fn bad_input_gets_a_typed_error_and_changes_nothing(backend: DbBackend) {
             "unknown_dead_letters",
         ),
         (
+            Method::POST,
+            "/dead-letters/discard",
+            Some((json, r#"{"kind":"region","ids":[]}"#)),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
             Method::GET,
             "/shards?kind=moon",
             None,
@@ -368,7 +380,93 @@ async fn a_pause_through_the_admin_api_holds_in_another_process(backend: DbBacke
     assert_eq!(objects, vec![1, 2]);
 }
 
+/// Dead letters through the API: listed with payload and error, one
+/// replayed (and then delivered), one discarded (and gone for good).
+async fn dead_letters_are_listed_replayed_and_discarded(backend: DbBackend) {
+    let db = TestDatabase::of(backend, "admin_dead_letters")
+        .await
+        .unwrap();
+    write(&db, 1).await;
+    write(&db, 2).await;
+    let recorder = Recorder::new();
+    recorder.fail_when(|_| true);
+    let drainer = Drainer::new(
+        SeaOrmStore::new(db.db.clone()).unwrap(),
+        recorder.receivers(),
+    )
+    .with_dead_letter(OutboxScope::OrganizationScope, 1);
+    let router = Admin::new(drainer.clone()).router(BearerToken::new(TOKEN));
+    assert_eq!(
+        drainer
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .dead_lettered,
+        2
+    );
+    let (status, dead) = call(&router, Method::GET, "/dead-letters", Some(TOKEN), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let dead = dead.as_array().unwrap().clone();
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    let id_of = |organization: i64| {
+        dead.iter()
+            .find(|d| d["object_identifier"] == organization)
+            .map(|d| {
+                assert_eq!(d["payload"], json!({ "v": organization }));
+                assert!(!d["error"].as_str().unwrap().is_empty());
+                d["id"].as_i64().unwrap()
+            })
+            .unwrap()
+    };
+    let (keep, drop) = (id_of(1), id_of(2));
+    let json = "application/json";
+    let body = |id: i64| json!({ "kind": "region", "ids": [id] }).to_string();
+    let (status, replayed) = call(
+        &router,
+        Method::POST,
+        "/dead-letters/replay",
+        Some(TOKEN),
+        Some((json, &body(keep))),
+    )
+    .await;
+    assert_eq!(
+        (status, replayed["replayed"].as_u64()),
+        (StatusCode::OK, Some(1))
+    );
+    let (status, discarded) = call(
+        &router,
+        Method::POST,
+        "/dead-letters/discard",
+        Some(TOKEN),
+        Some((json, &body(drop))),
+    )
+    .await;
+    assert_eq!(
+        (status, discarded["discarded"].as_u64()),
+        (StatusCode::OK, Some(1))
+    );
+    let (_, dead) = call(&router, Method::GET, "/dead-letters", Some(TOKEN), None).await;
+    assert_eq!(dead, json!([]));
+
+    recorder.stop_failing();
+    assert_eq!(
+        drainer
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .deliveries,
+        1
+    );
+    let delivered: Vec<i64> = recorder.deliveries().iter().map(|d| d.object).collect();
+    assert_eq!(delivered, vec![1]);
+    assert_eq!(
+        db.store().pending_count(OutboxKind::Region).await.unwrap(),
+        0
+    );
+}
+
 outbox_seaorm::on_both_backends!(
+    dead_letters_are_listed_replayed_and_discarded,
     unauthorised_requests_get_401_and_change_nothing,
     bad_input_gets_a_typed_error_and_changes_nothing,
     a_pause_through_the_admin_api_holds_in_another_process,

@@ -620,6 +620,15 @@ impl StoreAdmin for MemoryStore {
         Ok(moved)
     }
 
+    async fn discard_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
+        let mut state = self.lock();
+        Self::check_failure(&mut state, "discard dead letters")?;
+        let Some(dead) = state.dead.get_mut(&kind) else {
+            return Ok(0);
+        };
+        Ok(ids.iter().filter(|id| dead.remove(id).is_some()).count() as u64)
+    }
+
     async fn retry_now(
         &self,
         shards: &[ShardKey],

@@ -361,6 +361,10 @@ impl StoreAdmin for SimStore {
         self.inner.retry_now(shards, now).await
     }
 
+    async fn discard_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
+        self.inner.discard_dead_letters(kind, ids).await
+    }
+
     async fn controls(&self) -> Result<Vec<crate::control::RuntimeControl>, StoreError> {
         self.inner.controls().await
     }

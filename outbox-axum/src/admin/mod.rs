@@ -17,6 +17,7 @@
 //! | `DELETE /controls` `{"target": {...}}` | lifts one; paused shards are due at once |
 //! | `GET /dead-letters?kind=region&limit=100` | dead letters with payload and error |
 //! | `POST /dead-letters/replay` `{"kind": "region", "ids": [...]}` | puts them back in the outbox |
+//! | `POST /dead-letters/discard` `{"kind": "region", "ids": [...]}` | deletes them for good |
 //!
 //! A target is `{"kind": "region", "scope": 0, "identifier": 42}` (a shard)
 //! or without `identifier` (every shard of the scope, new ones too); the
@@ -130,6 +131,7 @@ impl<C: Category> Admin<C> {
             )
             .route("/dead-letters", get(routes::dead_letters::<C>))
             .route("/dead-letters/replay", post(routes::replay::<C>))
+            .route("/dead-letters/discard", post(routes::discard::<C>))
             .with_state(self.state)
     }
 }

@@ -358,7 +358,7 @@ impl From<&DeadLetterRow> for DeadLetterView {
     }
 }
 
-/// `POST /dead-letters/replay`.
+/// `POST /dead-letters/replay` and `POST /dead-letters/discard`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayDeadLetters {

@@ -216,3 +216,27 @@ pub(super) async fn replay<C: Category>(
     }
     Ok(Json(serde_json::json!({ "replayed": replayed })))
 }
+
+pub(super) async fn discard<C: Category>(
+    State(state): State<AdminState<C>>,
+    AdminJson(request): AdminJson<ReplayDeadLetters>,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let drainer = &state.drainer;
+    if request.ids.is_empty() || request.ids.len() > MAX_LIMIT {
+        return Err(AdminError::bad_request(format!(
+            "give 1 to {MAX_LIMIT} ids"
+        )));
+    }
+    let discarded = drainer
+        .admin()
+        .discard_dead_letters(request.kind.into(), &request.ids)
+        .await?;
+    if discarded == 0 {
+        return Err(AdminError::not_found(
+            "unknown_dead_letters",
+            "none of these ids is a dead letter of this table",
+        ));
+    }
+    tracing::info!(discarded, "outbox dead letters discarded by an operator");
+    Ok(Json(serde_json::json!({ "discarded": discarded })))
+}

@@ -166,6 +166,7 @@ pub async fn a_flush_racing_a_drain_on_a_failing_shard_tries_once_per_step<B: Ba
 /// shard goes on in the same round, the dead letter can be listed and
 /// replayed, and the next failure starts counting from zero.
 pub async fn an_opted_in_scope_dead_letters_and_the_shard_goes_on<B: Backend>(backend: &B) {
+    // (Replayed dead letters are delivered; discarded ones are gone.)
     let store = backend.fresh("dead_letters").await;
     let shard = audit(5);
     let event = |object| NewRow {
@@ -212,6 +213,44 @@ pub async fn an_opted_in_scope_dead_letters_and_the_shard_goes_on<B: Backend>(ba
     drainer.drain_due(OutboxKind::Region).await.unwrap();
     let objects: Vec<i64> = recorder.deliveries().iter().map(|d| d.object).collect();
     assert_eq!(objects, vec![2, 1]);
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+
+    // A dead letter an operator discards is gone for good.
+    recorder.fail_when(|_| true);
+    let more = backend.write(&store, &[event(3)]).await;
+    drainer.drain_due(OutboxKind::Region).await.unwrap();
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(
+        drainer
+            .drain_due(OutboxKind::Region)
+            .await
+            .unwrap()
+            .dead_lettered,
+        1
+    );
+    let discard = |ids: Vec<i64>| {
+        let store = store.clone();
+        async move {
+            store
+                .discard_dead_letters(OutboxKind::Region, &ids)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(discard(vec![more[0], 999_999]).await, 1);
+    assert_eq!(discard(vec![more[0]]).await, 0, "already gone");
+    assert!(store
+        .dead_letters(OutboxKind::Region, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        store
+            .replay_dead_letters(OutboxKind::Region, &more)
+            .await
+            .unwrap(),
+        0
+    );
     assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
 }
 

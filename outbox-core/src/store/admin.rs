@@ -87,6 +87,11 @@ pub trait StoreAdmin: Send + Sync + 'static {
     /// for another try after a fix. Returns how many were moved.
     async fn replay_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError>;
 
+    /// Deletes the dead letters of `kind` with these ids, for good (an
+    /// operator decided they are not worth delivering). Returns how many
+    /// were deleted.
+    async fn discard_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError>;
+
     /// Makes `shards` due at once: their backoff (a quarantine included)
     /// ends now and their rows are due. Their attempts and last delay stay,
     /// so a shard that fails again backs off further; a success forgets

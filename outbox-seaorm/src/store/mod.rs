@@ -186,6 +186,10 @@ impl StoreAdmin for SeaOrmStore {
         self.admin().retry_now(shards, now).await
     }
 
+    async fn discard_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
+        self.admin().discard_dead_letters(kind, ids).await
+    }
+
     async fn controls(&self) -> Result<Vec<outbox_core::RuntimeControl>, StoreError> {
         self.admin().controls().await
     }

@@ -719,6 +719,18 @@ impl StoreAdmin for PgStore {
         Ok(released)
     }
 
+    async fn discard_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
+        Ok(self
+            .db
+            .execute_raw(statement(
+                "DELETE FROM outbox_dead_letter WHERE kind = $1 AND id = ANY($2::bigint[])",
+                vec![kind.as_i16().into(), ids.to_vec().into()],
+            ))
+            .await
+            .map_err(op("discard dead letters"))?
+            .rows_affected())
+    }
+
     async fn controls(&self) -> Result<Vec<outbox_core::RuntimeControl>, StoreError> {
         super::controls::read(&self.db).await
     }

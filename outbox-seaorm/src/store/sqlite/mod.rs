@@ -708,6 +708,20 @@ impl StoreAdmin for SqliteStore {
         Ok(released)
     }
 
+    async fn discard_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
+        const OP: &str = "discard dead letters";
+        let txn = self.begin(OP).await?;
+        let deleted = execute(
+            &txn,
+            DELETE_DEAD_LETTERS,
+            vec![kind.as_i16().into(), json(&ids)?],
+            OP,
+        )
+        .await?;
+        txn.commit().await.map_err(op(OP))?;
+        Ok(deleted)
+    }
+
     async fn controls(&self) -> Result<Vec<outbox_core::RuntimeControl>, StoreError> {
         super::controls::read(&self.db).await
     }
