@@ -38,7 +38,7 @@ impl Lease {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct State {
     next_id: i64,
     rows: HashMap<OutboxKind, BTreeMap<i64, StoredRow>>,
@@ -618,6 +618,31 @@ impl StoreAdmin for MemoryStore {
             }
         }
         Ok(moved)
+    }
+
+    async fn snapshot(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<crate::store::AdminSnapshot, StoreError> {
+        // One point in time: the separate reads over a copy of the state
+        // taken under one lock.
+        let copy = Self {
+            state: Arc::new(Mutex::new(self.lock().clone())),
+            clock: self.clock.clone(),
+        };
+        let dead_letters = copy
+            .lock()
+            .dead
+            .get(&kind)
+            .map_or(0, |dead| dead.len() as u64);
+        Ok(crate::store::AdminSnapshot {
+            kind,
+            pending: copy.pending_count(kind).await?,
+            deepest: copy.shard_depths(kind, limit).await?,
+            failing: copy.failing_shards(kind, limit).await?,
+            dead_letters,
+        })
     }
 
     async fn discard_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {

@@ -365,6 +365,14 @@ impl StoreAdmin for SimStore {
         self.inner.discard_dead_letters(kind, ids).await
     }
 
+    async fn snapshot(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<crate::store::AdminSnapshot, StoreError> {
+        self.inner.snapshot(kind, limit).await
+    }
+
     async fn controls(&self) -> Result<Vec<crate::control::RuntimeControl>, StoreError> {
         self.inner.controls().await
     }

@@ -10,7 +10,7 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /health` | per table: depth, oldest age, failing, quarantined and paused shards; controls in force |
-//! | `GET /shards?kind=region&limit=100` | pending rows, the deepest shards (with their failure state), the failing shards (attempts, next attempt, last error and when, paused, quarantined) |
+//! | `GET /shards?kind=region&limit=100` | one snapshot (one transaction): pending rows, dead letters, the deepest shards (with their failure state), the failing shards (attempts, next attempt, last error and when, paused, quarantined) |
 //! | `POST /shards/retry` `{"shards": [...]}` | makes failing, paused or quarantined shards due at once |
 //! | `GET /controls` | runtime controls (see [`outbox_core::control`]) |
 //! | `PUT /controls` `{"target": {...}, "action": "pause"\|"cull", "reason": "..."}` | sets one, for every process within a second |

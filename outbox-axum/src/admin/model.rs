@@ -291,14 +291,17 @@ pub struct FailingView {
     pub state: StateView,
 }
 
-/// `GET /shards`.
+/// `GET /shards`: one snapshot (one transaction).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ShardsView {
     /// The table.
     pub kind: Kind,
     /// Rows pending.
     pub pending: u64,
-    /// The deepest shards, deepest first.
+    /// Dead letters.
+    pub dead_letters: u64,
+    /// The deepest shards, deepest first (their failure state is that of
+    /// the same snapshot).
     pub shards: Vec<ShardView>,
     /// Shards with a failure state (backing off, paused, quarantined), next
     /// attempt first.

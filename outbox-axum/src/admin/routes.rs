@@ -35,21 +35,23 @@ pub(super) async fn shards<C: Category>(
 ) -> Result<Json<ShardsView>, AdminError> {
     let drainer = &state.drainer;
     let query = query.checked()?;
-    let kind = OutboxKind::from(query.kind);
-    let admin = drainer.admin();
-    let failing = admin.failing_shards(kind, MAX_LIMIT).await?;
-    let depths = admin.shard_depths(kind, query.limit).await?;
-    let pending = admin.pending_count(kind).await?;
+    // One transaction: the counts and lists agree.
+    let snapshot = drainer
+        .admin()
+        .snapshot(OutboxKind::from(query.kind), query.limit)
+        .await?;
     Ok(Json(ShardsView {
         kind: query.kind,
-        pending,
-        shards: depths
+        pending: snapshot.pending,
+        dead_letters: snapshot.dead_letters,
+        shards: snapshot
+            .deepest
             .iter()
-            .map(|depth| ShardView::of(depth, &failing))
+            .map(|depth| ShardView::of(depth, &snapshot.failing))
             .collect(),
-        failing: failing
+        failing: snapshot
+            .failing
             .iter()
-            .take(query.limit)
             .map(|f| FailingView {
                 shard: ShardRef::of(&f.shard),
                 state: StateView::from(&f.state),

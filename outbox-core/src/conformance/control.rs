@@ -175,3 +175,58 @@ pub async fn a_shard_parked_under_a_pause_that_is_gone_is_released_at_startup<B:
     );
     assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
 }
+
+/// The admin snapshot holds what the separate reads hold (read in one
+/// transaction, its parts agree): pending rows, the deepest shards, the
+/// failing ones and the number of dead letters.
+pub async fn an_admin_snapshot_agrees_with_the_separate_reads<B: Backend>(backend: &B) {
+    let store = backend.fresh("snapshot").await;
+    let event = NewRow {
+        shard: audit(5),
+        category: OutboxCategory::AuditLogEvent,
+        object: 5,
+        payload: None,
+    };
+    backend
+        .write(
+            &store,
+            &[
+                update(&org(1), 1, 0),
+                update(&org(1), 1, 1),
+                update(&org(2), 2, 0),
+                event,
+            ],
+        )
+        .await;
+    let clock = ManualClock::starting_now();
+    let recorder = Recorder::new();
+    recorder.fail_when(|message| message.object_identifier != 2);
+    let drainer = drainer(store.clone(), &recorder, &clock, DrainConfig::default())
+        .with_dead_letter(OutboxScope::AuditLogScope, 1);
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!((report.deliveries, report.dead_lettered), (1, 1));
+
+    let snapshot = store.snapshot(OutboxKind::Region, 10).await.unwrap();
+    assert_eq!(snapshot.kind, OutboxKind::Region);
+    assert_eq!(snapshot.pending, 2);
+    assert_eq!(snapshot.deepest.len(), 1);
+    assert_eq!(
+        (&snapshot.deepest[0].shard, snapshot.deepest[0].depth),
+        (&org(1), 2)
+    );
+    assert_eq!(snapshot.failing.len(), 1);
+    assert_eq!(snapshot.failing[0].shard, org(1));
+    assert_eq!(snapshot.failing[0].state.attempts, 1);
+    assert_eq!(snapshot.dead_letters, 1);
+    assert_eq!(
+        snapshot.deepest,
+        store.shard_depths(OutboxKind::Region, 10).await.unwrap()
+    );
+    assert_eq!(
+        snapshot.failing,
+        store.failing_shards(OutboxKind::Region, 10).await.unwrap()
+    );
+    let control = store.snapshot(OutboxKind::Control, 10).await.unwrap();
+    assert_eq!((control.pending, control.dead_letters), (0, 0));
+    assert!(control.deepest.is_empty() && control.failing.is_empty());
+}

@@ -160,6 +160,7 @@ macro_rules! conformance_tests {
             control::a_pause_set_in_one_process_holds_in_another_until_resumed,
             control::a_scope_control_holds_its_new_shards_and_a_cull_drops_their_rows,
             control::a_shard_parked_under_a_pause_that_is_gone_is_released_at_startup,
+            control::an_admin_snapshot_agrees_with_the_separate_reads,
             at_least_once::a_delivery_whose_lease_ended_before_its_commit_is_made_again,
             fencing::a_worker_whose_lease_ended_writes_nothing,
             fencing::receivers_run_outside_any_transaction,

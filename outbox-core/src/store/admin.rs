@@ -42,6 +42,23 @@ pub struct DeadLetterRow {
     pub dead_lettered_at: DateTime<Utc>,
 }
 
+/// One table's pending and failing shards and dead letters, read at one
+/// point in time (one transaction).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdminSnapshot {
+    /// The table.
+    pub kind: OutboxKind,
+    /// Rows pending.
+    pub pending: u64,
+    /// The deepest shards, deepest first.
+    pub deepest: Vec<ShardDepth>,
+    /// Shards with a failure state (backing off, paused, quarantined), next
+    /// attempt first.
+    pub failing: Vec<FailingShard>,
+    /// Dead letters.
+    pub dead_letters: u64,
+}
+
 /// Inspection and administration of an outbox store. The drain calls only
 /// `controls` (a cached read) and `retry_now`; each is one read or one
 /// transaction.
@@ -106,6 +123,11 @@ pub trait StoreAdmin: Send + Sync + 'static {
         shards: &[ShardKey],
         now: DateTime<Utc>,
     ) -> Result<Vec<ShardKey>, StoreError>;
+
+    /// `pending_count`, `shard_depths` and `failing_shards` (up to `limit`
+    /// each) and the number of dead letters of `kind`, read in one
+    /// transaction: the parts agree with each other.
+    async fn snapshot(&self, kind: OutboxKind, limit: usize) -> Result<AdminSnapshot, StoreError>;
 
     /// Every runtime control (see [`crate::control`]), shard controls and
     /// scope controls alike.

@@ -21,6 +21,7 @@
 mod codec;
 mod controls;
 pub mod postgres;
+mod snapshot;
 pub mod sqlite;
 
 use async_trait::async_trait;
@@ -188,6 +189,14 @@ impl StoreAdmin for SeaOrmStore {
 
     async fn discard_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
         self.admin().discard_dead_letters(kind, ids).await
+    }
+
+    async fn snapshot(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<outbox_core::store::AdminSnapshot, StoreError> {
+        self.admin().snapshot(kind, limit).await
     }
 
     async fn controls(&self) -> Result<Vec<outbox_core::RuntimeControl>, StoreError> {

@@ -560,17 +560,7 @@ impl StoreAdmin for PgStore {
                 OP,
             )
             .await?;
-        rows.iter()
-            .map(|row| {
-                let depth: i64 = get(row, "depth", OP)?;
-                Ok(ShardDepth {
-                    shard: codec::shard(row, kind)?,
-                    depth: u64::try_from(depth).unwrap_or(0),
-                    oldest_date_added: time::get(row, BACKEND, "oldest_date_added")?,
-                    next_scheduled_for: time::get(row, BACKEND, "next_scheduled_for")?,
-                })
-            })
-            .collect()
+        super::snapshot::shard_depths(&rows, kind, BACKEND)
     }
 
     async fn oldest_pending(&self, kind: OutboxKind) -> Result<Option<DateTime<Utc>>, StoreError> {
@@ -717,6 +707,30 @@ impl StoreAdmin for PgStore {
             released.extend(wanted.into_iter().cloned());
         }
         Ok(released)
+    }
+
+    async fn snapshot(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<outbox_core::store::AdminSnapshot, StoreError> {
+        const OP: &str = "read an admin snapshot";
+        let txn = self
+            .db
+            .begin_with_config(
+                Some(sea_orm::IsolationLevel::RepeatableRead),
+                Some(sea_orm::AccessMode::ReadOnly),
+            )
+            .await
+            .map_err(op(OP))?;
+        let sql = super::snapshot::SnapshotSql {
+            pending_count: table(kind).pending_count,
+            shard_depths: table(kind).shard_depths,
+            failing_shards: FAILING_SHARDS,
+        };
+        let snapshot = super::snapshot::read(&txn, &sql, kind, limit).await?;
+        txn.commit().await.map_err(op(OP))?;
+        Ok(snapshot)
     }
 
     async fn discard_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
