@@ -346,6 +346,11 @@ async fn a_pause_through_the_admin_api_holds_in_another_process(backend: DbBacke
     let (_, health) = call(&router, Method::GET, "/health", Some(TOKEN), None).await;
     assert_eq!(health["backlogs"][0]["paused_shards"], 1);
     assert_eq!(health["controls"], 1);
+    assert_eq!(
+        health["backlogs"][0]["dead_tuples"].is_u64(),
+        backend == DbBackend::Postgres,
+        "PostgreSQL tells its dead tuples: {health}"
+    );
 
     let lift = r#"{"target":{"kind":"region","scope":0,"identifier":1}}"#;
     let (status, _) = call(

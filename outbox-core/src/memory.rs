@@ -645,6 +645,14 @@ impl StoreAdmin for MemoryStore {
         })
     }
 
+    /// Nothing to vacuum and no transactions here: both `None`.
+    async fn table_health(
+        &self,
+        _kind: OutboxKind,
+    ) -> Result<crate::store::TableHealth, StoreError> {
+        Ok(crate::store::TableHealth::default())
+    }
+
     async fn discard_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
         let mut state = self.lock();
         Self::check_failure(&mut state, "discard dead letters")?;

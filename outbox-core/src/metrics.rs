@@ -9,7 +9,8 @@
 //!
 //! Counters and histograms are emitted where things happen. The gauges
 //! ([`BACKLOG_DEPTH`], [`BACKLOG_OLDEST_AGE`], [`FAILING_SHARDS`],
-//! [`QUARANTINED_SHARDS`], [`PAUSED_SHARDS`]) are kept up to date by the background worker,
+//! [`QUARANTINED_SHARDS`], [`PAUSED_SHARDS`], [`DEAD_TUPLES`],
+//! [`OLDEST_TRANSACTION_AGE`]) are kept up to date by the background worker,
 //! every `WorkerBuilder::gauge_interval` (15 s), from
 //! [`Drainer::backlog`](crate::Drainer::backlog).
 
@@ -66,3 +67,8 @@ pub const FAILING_SHARDS: &str = "outbox.failing_shards";
 pub const QUARANTINED_SHARDS: &str = "outbox.quarantined_shards";
 /// Gauge: shards parked by an operator's pause (tags: kind).
 pub const PAUSED_SHARDS: &str = "outbox.paused_shards";
+/// Gauge: dead tuples of the outbox table, PostgreSQL only (tags: kind).
+pub const DEAD_TUPLES: &str = "outbox.table.dead_tuples";
+/// Gauge, seconds: age of the database's oldest open transaction (which
+/// holds back vacuum), 0 when none or unknown (tags: kind).
+pub const OLDEST_TRANSACTION_AGE: &str = "outbox.oldest_transaction_age";

@@ -373,6 +373,13 @@ impl StoreAdmin for SimStore {
         self.inner.snapshot(kind, limit).await
     }
 
+    async fn table_health(
+        &self,
+        kind: OutboxKind,
+    ) -> Result<crate::store::TableHealth, StoreError> {
+        self.inner.table_health(kind).await
+    }
+
     async fn controls(&self) -> Result<Vec<crate::control::RuntimeControl>, StoreError> {
         self.inner.controls().await
     }

@@ -386,6 +386,11 @@ pub struct BacklogView {
     pub quarantined_shards: u64,
     /// Shards paused.
     pub paused_shards: u64,
+    /// Dead tuples of the table (PostgreSQL).
+    pub dead_tuples: Option<u64>,
+    /// Age of the database's oldest open transaction, in seconds
+    /// (PostgreSQL): it holds back vacuum.
+    pub oldest_transaction_age_seconds: Option<f64>,
 }
 
 impl From<&Backlog> for BacklogView {
@@ -397,6 +402,10 @@ impl From<&Backlog> for BacklogView {
             failing_shards: backlog.failing_shards,
             quarantined_shards: backlog.quarantined_shards,
             paused_shards: backlog.paused_shards,
+            dead_tuples: backlog.dead_tuples,
+            oldest_transaction_age_seconds: backlog
+                .oldest_transaction_age
+                .map(|age| age.as_secs_f64()),
         }
     }
 }

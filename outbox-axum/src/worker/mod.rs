@@ -156,7 +156,7 @@ impl<C: Category> OutboxWorkerBuilder<C> {
 
     /// How often the worker updates the backlog gauges of
     /// [`outbox_core::metrics`] (depth, oldest age, failing and quarantined
-    /// shards; three reads per kind); `None` turns them off. Default: every
+    /// shards; four reads per kind); `None` turns them off. Default: every
     /// 15 s.
     pub fn gauge_interval(mut self, interval: Option<Duration>) -> Self {
         self.gauge_interval = interval;

@@ -128,6 +128,11 @@ pub struct Backlog {
     pub quarantined_shards: u64,
     /// Shards parked by an operator's pause.
     pub paused_shards: u64,
+    /// Dead tuples of the table, where the store can tell (PostgreSQL).
+    pub dead_tuples: Option<u64>,
+    /// Age of the oldest open transaction of the database, which holds
+    /// back vacuum, where the store can tell (PostgreSQL).
+    pub oldest_transaction_age: Option<Duration>,
 }
 
 impl Backlog {
@@ -482,9 +487,10 @@ impl<C: Category> Drainer<C> {
     }
 
     /// The backlog of `kind` as operators watch it: pending rows, the age of
-    /// the oldest, and the shards that fail (at most the first 10,000 are
-    /// counted). Three reads; the worker publishes them as gauges (see
-    /// [`crate::metrics`]).
+    /// the oldest, the shards that fail (at most the first 10,000 are
+    /// counted), and the table's dead tuples and the age of the oldest open
+    /// transaction (PostgreSQL). Four reads; the worker publishes them as
+    /// gauges (see [`crate::metrics`]).
     ///
     /// # Errors
     ///
@@ -499,6 +505,7 @@ impl<C: Category> Drainer<C> {
         };
         let quarantined_shards = count(crate::store::ShardState::is_quarantined);
         let paused_shards = count(crate::store::ShardState::is_paused);
+        let health = self.admin.table_health(kind).await?;
         Ok(Backlog {
             kind,
             depth,
@@ -506,6 +513,8 @@ impl<C: Category> Drainer<C> {
             failing_shards: failing.len() as u64 - quarantined_shards - paused_shards,
             quarantined_shards,
             paused_shards,
+            dead_tuples: health.dead_tuples,
+            oldest_transaction_age: health.oldest_transaction_age,
         })
     }
 

@@ -89,6 +89,14 @@ pub(crate) fn backlog(backlog: &super::drainer::Backlog) {
     metrics::gauge!(names::QUARANTINED_SHARDS, "kind" => kind)
         .set(backlog.quarantined_shards as f64);
     metrics::gauge!(names::PAUSED_SHARDS, "kind" => kind).set(backlog.paused_shards as f64);
+    if let Some(dead) = backlog.dead_tuples {
+        metrics::gauge!(names::DEAD_TUPLES, "kind" => kind).set(dead as f64);
+    }
+    metrics::gauge!(names::OLDEST_TRANSACTION_AGE, "kind" => kind).set(
+        backlog
+            .oldest_transaction_age
+            .map_or(0.0, |age| age.as_secs_f64()),
+    );
 }
 
 pub(crate) fn culled(kind: OutboxKind, rows: usize) {

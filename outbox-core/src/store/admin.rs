@@ -59,6 +59,20 @@ pub struct AdminSnapshot {
     pub dead_letters: u64,
 }
 
+/// What the database says of an outbox table's upkeep (PostgreSQL; `None`
+/// where a store cannot tell).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableHealth {
+    /// Dead row versions waiting for vacuum (`pg_stat_user_tables`): a
+    /// drain deletes every row it delivers, so a number that only grows
+    /// means vacuum cannot keep up or is held back.
+    pub dead_tuples: Option<u64>,
+    /// How long the oldest open transaction of this database (another
+    /// session's) has run: it holds back the `xmin` horizon, so vacuum
+    /// cannot remove what the drain deleted since it began.
+    pub oldest_transaction_age: Option<std::time::Duration>,
+}
+
 /// Inspection and administration of an outbox store. The drain calls only
 /// `controls` (a cached read) and `retry_now`; each is one read or one
 /// transaction.
@@ -128,6 +142,10 @@ pub trait StoreAdmin: Send + Sync + 'static {
     /// each) and the number of dead letters of `kind`, read in one
     /// transaction: the parts agree with each other.
     async fn snapshot(&self, kind: OutboxKind, limit: usize) -> Result<AdminSnapshot, StoreError>;
+
+    /// Dead tuples of `kind`'s table and the age of the oldest open
+    /// transaction (see [`TableHealth`]).
+    async fn table_health(&self, kind: OutboxKind) -> Result<TableHealth, StoreError>;
 
     /// Every runtime control (see [`crate::control`]), shard controls and
     /// scope controls alike.

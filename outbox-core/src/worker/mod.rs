@@ -133,7 +133,7 @@ impl<C: Category> WorkerBuilder<C> {
     }
 
     /// How often the worker updates the backlog gauges of
-    /// [`crate::metrics`] (three reads per kind); `None` turns them off.
+    /// [`crate::metrics`] (four reads per kind); `None` turns them off.
     /// Default: every 15 s.
     pub fn gauge_interval(mut self, interval: Option<Duration>) -> Self {
         self.gauge_interval = interval.map(|interval| interval.max(Duration::from_millis(1)));

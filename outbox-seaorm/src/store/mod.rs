@@ -199,6 +199,13 @@ impl StoreAdmin for SeaOrmStore {
         self.admin().snapshot(kind, limit).await
     }
 
+    async fn table_health(
+        &self,
+        kind: OutboxKind,
+    ) -> Result<outbox_core::store::TableHealth, StoreError> {
+        self.admin().table_health(kind).await
+    }
+
     async fn controls(&self) -> Result<Vec<outbox_core::RuntimeControl>, StoreError> {
         self.admin().controls().await
     }

@@ -92,6 +92,7 @@ const DEAD_LETTERS: &str = include_str!("sql/dead_letters.sql");
 const CREATE_BUCKETS: &str = include_str!("sql/create_buckets.sql");
 const LOCK_FREE_BUCKETS: &str = include_str!("sql/lock_free_buckets.sql");
 const RETRY_STATES: &str = include_str!("sql/retry_states.sql");
+const TABLE_HEALTH: &str = include_str!("sql/table_health.sql");
 
 fn table(kind: OutboxKind) -> &'static TableSql {
     match kind {
@@ -731,6 +732,28 @@ impl StoreAdmin for PgStore {
         let snapshot = super::snapshot::read(&txn, &sql, kind, limit).await?;
         txn.commit().await.map_err(op(OP))?;
         Ok(snapshot)
+    }
+
+    async fn table_health(
+        &self,
+        kind: OutboxKind,
+    ) -> Result<outbox_core::store::TableHealth, StoreError> {
+        const OP: &str = "read table health";
+        let table = match kind {
+            OutboxKind::Region => "region_outbox",
+            OutboxKind::Control => "control_outbox",
+        };
+        let row = self.query_one(TABLE_HEALTH, vec![table.into()], OP).await?;
+        let Some(row) = row else {
+            return Ok(outbox_core::store::TableHealth::default());
+        };
+        let dead: Option<i64> = get(&row, "dead_tuples", OP)?;
+        let oldest: Option<f64> = get(&row, "oldest_transaction_seconds", OP)?;
+        Ok(outbox_core::store::TableHealth {
+            dead_tuples: dead.map(|n| u64::try_from(n).unwrap_or(0)),
+            oldest_transaction_age: oldest
+                .map(|seconds| std::time::Duration::from_secs_f64(seconds.max(0.0))),
+        })
     }
 
     async fn discard_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {

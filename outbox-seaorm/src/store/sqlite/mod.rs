@@ -718,6 +718,15 @@ impl StoreAdmin for SqliteStore {
         Ok(snapshot)
     }
 
+    /// SQLite has no per-table dead tuples nor concurrent transactions to
+    /// report: both `None`.
+    async fn table_health(
+        &self,
+        _kind: OutboxKind,
+    ) -> Result<outbox_core::store::TableHealth, StoreError> {
+        Ok(outbox_core::store::TableHealth::default())
+    }
+
     async fn discard_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
         const OP: &str = "discard dead letters";
         let txn = self.begin(OP).await?;
