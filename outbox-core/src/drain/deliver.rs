@@ -148,7 +148,7 @@ pub(crate) async fn deliver_shard<C: Category>(
                     retrying,
                 );
                 retrying = false;
-                drainer.recovery().succeeded(group.category());
+                drainer.recovery().succeeded(group.category(), &shard);
                 outcome.commit.delete_ids.extend_from_slice(&group.ids);
                 outcome.delivered.push((category.name(), group.ids.len()));
                 continue;

@@ -2,7 +2,10 @@
 //! made due at once instead of waiting out their backoff (which may have
 //! grown to an hour), a bounded number at a time.
 //!
-//! A shard's *target* is the category whose delivery failed. Each process
+//! A shard's *target* is where its delivery goes: the category whose
+//! delivery failed, and for the control outbox the shard's region (a
+//! region that is down is not "back" because another region answered the
+//! same category). Each process
 //! remembers, per target, the shards that failed since its last success.
 //! Two different shards failing in a row mean the target is down (an
 //! outage); one shard failing again and again is that message's own problem
@@ -71,17 +74,24 @@ fn rested(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> bool {
     at.is_none_or(|at| now - at >= chrono::Duration::seconds(1))
 }
 
-/// Backed-off shards by target (category value), shared by a drainer's clones.
+/// A target: the category's value and the region of a control-outbox shard.
+type TargetKey = (i32, Option<String>);
+
+fn key(category: i32, shard: &ShardKey) -> TargetKey {
+    (category, shard.region_name().map(str::to_owned))
+}
+
+/// Backed-off shards by target, shared by a drainer's clones.
 #[derive(Default)]
 pub(crate) struct Recovery {
     /// Whether any failure was seen: until then, successes (the hot path)
     /// take no lock.
     armed: AtomicBool,
-    targets: Mutex<HashMap<i32, Target>>,
+    targets: Mutex<HashMap<TargetKey, Target>>,
 }
 
 impl Recovery {
-    fn targets(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Target>> {
+    fn targets(&self) -> std::sync::MutexGuard<'_, HashMap<TargetKey, Target>> {
         self.targets.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -89,7 +99,7 @@ impl Recovery {
     pub(crate) fn backed_off(&self, category: i32, shard: &ShardKey) {
         self.armed.store(true, Ordering::Relaxed);
         let mut targets = self.targets();
-        let target = targets.entry(category).or_default();
+        let target = targets.entry(key(category, shard)).or_default();
         if target.streak.len() < MAX_REMEMBERED && target.in_streak.insert(shard.clone()) {
             target.streak.push(shard.clone());
         }
@@ -105,13 +115,13 @@ impl Recovery {
         }
     }
 
-    /// A delivery of `category` succeeded: after an outage, its target is
-    /// back.
-    pub(crate) fn succeeded(&self, category: i32) {
+    /// A delivery of `category` on `shard` succeeded: after an outage, its
+    /// target is back.
+    pub(crate) fn succeeded(&self, category: i32, shard: &ShardKey) {
         if !self.armed.load(Ordering::Relaxed) {
             return;
         }
-        if let Some(target) = self.targets().get_mut(&category) {
+        if let Some(target) = self.targets().get_mut(&key(category, shard)) {
             let streak = std::mem::take(&mut target.streak);
             target.in_streak.clear();
             target.next_probe = 0;
@@ -187,17 +197,17 @@ mod tests {
             "no success yet: target 1 is down, probed a second from now"
         );
         // One failure between successes is not an outage.
-        recovery.succeeded(2);
+        recovery.succeeded(2, &shard(100));
         assert!(
             recovery.take_due(now, 2).is_empty(),
             "a poison message waits"
         );
 
-        recovery.succeeded(1);
+        recovery.succeeded(1, &shard(100));
         let due = recovery.take_due(now, 2);
         assert_eq!(due, vec![shard(0), shard(1)], "target 1 only, two of them");
         recovery.released(&due);
-        recovery.succeeded(1);
+        recovery.succeeded(1, &shard(100));
         assert!(
             recovery.take_due(now, 2).is_empty(),
             "not twice in a second"
@@ -212,7 +222,7 @@ mod tests {
         );
         recovery.recovered(&shard(2));
         recovery.recovered(&shard(3));
-        recovery.succeeded(1);
+        recovery.succeeded(1, &shard(100));
         assert_eq!(
             recovery.take_due(later + chrono::Duration::seconds(5), 2),
             vec![shard(4)]
@@ -248,8 +258,33 @@ mod tests {
         assert!(recovery.take_due(later, 0).is_empty(), "0 turns it off");
         // A probe that succeeds brings the rest at once, not a second later.
         let after = later + chrono::Duration::seconds(1);
-        recovery.succeeded(1);
+        recovery.succeeded(1, &shard(100));
         recovery.recovered(&shard(0));
         assert_eq!(recovery.take_due(after, 10), vec![shard(1)]);
+    }
+
+    #[test]
+    fn a_region_that_is_down_is_not_back_because_another_answered() {
+        let recovery = Recovery::default();
+        let now = crate::the_past();
+        let to = |region: &str, id: i64| {
+            ShardKey::from_raw(OutboxKind::Control, 0, id, Some(region.to_owned()))
+        };
+        recovery.backed_off(1, &to("us", 1));
+        recovery.backed_off(1, &to("us", 2));
+        recovery.succeeded(1, &to("de", 3));
+        assert!(
+            recovery.take_due(now, 10).is_empty(),
+            "us is down since now: no batch for de's success, a probe a second later"
+        );
+        let later = now + chrono::Duration::seconds(1);
+        assert_eq!(recovery.take_due(later, 10), vec![to("us", 1)], "a probe");
+        recovery.succeeded(1, &to("us", 1));
+        recovery.recovered(&to("us", 1));
+        assert_eq!(
+            recovery.take_due(later, 10),
+            vec![to("us", 2)],
+            "us is back"
+        );
     }
 }
