@@ -19,5 +19,7 @@
 
 pub mod control_outbox;
 pub mod outbox_claim_bucket;
+pub mod outbox_control;
+pub mod outbox_dead_letter;
 pub mod outbox_shard_state;
 pub mod region_outbox;

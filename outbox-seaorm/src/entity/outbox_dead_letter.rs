@@ -1,0 +1,47 @@
+//! The `outbox_dead_letter` table: rows of scopes that opted into
+//! dead-lettering, moved aside after their last allowed attempt.
+//!
+//! List, replay and discard them through `StoreAdmin` (or the admin API);
+//! this entity is for queries of your own.
+
+use sea_orm::entity::prelude::*;
+
+/// A dead-lettered outbox row, with the same id it had in the outbox.
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+#[sea_orm(table_name = "outbox_dead_letter")]
+pub struct Model {
+    /// 0 for the region outbox, 1 for the control outbox.
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub kind: i16,
+    /// Its id in the outbox (kept when replayed).
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: i64,
+    /// The target region (empty for the region outbox).
+    pub region_name: String,
+    /// `OutboxScope` value.
+    pub shard_scope: i32,
+    /// The shard identifier.
+    pub shard_identifier: i64,
+    /// `OutboxCategory` value.
+    pub category: i32,
+    /// The object.
+    pub object_identifier: i64,
+    /// The payload.
+    pub payload: Option<Json>,
+    /// When it was first scheduled.
+    pub scheduled_from: DateTimeUtc,
+    /// When it was last scheduled.
+    pub scheduled_for: DateTimeUtc,
+    /// When it was written.
+    pub date_added: DateTimeUtc,
+    /// Why it was dead-lettered.
+    pub error: String,
+    /// When.
+    pub dead_lettered_at: DateTimeUtc,
+}
+
+/// No relations.
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

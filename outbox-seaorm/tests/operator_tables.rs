@@ -1,0 +1,123 @@
+//! What the store tells operators: an outbox table's upkeep, and the
+//! entities of the dead-letter and control tables.
+
+#![allow(missing_docs, clippy::unwrap_used)]
+
+use outbox_core::{OutboxKind, StoreAdmin};
+use outbox_seaorm::testing::TestDatabase;
+use sea_orm::ConnectionTrait;
+
+/// On PostgreSQL: the table's dead tuples, and the age of another session's
+/// open transaction while it holds back vacuum, gone when it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_reports_dead_tuples_and_a_transaction_holding_back_vacuum() {
+    let t = TestDatabase::postgres("table_health").await.unwrap();
+    let store = t.store();
+    let health = store.table_health(OutboxKind::Region).await.unwrap();
+    assert!(health.dead_tuples.is_some(), "{health:?}");
+    assert_eq!(
+        health.oldest_transaction_age, None,
+        "nobody else is in a transaction"
+    );
+
+    let other = t.connect_again(1).await.unwrap();
+    other.execute_unprepared("BEGIN").await.unwrap();
+    other
+        .execute_unprepared("SELECT txid_current()")
+        .await
+        .unwrap();
+    let health = store.table_health(OutboxKind::Control).await.unwrap();
+    assert!(health.oldest_transaction_age.is_some(), "{health:?}");
+
+    other.execute_unprepared("ROLLBACK").await.unwrap();
+    let health = store.table_health(OutboxKind::Region).await.unwrap();
+    assert_eq!(health.oldest_transaction_age, None);
+    other.close().await.unwrap();
+}
+
+/// SQLite has neither to tell.
+#[tokio::test]
+async fn sqlite_reports_nothing_it_cannot_know() {
+    let t = TestDatabase::sqlite("table_health").await.unwrap();
+    let health = t.store().table_health(OutboxKind::Region).await.unwrap();
+    assert_eq!(
+        (health.dead_tuples, health.oldest_transaction_age),
+        (None, None)
+    );
+}
+
+/// The entities of the dead-letter and control tables read what the store
+/// wrote, on both backends.
+async fn the_dead_letter_and_control_entities_read_the_tables(
+    backend: outbox_seaorm::testing::DbBackend,
+) {
+    use chrono::Utc;
+    use outbox_core::{ControlAction, ControlTarget, RuntimeControl, ShardKey};
+    use outbox_seaorm::entity::{outbox_control, outbox_dead_letter};
+    use sea_orm::EntityTrait;
+
+    let t = TestDatabase::of(backend, "entities").await.unwrap();
+    let store = t.store();
+    let shard = ShardKey::from_raw(OutboxKind::Control, 3, 7, Some("us".into()));
+    store
+        .set_control(&RuntimeControl {
+            target: ControlTarget::Shard(shard),
+            action: ControlAction::Pause,
+            reason: Some("look".into()),
+            created_at: Utc::now(),
+        })
+        .await
+        .unwrap();
+    let controls = outbox_control::Entity::find().all(&t.db).await.unwrap();
+    assert_eq!(controls.len(), 1);
+    let control = &controls[0];
+    assert_eq!(
+        (
+            control.kind,
+            control.region_name.as_str(),
+            control.shard_scope,
+            control.whole_scope,
+            control.shard_identifier,
+            control.action
+        ),
+        (1, "us", 3, false, 7, 1)
+    );
+    assert_eq!(control.reason.as_deref(), Some("look"));
+
+    // A dead letter: an audit event refused once, in a scope that
+    // dead-letters after one attempt.
+    use outbox_core::conformance::{OutboxCategory, OutboxScope};
+    use outbox_core::testing::Recorder;
+    let id = outbox_seaorm::write_region(
+        &t.db,
+        outbox_seaorm::OutboxMessage::new(OutboxCategory::AuditLogEvent, 5, 5)
+            .with_payload(serde_json::json!({ "v": 5 })),
+    )
+    .await
+    .unwrap();
+    let recorder = Recorder::<OutboxCategory>::new();
+    recorder.fail_when(|_| true);
+    let drainer = outbox_core::Drainer::new(store.clone(), recorder.receivers())
+        .with_dead_letter(OutboxScope::AuditLogScope, 1);
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.dead_lettered, 1);
+    let dead = outbox_dead_letter::Entity::find().all(&t.db).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    let row = &dead[0];
+    assert_eq!(
+        (
+            row.kind,
+            row.id,
+            row.shard_scope,
+            row.shard_identifier,
+            row.category,
+            row.object_identifier
+        ),
+        (0, id.id, 2, 5, 20, 5)
+    );
+    assert_eq!(row.payload, Some(serde_json::json!({ "v": 5 })));
+    assert!(!row.error.is_empty());
+    assert!(row.dead_lettered_at >= row.date_added, "{row:?}");
+}
+
+outbox_seaorm::on_both_backends!(the_dead_letter_and_control_entities_read_the_tables);
