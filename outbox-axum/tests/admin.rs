@@ -71,6 +71,52 @@ async fn write(db: &TestDatabase, organization: i64) {
     .unwrap();
 }
 
+/// A fresh database with rows for `organizations`, a drainer over it and
+/// its admin router behind [`TOKEN`].
+struct Setup {
+    db: TestDatabase,
+    recorder: Recorder,
+    drainer: Drainer<OutboxCategory>,
+    router: Router,
+}
+
+async fn setup(backend: DbBackend, label: &str, organizations: &[i64]) -> Setup {
+    setup_with(backend, label, organizations, |drainer| drainer).await
+}
+
+async fn setup_with(
+    backend: DbBackend,
+    label: &str,
+    organizations: &[i64],
+    tune: impl FnOnce(Drainer<OutboxCategory>) -> Drainer<OutboxCategory>,
+) -> Setup {
+    let db = TestDatabase::of(backend, label).await.unwrap();
+    for &organization in organizations {
+        write(&db, organization).await;
+    }
+    let recorder = Recorder::new();
+    let drainer = tune(Drainer::new(
+        SeaOrmStore::new(db.db.clone()).unwrap(),
+        recorder.receivers(),
+    ));
+    let router = Admin::new(drainer.clone()).router(BearerToken::new(TOKEN));
+    Setup {
+        db,
+        recorder,
+        drainer,
+        router,
+    }
+}
+
+/// No control was set and the one row written is still pending.
+async fn nothing_changed(db: &TestDatabase) {
+    assert!(db.store().controls().await.unwrap().is_empty());
+    assert_eq!(
+        db.store().pending_count(OutboxKind::Region).await.unwrap(),
+        1
+    );
+}
+
 fn pause_body(identifier: i64) -> String {
     json!({
         "target": { "kind": "region", "scope": 0, "identifier": identifier },
@@ -83,16 +129,7 @@ fn pause_body(identifier: i64) -> String {
 /// Every route refuses a request without the token (or with a wrong one)
 /// with 401 and a JSON error, and changes nothing.
 async fn unauthorised_requests_get_401_and_change_nothing(backend: DbBackend) {
-    let db = TestDatabase::of(backend, "admin_unauthorised")
-        .await
-        .unwrap();
-    write(&db, 1).await;
-    let recorder = Recorder::new();
-    let drainer = Drainer::new(
-        SeaOrmStore::new(db.db.clone()).unwrap(),
-        recorder.receivers(),
-    );
-    let router = Admin::new(drainer).router(BearerToken::new(TOKEN));
+    let Setup { db, router, .. } = setup(backend, "admin_unauthorised", &[1]).await;
     let json = "application/json";
     let pause = pause_body(1);
     let routes: Vec<(Method, &str, RequestBody<'_>)> = vec![
@@ -135,25 +172,14 @@ async fn unauthorised_requests_get_401_and_change_nothing(backend: DbBackend) {
             assert_eq!(error["error"]["code"], "unauthorized");
         }
     }
-    assert!(db.store().controls().await.unwrap().is_empty());
-    assert_eq!(
-        db.store().pending_count(OutboxKind::Region).await.unwrap(),
-        1
-    );
+    nothing_changed(&db).await;
 }
 
 /// Bad input is a typed 4xx and changes nothing: malformed JSON, the wrong
 /// content type, unknown fields, actions, kinds and shards, a region on
 /// the region outbox, limits out of range.
 async fn bad_input_gets_a_typed_error_and_changes_nothing(backend: DbBackend) {
-    let db = TestDatabase::of(backend, "admin_bad_input").await.unwrap();
-    write(&db, 1).await;
-    let recorder = Recorder::new();
-    let drainer = Drainer::new(
-        SeaOrmStore::new(db.db.clone()).unwrap(),
-        recorder.receivers(),
-    );
-    let router = Admin::new(drainer).router(BearerToken::new(TOKEN));
+    let Setup { db, router, .. } = setup(backend, "admin_bad_input", &[1]).await;
     let json = "application/json";
     let token = Some(TOKEN);
     let cases: Vec<(Method, &str, RequestBody<'_>, StatusCode, &str)> = vec![
@@ -295,26 +321,19 @@ async fn bad_input_gets_a_typed_error_and_changes_nothing(backend: DbBackend) {
             .as_str()
             .is_some_and(|m| !m.is_empty()));
     }
-    assert!(db.store().controls().await.unwrap().is_empty());
-    assert_eq!(
-        db.store().pending_count(OutboxKind::Region).await.unwrap(),
-        1
-    );
+    nothing_changed(&db).await;
 }
 
 /// A pause set through the admin API of one process stops delivery by a
 /// worker of another (its own pool on the same database), shows in the
 /// shards view, and lifting it lets the row through.
 async fn a_pause_through_the_admin_api_holds_in_another_process(backend: DbBackend) {
-    let db = TestDatabase::of(backend, "admin_pause").await.unwrap();
-    write(&db, 1).await;
-    write(&db, 2).await;
-    let recorder = Recorder::new();
-    let here = Drainer::new(
-        SeaOrmStore::new(db.db.clone()).unwrap(),
-        recorder.receivers(),
-    );
-    let router = Admin::new(here).router(BearerToken::new(TOKEN));
+    let Setup {
+        db,
+        recorder,
+        router,
+        ..
+    } = setup(backend, "admin_pause", &[1, 2]).await;
     let clock = outbox_core::ManualClock::starting_now();
     let elsewhere = Drainer::new(
         SeaOrmStore::new(db.connect_again(2).await.unwrap()).unwrap(),
@@ -390,19 +409,16 @@ async fn a_pause_through_the_admin_api_holds_in_another_process(backend: DbBacke
 /// Dead letters through the API: listed with payload and error, one
 /// replayed (and then delivered), one discarded (and gone for good).
 async fn dead_letters_are_listed_replayed_and_discarded(backend: DbBackend) {
-    let db = TestDatabase::of(backend, "admin_dead_letters")
-        .await
-        .unwrap();
-    write(&db, 1).await;
-    write(&db, 2).await;
-    let recorder = Recorder::new();
+    let Setup {
+        db,
+        recorder,
+        drainer,
+        router,
+    } = setup_with(backend, "admin_dead_letters", &[1, 2], |drainer| {
+        drainer.with_dead_letter(OutboxScope::OrganizationScope, 1)
+    })
+    .await;
     recorder.fail_when(|_| true);
-    let drainer = Drainer::new(
-        SeaOrmStore::new(db.db.clone()).unwrap(),
-        recorder.receivers(),
-    )
-    .with_dead_letter(OutboxScope::OrganizationScope, 1);
-    let router = Admin::new(drainer.clone()).router(BearerToken::new(TOKEN));
     assert_eq!(
         drainer
             .drain_due(OutboxKind::Region)

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use outbox_core::{Drainer, HandlerError, MemoryStore, Message, OutboxKind, Receivers, ShardKey};
 
 outbox_core::registry! {
@@ -12,6 +12,21 @@ outbox_core::registry! {
         OrgUpdate = 1,
         OrgRename = 2,
     }
+}
+
+/// What was recorded, by name and sorted labels.
+fn recorded(snapshotter: &Snapshotter) -> HashMap<(String, Vec<(String, String)>), DebugValue> {
+    let mut seen = HashMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let mut labels: Vec<(String, String)> = key
+            .key()
+            .labels()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect();
+        labels.sort();
+        seen.insert((key.key().name().to_owned(), labels), value);
+    }
+    seen
 }
 
 #[test]
@@ -56,16 +71,7 @@ fn deliveries_emit_the_sentry_metrics_tagged_by_category_and_mode() {
         });
     });
 
-    let mut seen: HashMap<(String, Vec<(String, String)>), DebugValue> = HashMap::new();
-    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-        let mut labels: Vec<(String, String)> = key
-            .key()
-            .labels()
-            .map(|l| (l.key().to_owned(), l.value().to_owned()))
-            .collect();
-        labels.sort();
-        seen.insert((key.key().name().to_owned(), labels), value);
-    }
+    let seen = recorded(&snapshotter);
     let tags = |category: &str, synchronous: &str| {
         vec![
             ("category".to_owned(), category.to_owned()),
@@ -170,16 +176,7 @@ fn coalescing_retries_and_the_backlog_are_measured() {
         });
     });
 
-    let mut seen: HashMap<(String, Vec<(String, String)>), DebugValue> = HashMap::new();
-    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-        let mut labels: Vec<(String, String)> = key
-            .key()
-            .labels()
-            .map(|l| (l.key().to_owned(), l.value().to_owned()))
-            .collect();
-        labels.sort();
-        seen.insert((key.key().name().to_owned(), labels), value);
-    }
+    let seen = recorded(&snapshotter);
     let delivered = vec![
         ("category".to_owned(), "OrgUpdate".to_owned()),
         ("kind".to_owned(), "region".to_owned()),

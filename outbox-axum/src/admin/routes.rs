@@ -199,23 +199,14 @@ pub(super) async fn replay<C: Category>(
     State(state): State<AdminState<C>>,
     AdminJson(request): AdminJson<ReplayDeadLetters>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
-    let drainer = &state.drainer;
-    if request.ids.is_empty() || request.ids.len() > MAX_LIMIT {
-        return Err(AdminError::bad_request(format!(
-            "give 1 to {MAX_LIMIT} ids"
-        )));
-    }
-    let replayed = drainer
+    checked_ids(&request)?;
+    let replayed = state
+        .drainer
         .admin()
         .replay_dead_letters(request.kind.into(), &request.ids)
         .await?;
     state.wake();
-    if replayed == 0 {
-        return Err(AdminError::not_found(
-            "unknown_dead_letters",
-            "none of these ids is a dead letter of this table",
-        ));
-    }
+    found_dead_letters(replayed)?;
     Ok(Json(serde_json::json!({ "replayed": replayed })))
 }
 
@@ -223,22 +214,34 @@ pub(super) async fn discard<C: Category>(
     State(state): State<AdminState<C>>,
     AdminJson(request): AdminJson<ReplayDeadLetters>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
-    let drainer = &state.drainer;
+    checked_ids(&request)?;
+    let discarded = state
+        .drainer
+        .admin()
+        .discard_dead_letters(request.kind.into(), &request.ids)
+        .await?;
+    found_dead_letters(discarded)?;
+    tracing::info!(discarded, "outbox dead letters discarded by an operator");
+    Ok(Json(serde_json::json!({ "discarded": discarded })))
+}
+
+/// 1 to `MAX_LIMIT` dead-letter ids.
+fn checked_ids(request: &ReplayDeadLetters) -> Result<(), AdminError> {
     if request.ids.is_empty() || request.ids.len() > MAX_LIMIT {
         return Err(AdminError::bad_request(format!(
             "give 1 to {MAX_LIMIT} ids"
         )));
     }
-    let discarded = drainer
-        .admin()
-        .discard_dead_letters(request.kind.into(), &request.ids)
-        .await?;
-    if discarded == 0 {
+    Ok(())
+}
+
+/// 404 when none of the ids was a dead letter.
+fn found_dead_letters(count: u64) -> Result<(), AdminError> {
+    if count == 0 {
         return Err(AdminError::not_found(
             "unknown_dead_letters",
             "none of these ids is a dead letter of this table",
         ));
     }
-    tracing::info!(discarded, "outbox dead letters discarded by an operator");
-    Ok(Json(serde_json::json!({ "discarded": discarded })))
+    Ok(())
 }

@@ -2,7 +2,10 @@
 //! way on PostgreSQL (repeatable read, read only) and SQLite (one read
 //! transaction, one WAL snapshot).
 
-use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
+use sea_orm::{
+    AccessMode, ConnectionTrait, DatabaseConnection, DbBackend, IsolationLevel, Statement,
+    TransactionTrait, Value,
+};
 
 use outbox_core::store::{AdminSnapshot, ShardDepth};
 use outbox_core::{OutboxKind, StoreError};
@@ -60,9 +63,32 @@ async fn count<C: ConnectionTrait>(
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-/// Reads the snapshot of `kind` in `txn`, a transaction the caller opened
-/// (and ends).
-pub(super) async fn read<C: ConnectionTrait>(
+/// Reads the snapshot of `kind` in one transaction of its own: repeatable
+/// read and read only on PostgreSQL; on SQLite a read transaction (one WAL
+/// snapshot from its first read on).
+pub(super) async fn read(
+    db: &DatabaseConnection,
+    sql: &SnapshotSql,
+    kind: OutboxKind,
+    limit: usize,
+) -> Result<AdminSnapshot, StoreError> {
+    let txn = match db.get_database_backend() {
+        DbBackend::Postgres => {
+            db.begin_with_config(
+                Some(IsolationLevel::RepeatableRead),
+                Some(AccessMode::ReadOnly),
+            )
+            .await
+        }
+        _ => db.begin().await,
+    }
+    .map_err(op(OP))?;
+    let snapshot = read_in(&txn, sql, kind, limit).await?;
+    txn.commit().await.map_err(op(OP))?;
+    Ok(snapshot)
+}
+
+async fn read_in<C: ConnectionTrait>(
     txn: &C,
     sql: &SnapshotSql,
     kind: OutboxKind,

@@ -715,23 +715,12 @@ impl StoreAdmin for PgStore {
         kind: OutboxKind,
         limit: usize,
     ) -> Result<outbox_core::store::AdminSnapshot, StoreError> {
-        const OP: &str = "read an admin snapshot";
-        let txn = self
-            .db
-            .begin_with_config(
-                Some(sea_orm::IsolationLevel::RepeatableRead),
-                Some(sea_orm::AccessMode::ReadOnly),
-            )
-            .await
-            .map_err(op(OP))?;
         let sql = super::snapshot::SnapshotSql {
             pending_count: table(kind).pending_count,
             shard_depths: table(kind).shard_depths,
             failing_shards: FAILING_SHARDS,
         };
-        let snapshot = super::snapshot::read(&txn, &sql, kind, limit).await?;
-        txn.commit().await.map_err(op(OP))?;
-        Ok(snapshot)
+        super::snapshot::read(&self.db, &sql, kind, limit).await
     }
 
     async fn table_health(

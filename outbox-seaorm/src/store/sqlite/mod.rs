@@ -703,19 +703,12 @@ impl StoreAdmin for SqliteStore {
         kind: OutboxKind,
         limit: usize,
     ) -> Result<outbox_core::store::AdminSnapshot, StoreError> {
-        const OP: &str = "read an admin snapshot";
-        // A read transaction: one WAL snapshot from its first read on.
-        let txn = sea_orm::TransactionTrait::begin(&self.db)
-            .await
-            .map_err(op(OP))?;
         let sql = super::snapshot::SnapshotSql {
             pending_count: table(kind).pending_count,
             shard_depths: table(kind).shard_depths,
             failing_shards: FAILING_SHARDS,
         };
-        let snapshot = super::snapshot::read(&txn, &sql, kind, limit).await?;
-        txn.commit().await.map_err(op(OP))?;
-        Ok(snapshot)
+        super::snapshot::read(&self.db, &sql, kind, limit).await
     }
 
     /// SQLite has no per-table dead tuples nor concurrent transactions to
