@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs what is missing
-# (PostgreSQL server binaries, PgBouncer), then tests each crate of the workspace on its
-# own, `cargo test -p <crate> --locked`, against real PostgreSQL (a throwaway
-# cluster, unless DATABASE_URL is set) and SQLite.
+# (PostgreSQL server binaries, PgBouncer, Chromium and chromedriver), then
+# tests each crate of the workspace on its own, `cargo test -p <crate>
+# --locked`, against real PostgreSQL (a throwaway cluster, unless
+# DATABASE_URL is set) and SQLite.
 #
 # One crate at a time, not `cargo test --workspace`: a workspace build turns on,
 # for every crate, the features any crate asks of a dependency, so a crate (or
@@ -30,6 +31,10 @@ missing=()
 if ! have_postgres; then missing+=(postgresql); fi
 # The tests start PgBouncer themselves, in front of the test server.
 if ! have_pgbouncer; then missing+=(pgbouncer); fi
+# The dashboard's browser test drives Debian's Chromium through chromedriver,
+# which it starts and stops itself.
+if ! command -v chromium >/dev/null 2>&1; then missing+=(chromium); fi
+if ! command -v chromedriver >/dev/null 2>&1; then missing+=(chromium-driver); fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "not found: ${missing[*]}: installing" >&2
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi

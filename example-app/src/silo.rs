@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::http::HeaderName;
 use axum::routing::get;
 use axum::{Json, Router};
 use outbox_axum::admin::{Admin, BearerToken};
@@ -17,10 +17,12 @@ use sea_orm_migration::MigratorTrait;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tower::ServiceBuilder;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
+use tower_http::trace::TraceLayer;
 
 use crate::control::{self, ControlContext};
-use crate::error::ApiError;
 use crate::migrations::{ControlMigrator, RegionMigrator};
 use crate::region::{self, RegionContext};
 use crate::registry::OutboxCategory;
@@ -221,16 +223,15 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
     let app = routes
         .layer(worker.layer())
         .merge(admin_routes(
-            SiloState {
-                backfill,
-                db: db.clone(),
-            },
+            backfill,
+            db.clone(),
             drainer.clone(),
             worker.waker().clone(),
             config.admin_token.as_deref(),
         ))
         .layer(axum::extract::DefaultBodyLimit::max(config.body_limit))
         .layer(RequestBodyTimeoutLayer::new(config.body_timeout));
+    let app = traced(app);
     let addr = listener.local_addr()?;
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -264,16 +265,12 @@ pub fn backfill_for(role: &Role) -> Backfill {
     }
 }
 
-#[derive(Clone)]
-struct SiloState {
+/// `/healthz`, `/metrics`, and with `admin_token` the library's admin API
+/// and dashboard under `/admin/outbox` (see `outbox_axum::admin`), with the
+/// silo's backfills.
+fn admin_routes(
     backfill: Arc<Backfill>,
     db: DatabaseConnection,
-}
-
-/// `/healthz`, `/metrics`, `/admin/backfills`, and with `admin_token` the
-/// library's admin API under `/admin/outbox` (see `outbox_axum::admin`).
-fn admin_routes(
-    state: SiloState,
     drainer: Drainer<OutboxCategory>,
     waker: outbox_core::worker::Waker,
     admin_token: Option<&str>,
@@ -283,15 +280,14 @@ fn admin_routes(
             "/healthz",
             get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
         )
-        .route("/metrics", get(crate::telemetry::metrics))
-        .route("/admin/backfills", get(backfills))
-        .with_state(state);
+        .route("/metrics", get(crate::telemetry::metrics));
     match admin_token {
         Some(token) => {
             router = router.nest(
                 "/admin/outbox",
                 Admin::new(drainer)
                     .waker(waker)
+                    .backfill(backfill, db)
                     .router(BearerToken::new(token)),
             );
         }
@@ -300,25 +296,32 @@ fn admin_routes(
     router
 }
 
-/// Per replicated table: the backfill cursor, target version and rows left.
-async fn backfills(
-    State(state): State<SiloState>,
-) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
-    let statuses = state.backfill.status(&state.db).await?;
-    Ok(Json(
-        statuses
-            .into_iter()
-            .map(|status| {
-                serde_json::json!({
-                    "table": status.table,
-                    "lower_bound_id": status.lower_bound_id,
-                    "cursor_version": status.cursor_version,
-                    "coded_version": status.coded_version,
-                    "target_version": status.target_version,
-                    "done": status.done,
-                    "rows_remaining": status.rows_remaining,
-                })
-            })
-            .collect(),
-    ))
+/// Every request gets an `x-request-id` (a UUID, unless the client sent
+/// one), answered back, and a `request` span carrying it, method and path:
+/// what the request logs, and the outbox rows it writes, are found by it.
+fn traced(router: Router) -> Router {
+    let request_id = HeaderName::from_static(REQUEST_ID);
+    router.layer(
+        ServiceBuilder::new()
+            .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
+            .layer(
+                TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
+                    let id = request
+                        .headers()
+                        .get(REQUEST_ID)
+                        .and_then(|id| id.to_str().ok())
+                        .unwrap_or_default();
+                    tracing::info_span!(
+                        "request",
+                        method = %request.method(),
+                        path = %request.uri().path(),
+                        request_id = %id,
+                    )
+                }),
+            )
+            .layer(PropagateRequestIdLayer::new(request_id)),
+    )
 }
+
+/// The request-id header.
+pub const REQUEST_ID: &str = "x-request-id";

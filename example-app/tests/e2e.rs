@@ -1180,3 +1180,62 @@ async fn metrics_are_served_and_move_with_a_delivery() {
     .await;
     app.shutdown().await;
 }
+
+/// Every answer carries an `x-request-id` (a new UUID, or the client's own),
+/// and the admin API mounted on each silo reports its backfills and serves
+/// the dashboard behind its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_get_ids_and_the_admin_api_reports_backfills_and_a_dashboard() {
+    let app = Deployment::start(DbBackend::Sqlite).await;
+    let client = fresh_client();
+    let response = client
+        .get(app.region_url("us", "/healthz"))
+        .send()
+        .await
+        .unwrap();
+    let id = response.headers()[silo::REQUEST_ID].to_str().unwrap();
+    assert_eq!(id.len(), 36, "a UUID: {id}");
+    assert_eq!(id.split('-').count(), 5, "a UUID: {id}");
+    let response = client
+        .get(app.region_url("us", "/healthz"))
+        .header(silo::REQUEST_ID, "mine-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()[silo::REQUEST_ID], "mine-42");
+
+    let (status, backfills) = app
+        .get(app.region_url("us", "/admin/outbox/backfills"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{backfills}");
+    let tables: Vec<&str> = backfills
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|status| status["table"].as_str().unwrap())
+        .collect();
+    assert_eq!(tables, ["organization", "organization_member"]);
+    let (status, _) = app.get(app.control_url("/admin/outbox/backfills")).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // The dashboard: a browser without the cookie goes to the login form.
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = no_redirects
+        .get(app.control_url("/admin/outbox/dashboard"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::SEE_OTHER);
+    let page = no_redirects
+        .get(app.control_url("/admin/outbox/dashboard"))
+        .header("cookie", format!("outbox_admin_token={SECRET}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(page.text().await.unwrap().contains("Failing shards (0)"));
+    app.shutdown().await;
+}

@@ -1,7 +1,10 @@
 //! Who may use the admin router.
 
-use axum::http::header::AUTHORIZATION;
+use axum::http::header::{AUTHORIZATION, COOKIE};
 use axum::http::request::Parts;
+
+/// The dashboard's cookie: the token typed into its login form.
+pub(crate) const COOKIE_NAME: &str = "outbox_admin_token";
 
 /// Decides whether a request may use the admin routes; a refused request
 /// gets 401 and changes nothing.
@@ -12,6 +15,16 @@ use axum::http::request::Parts;
 pub trait Authorize: Clone + Send + Sync + 'static {
     /// Whether the request may go on.
     fn authorize(&self, request: &Parts) -> bool;
+
+    /// Whether `token`, typed into the dashboard's login form, is the
+    /// credential; the browser then keeps it in an `HttpOnly`,
+    /// `SameSite=Strict` cookie that [`authorize`](Self::authorize) must
+    /// accept. `false` by default: the login form then refuses everyone, and
+    /// the dashboard is for browsers that `authorize` lets in otherwise.
+    fn accepts_token(&self, token: &str) -> bool {
+        let _ = token;
+        false
+    }
 }
 
 impl<F> Authorize for F
@@ -23,7 +36,8 @@ where
     }
 }
 
-/// `Authorization: Bearer <token>`, compared in constant time.
+/// `Authorization: Bearer <token>`, or the dashboard's cookie holding the
+/// token (set by its login form), compared in constant time.
 #[derive(Clone)]
 pub struct BearerToken {
     token: std::sync::Arc<[u8]>,
@@ -55,15 +69,26 @@ impl BearerToken {
 
 impl Authorize for BearerToken {
     fn authorize(&self, request: &Parts) -> bool {
-        let Some(given) = request
+        let bearer = request
             .headers
             .get(AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-        else {
-            return false;
-        };
-        let given = given.trim().as_bytes();
+            .and_then(|value| value.strip_prefix("Bearer "));
+        if bearer.is_some_and(|given| self.accepts_token(given.trim())) {
+            return true;
+        }
+        request
+            .headers
+            .get_all(COOKIE)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|cookies| cookies.split(';'))
+            .filter_map(|cookie| cookie.trim().split_once('='))
+            .any(|(name, value)| name == COOKIE_NAME && self.accepts_token(value))
+    }
+
+    fn accepts_token(&self, given: &str) -> bool {
+        let given = given.as_bytes();
         // Constant time over the expected token's length.
         let mut differ = u8::from(given.len() != self.token.len());
         for (i, expected) in self.token.iter().enumerate() {
@@ -78,9 +103,13 @@ mod tests {
     use super::*;
 
     fn request(authorization: Option<&str>) -> Parts {
+        with_header(AUTHORIZATION, authorization)
+    }
+
+    fn with_header(name: axum::http::HeaderName, value: Option<&str>) -> Parts {
         let mut builder = axum::http::Request::builder();
-        if let Some(value) = authorization {
-            builder = builder.header(AUTHORIZATION, value);
+        if let Some(value) = value {
+            builder = builder.header(name, value);
         }
         builder.body(()).unwrap().into_parts().0
     }
@@ -99,5 +128,25 @@ mod tests {
         ] {
             assert!(!token.authorize(&request(refused)), "{refused:?}");
         }
+    }
+
+    #[test]
+    fn the_dashboard_cookie_lets_in_only_with_the_exact_token() {
+        let token = BearerToken::new("s3cret");
+        let cookie = |value: &str| with_header(COOKIE, Some(value));
+        assert!(token.authorize(&cookie("outbox_admin_token=s3cret")));
+        assert!(token.authorize(&cookie("a=b; outbox_admin_token=s3cret; c=d")));
+        for refused in [
+            "outbox_admin_token=s3cre",
+            "outbox_admin_token=",
+            "other=s3cret",
+            "outbox_admin_token_x=s3cret",
+        ] {
+            assert!(!token.authorize(&cookie(refused)), "{refused:?}");
+        }
+        assert!(token.accepts_token("s3cret"));
+        assert!(!token.accepts_token("s3cret "));
+        let predicate = |_: &Parts| true;
+        assert!(!predicate.accepts_token("s3cret"), "no login by default");
     }
 }

@@ -18,6 +18,22 @@
 //! | `GET /dead-letters?kind=region&limit=100` | dead letters with payload and error |
 //! | `POST /dead-letters/replay` `{"kind": "region", "ids": [...]}` | puts them back in the outbox |
 //! | `POST /dead-letters/discard` `{"kind": "region", "ids": [...]}` | deletes them for good |
+//! | `GET /backfills` | per replicated table: coded, target and cursor versions, cursor, rows left, done (with [`Admin::backfill`]; `404 no_backfill` without) |
+//! | `GET /dashboard?kind=region` | the same as a page, with forms: see below |
+//!
+//! # The dashboard
+//!
+//! `GET /dashboard` is server-rendered HTML (no JavaScript needed): the
+//! health of both tables, the failing shards first with their last error
+//! (retry, pause), the deepest shards with their lag, pause or cull per
+//! scope, the controls in force (lift), the dead letters with their payload
+//! and error (replay, discard, one by one or selected), and the backfills.
+//! Each button is a form posted to `/actions/...` that answers `303` back
+//! to the page, saying what it did or what was wrong. A browser logs in at
+//! `GET /login` with the token ([`Authorize::accepts_token`]), kept in an
+//! `HttpOnly`, `SameSite=Strict` cookie scoped to the mount path; forms
+//! from another origin are refused (`403`). With
+//! [`router_behind`](Admin::router_behind) your layer decides who sees it.
 //!
 //! A target is `{"kind": "region", "scope": 0, "identifier": 42}` (a shard)
 //! or without `identifier` (every shard of the scope, new ones too); the
@@ -32,18 +48,25 @@
 //! ```
 
 mod auth;
+mod dashboard;
 mod error;
 pub mod model;
+mod ops;
 mod routes;
 
 use std::convert::Infallible;
+
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, Route};
 use axum::Router;
+use sea_orm::{DatabaseConnection, DbErr};
 use tower::{Layer, Service};
+
+use outbox_seaorm::backfill::{Backfill, BackfillStatus};
 
 use outbox_core::worker::Waker;
 use outbox_core::{Category, Drainer};
@@ -62,6 +85,20 @@ pub struct Admin<C: Category> {
 pub(crate) struct AdminState<C: Category> {
     pub(crate) drainer: Drainer<C>,
     pub(crate) waker: Option<Waker>,
+    pub(crate) backfill: Option<BackfillSource>,
+}
+
+/// The backfills the admin API reports on, and their database.
+#[derive(Clone)]
+pub(crate) struct BackfillSource {
+    backfill: Arc<Backfill>,
+    db: DatabaseConnection,
+}
+
+impl BackfillSource {
+    pub(crate) async fn status(&self) -> Result<Vec<BackfillStatus>, DbErr> {
+        self.backfill.status(&self.db).await
+    }
 }
 
 impl<C: Category> std::fmt::Debug for AdminState<C> {
@@ -88,6 +125,7 @@ impl<C: Category> Admin<C> {
             state: AdminState {
                 drainer,
                 waker: None,
+                backfill: None,
             },
         }
     }
@@ -99,10 +137,37 @@ impl<C: Category> Admin<C> {
         self
     }
 
-    /// The router, every route behind `authorize`.
+    /// Reports on `backfill` (its cursors in `db`): `GET /backfills` and the
+    /// dashboard's backfill table.
+    pub fn backfill(mut self, backfill: impl Into<Arc<Backfill>>, db: DatabaseConnection) -> Self {
+        self.state.backfill = Some(BackfillSource {
+            backfill: backfill.into(),
+            db,
+        });
+        self
+    }
+
+    /// The router, every route behind `authorize`: the JSON API answers
+    /// `401`, the dashboard sends a browser to its login form (which
+    /// [`Authorize::accepts_token`] decides).
     pub fn router<A: Authorize>(self, authorize: A) -> Router {
-        self.routes()
-            .route_layer(middleware::from_fn_with_state(authorize, check::<A>))
+        let (api, pages) = self.routes();
+        let login = Router::new()
+            .route(
+                "/login",
+                get(dashboard::login_form).post(dashboard::login::<A>),
+            )
+            .with_state(authorize.clone())
+            .route_layer(middleware::from_fn(dashboard::same_origin));
+        api.route_layer(middleware::from_fn_with_state(
+            authorize.clone(),
+            check::<A>,
+        ))
+        .merge(pages.route_layer(middleware::from_fn_with_state(
+            authorize,
+            dashboard::check_page::<A>,
+        )))
+        .merge(login)
     }
 
     /// The router behind `layer`, a tower layer of your own that
@@ -115,11 +180,19 @@ impl<C: Category> Admin<C> {
         <L::Service as Service<Request>>::Error: Into<Infallible> + 'static,
         <L::Service as Service<Request>>::Future: Send + 'static,
     {
-        self.routes().route_layer(layer)
+        let (api, pages) = self.routes();
+        api.merge(pages).route_layer(layer)
     }
 
-    fn routes(self) -> Router {
-        Router::new()
+    /// The JSON API and the dashboard (with its forms and logout).
+    fn routes(self) -> (Router, Router) {
+        let pages = Router::new()
+            .route("/dashboard", get(dashboard::dashboard::<C>))
+            .route("/actions/{action}", post(dashboard::act::<C>))
+            .route("/logout", post(dashboard::logout))
+            .route_layer(middleware::from_fn(dashboard::same_origin))
+            .with_state(self.state.clone());
+        let api = Router::new()
             .route("/health", get(routes::health::<C>))
             .route("/shards", get(routes::shards::<C>))
             .route("/shards/retry", post(routes::retry::<C>))
@@ -132,7 +205,9 @@ impl<C: Category> Admin<C> {
             .route("/dead-letters", get(routes::dead_letters::<C>))
             .route("/dead-letters/replay", post(routes::replay::<C>))
             .route("/dead-letters/discard", post(routes::discard::<C>))
-            .with_state(self.state)
+            .route("/backfills", get(routes::backfills::<C>))
+            .with_state(self.state);
+        (api, pages)
     }
 }
 

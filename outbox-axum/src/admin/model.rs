@@ -4,6 +4,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use outbox_core::store::{DeadLetterRow, FailingShard, ShardDepth, ShardState};
+use outbox_seaorm::backfill::BackfillStatus;
+
 use outbox_core::{Backlog, ControlAction, ControlTarget, OutboxKind, RuntimeControl, ShardKey};
 
 use super::error::AdminError;
@@ -417,6 +419,41 @@ pub struct HealthView {
     pub backlogs: Vec<BacklogView>,
     /// Runtime controls in force.
     pub controls: usize,
+}
+
+/// `GET /backfills`: where a replicated table's backfill stands.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BackfillView {
+    /// The table.
+    pub table: String,
+    /// The replication version the code writes.
+    pub coded_version: u32,
+    /// The version the backfill may advance to now (`None`: its option is
+    /// unset, the backfill does not run).
+    pub target_version: Option<u32>,
+    /// The cursor's version, if a cursor exists.
+    pub cursor_version: Option<u32>,
+    /// The cursor: the next backfill batch starts at this id (0 when done
+    /// or not started).
+    pub lower_bound_id: i64,
+    /// Rows still to backfill for the target version.
+    pub rows_remaining: u64,
+    /// Whether the backfill of the target version is complete.
+    pub done: bool,
+}
+
+impl From<&BackfillStatus> for BackfillView {
+    fn from(status: &BackfillStatus) -> Self {
+        Self {
+            table: status.table.to_owned(),
+            coded_version: status.coded_version,
+            target_version: status.target_version,
+            cursor_version: status.cursor_version,
+            lower_bound_id: status.lower_bound_id,
+            rows_remaining: status.rows_remaining,
+            done: status.done,
+        }
+    }
 }
 
 /// `?kind=region&limit=100`.

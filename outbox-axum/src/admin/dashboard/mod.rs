@@ -1,0 +1,391 @@
+//! The dashboard: server-rendered HTML over the same operations as the JSON
+//! API, with plain forms (no JavaScript needed).
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /dashboard?kind=region` | the page: health, failing shards first with their last error, the deepest shards with their lag, scopes and controls, dead letters, backfills |
+//! | `GET /login`, `POST /login` | the token form ([`Authorize::accepts_token`]): an `HttpOnly`, `SameSite=Strict` cookie |
+//! | `POST /logout` | forgets the cookie |
+//! | `POST /actions/{replay,discard,retry,pause,cull,resume}` | a form's action; answers `303` back to the page with what was done or what was wrong |
+//!
+//! Forms are refused (`403`) when the browser says they come from another
+//! site (`Origin`, `Sec-Fetch-Site`).
+
+mod page;
+
+use axum::extract::{Form, OriginalUri, Path, Request, State};
+use axum::http::header::{HOST, LOCATION, ORIGIN, SET_COOKIE};
+use axum::http::{HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+use outbox_core::{Category, ControlAction, OutboxKind};
+
+use super::auth::{Authorize, COOKIE_NAME};
+use super::error::{AdminError, AdminQuery};
+use super::model::{Kind, ShardRef, TargetRef};
+use super::{ops, AdminState};
+
+/// `?kind=region&done=...&error=...`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PageQuery {
+    #[serde(default = "region")]
+    kind: Kind,
+    /// What the last form did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    done: Option<String>,
+    /// What was wrong with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+fn region() -> Kind {
+    Kind::Region
+}
+
+/// How many shards and dead letters the page lists.
+const PAGE_ROWS: usize = 100;
+
+pub(super) async fn dashboard<C: Category>(
+    State(state): State<AdminState<C>>,
+    AdminQuery(query): AdminQuery<PageQuery>,
+) -> Response {
+    match page::Data::read(&state, query.kind.into(), PAGE_ROWS).await {
+        Ok(data) => Html(page::dashboard(&data, &query).into_string()).into_response(),
+        Err(error) => (
+            error.status,
+            Html(page::failure(&error, query.kind).into_string()),
+        )
+            .into_response(),
+    }
+}
+
+/// A page's form, its fields in order (`ids` repeats).
+#[derive(Debug, Default)]
+struct Fields(Vec<(String, String)>);
+
+impl Fields {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(key, value)| key == name && !value.is_empty())
+            .map(|(_, value)| value.as_str())
+    }
+
+    fn kind(&self) -> Result<Kind, AdminError> {
+        match self.get("kind") {
+            Some("region") => Ok(Kind::Region),
+            Some("control") => Ok(Kind::Control),
+            other => Err(AdminError::bad_request(format!(
+                "`kind` is `region` or `control`, not {other:?}"
+            ))),
+        }
+    }
+
+    fn number<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, AdminError> {
+        self.get(name)
+            .map(|value| {
+                value.trim().parse().map_err(|_| {
+                    AdminError::bad_request(format!("`{name}` is not a number: {value:?}"))
+                })
+            })
+            .transpose()
+    }
+
+    fn target(&self) -> Result<TargetRef, AdminError> {
+        Ok(TargetRef {
+            kind: self.kind()?,
+            region: self.get("region").map(str::to_owned),
+            scope: self
+                .number("scope")?
+                .ok_or_else(|| AdminError::bad_request("`scope` is required"))?,
+            identifier: self.number("identifier")?,
+        })
+    }
+
+    fn ids(&self) -> Result<Vec<i64>, AdminError> {
+        self.0
+            .iter()
+            .filter(|(key, _)| key == "ids")
+            .map(|(_, value)| {
+                value.trim().parse().map_err(|_| {
+                    AdminError::bad_request(format!(
+                        "a dead letter's id is a number, not {value:?}"
+                    ))
+                })
+            })
+            .collect()
+    }
+}
+
+/// `POST /actions/{action}`: does it, then `303` back to the page.
+pub(super) async fn act<C: Category>(
+    State(state): State<AdminState<C>>,
+    Path(action): Path<String>,
+    form: Result<Form<Vec<(String, String)>>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let fields = match form {
+        Ok(Form(fields)) => Fields(fields),
+        Err(rejection) => {
+            return back(
+                Kind::Region,
+                Err(AdminError::bad_request(rejection.body_text())),
+            )
+        }
+    };
+    let kind = fields.kind().unwrap_or(Kind::Region);
+    back(kind, perform(&state, &action, &fields).await)
+}
+
+async fn perform<C: Category>(
+    state: &AdminState<C>,
+    action: &str,
+    fields: &Fields,
+) -> Result<String, AdminError> {
+    let kind = OutboxKind::from(fields.kind()?);
+    match action {
+        "replay" => {
+            let replayed = ops::replay(state, kind, &fields.ids()?).await?;
+            Ok(format!("Replayed {replayed} dead letter(s)."))
+        }
+        "discard" => {
+            let discarded = ops::discard(state, kind, &fields.ids()?).await?;
+            Ok(format!("Discarded {discarded} dead letter(s)."))
+        }
+        "retry" => {
+            let target = fields.target()?;
+            let identifier = target
+                .identifier
+                .ok_or_else(|| AdminError::bad_request("`identifier` is required"))?;
+            let shard = ShardRef {
+                kind: target.kind,
+                region: target.region,
+                scope: target.scope,
+                identifier,
+            };
+            let retried = ops::retry(state, vec![shard.key()?]).await?;
+            Ok(if retried.held.is_empty() {
+                "The shard is due now.".to_owned()
+            } else {
+                "A worker holds the shard right now; retry again in a moment.".to_owned()
+            })
+        }
+        "pause" | "cull" => {
+            let action = if action == "pause" {
+                ControlAction::Pause
+            } else {
+                ControlAction::Cull
+            };
+            let target = fields.target()?.target()?;
+            let reason = fields.get("reason").map(str::to_owned);
+            let control = ops::set_control(state, target, action, reason).await?;
+            Ok(format!(
+                "{} {}.",
+                if action == ControlAction::Pause {
+                    "Paused"
+                } else {
+                    "Culling"
+                },
+                page::target_label::<C>(&control.target)
+            ))
+        }
+        "resume" => {
+            let target = fields.target()?;
+            ops::lift_control(state, &target.target()?).await?;
+            Ok(format!("Resumed {}.", page::target_label::<C>(&target)))
+        }
+        _ => Err(AdminError::not_found(
+            "unknown_action",
+            format!("no action {action:?}"),
+        )),
+    }
+}
+
+/// `303` to the page (from `/actions/...`), saying what happened.
+fn back(kind: Kind, outcome: Result<String, AdminError>) -> Response {
+    let query = match outcome {
+        Ok(done) => PageQuery {
+            kind,
+            done: Some(done),
+            error: None,
+        },
+        Err(error) => PageQuery {
+            kind,
+            done: None,
+            error: Some(error.message),
+        },
+    };
+    let query = serde_urlencoded::to_string(&query).unwrap_or_default();
+    see_other(&format!("../dashboard?{query}"))
+}
+
+fn see_other(location: &str) -> Response {
+    match HeaderValue::from_str(location) {
+        Ok(location) => (StatusCode::SEE_OTHER, [(LOCATION, location)]).into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+pub(super) async fn login_form() -> Html<String> {
+    Html(page::login(None).into_string())
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct Login {
+    token: String,
+}
+
+/// `POST /login`: the cookie, scoped to where the router is mounted.
+pub(super) async fn login<A: Authorize>(
+    State(authorize): State<A>,
+    OriginalUri(uri): OriginalUri,
+    Form(login): Form<Login>,
+) -> Response {
+    if login.token.is_empty() || !authorize.accepts_token(&login.token) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Html(page::login(Some("That is not the admin token.")).into_string()),
+        )
+            .into_response();
+    }
+    // Cookie values are a token of printable ASCII without `;` or spaces.
+    if !login
+        .token
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && b != b';' && b != b',' && b != b'"' && b != b'\\')
+    {
+        return (
+            StatusCode::BAD_REQUEST,
+            Html(
+                page::login(Some(
+                    "This token cannot be kept in a cookie; use the Authorization header.",
+                ))
+                .into_string(),
+            ),
+        )
+            .into_response();
+    }
+    let cookie = format!(
+        "{COOKIE_NAME}={}; Path={}; HttpOnly; SameSite=Strict",
+        login.token,
+        mount_path(uri.path(), "/login")
+    );
+    with_cookie(see_other("dashboard"), &cookie)
+}
+
+/// `POST /logout`.
+pub(super) async fn logout(OriginalUri(uri): OriginalUri) -> Response {
+    let cookie = format!(
+        "{COOKIE_NAME}=; Path={}; HttpOnly; SameSite=Strict; Max-Age=0",
+        mount_path(uri.path(), "/logout")
+    );
+    with_cookie(see_other("login"), &cookie)
+}
+
+fn with_cookie(mut response: Response, cookie: &str) -> Response {
+    if let Ok(value) = HeaderValue::from_str(cookie) {
+        response.headers_mut().insert(SET_COOKIE, value);
+    }
+    response
+}
+
+/// Where the router is mounted: `/admin/outbox` for `/admin/outbox/login`.
+fn mount_path(path: &str, route: &str) -> String {
+    match path.strip_suffix(route) {
+        Some("") | None => "/".to_owned(),
+        Some(prefix) => prefix.to_owned(),
+    }
+}
+
+/// The page and its forms behind the authoriser: a browser without the
+/// cookie is sent to the login form (or refused, for a form).
+pub(super) async fn check_page<A: Authorize>(
+    State(authorize): State<A>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    if authorize.authorize(&parts) {
+        return next.run(Request::from_parts(parts, body)).await;
+    }
+    if parts.method == Method::GET {
+        see_other("login")
+    } else {
+        (
+            StatusCode::UNAUTHORIZED,
+            Html(page::login(Some("Log in first.")).into_string()),
+        )
+            .into_response()
+    }
+}
+
+/// Refuses forms that the browser says come from another origin (the way
+/// Go's `CrossOriginProtection` does): `Sec-Fetch-Site` other than
+/// `same-origin` or `none`, or, from browsers that do not send it, an
+/// `Origin` whose host is not the request's `Host`.
+pub(super) async fn same_origin(request: Request, next: Next) -> Response {
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        let headers = request.headers();
+        let foreign = match headers.get("sec-fetch-site") {
+            Some(site) => site != "same-origin" && site != "none",
+            None => match (headers.get(ORIGIN), headers.get(HOST)) {
+                (Some(origin), Some(host)) => {
+                    let origin = origin.to_str().unwrap_or("");
+                    let authority = origin
+                        .split_once("://")
+                        .map_or(origin, |(_, authority)| authority);
+                    authority.as_bytes() != host.as_bytes()
+                }
+                (Some(_), None) => true,
+                (None, _) => false,
+            },
+        };
+        if foreign {
+            return AdminError::new(
+                StatusCode::FORBIDDEN,
+                "cross_origin",
+                "this form comes from another origin",
+            )
+            .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cookie_is_scoped_to_the_mount_path() {
+        assert_eq!(mount_path("/admin/outbox/login", "/login"), "/admin/outbox");
+        assert_eq!(mount_path("/login", "/login"), "/");
+        assert_eq!(mount_path("/elsewhere", "/login"), "/");
+    }
+
+    #[test]
+    fn forms_are_read_field_by_field() {
+        let fields = Fields(vec![
+            ("kind".into(), "control".into()),
+            ("region".into(), String::new()),
+            ("scope".into(), " 3".into()),
+            ("ids".into(), "1".into()),
+            ("ids".into(), "2".into()),
+        ]);
+        assert_eq!(fields.kind().unwrap(), Kind::Control);
+        let target = fields.target().unwrap();
+        assert_eq!(
+            (target.region, target.scope, target.identifier),
+            (None, 3, None)
+        );
+        assert_eq!(fields.ids().unwrap(), vec![1, 2]);
+        let bad = Fields(vec![
+            ("kind".into(), "x".into()),
+            ("ids".into(), "one".into()),
+        ]);
+        assert_eq!(bad.kind().unwrap_err().status, StatusCode::BAD_REQUEST);
+        assert_eq!(bad.ids().unwrap_err().status, StatusCode::BAD_REQUEST);
+    }
+}

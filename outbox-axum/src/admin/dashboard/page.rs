@@ -1,0 +1,587 @@
+//! The dashboard's HTML (maud: escaped by construction).
+
+use chrono::{DateTime, Utc};
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+
+use outbox_core::store::{AdminSnapshot, DeadLetterRow, FailingShard};
+use outbox_core::{Backlog, Category, OutboxKind, RuntimeControl, Scope, ShardKey};
+use outbox_seaorm::backfill::BackfillStatus;
+
+use super::super::error::AdminError;
+use super::super::model::{Action, Kind, TargetRef};
+use super::super::AdminState;
+use super::PageQuery;
+
+const STYLE: &str = include_str!("style.css");
+
+/// What one page shows.
+pub(super) struct Data {
+    kind: OutboxKind,
+    now: DateTime<Utc>,
+    backlogs: Vec<Backlog>,
+    /// Counts, deepest and failing shards: one transaction.
+    snapshot: AdminSnapshot,
+    dead_letters: Vec<DeadLetterRow>,
+    controls: Vec<RuntimeControl>,
+    /// `None`: no backfill configured; `Some(Err)`: it could not be read.
+    backfills: Option<Result<Vec<BackfillStatus>, String>>,
+    scopes: Vec<(i32, &'static str)>,
+    categories: Vec<(i32, &'static str)>,
+}
+
+impl Data {
+    pub(super) async fn read<C: Category>(
+        state: &AdminState<C>,
+        kind: OutboxKind,
+        rows: usize,
+    ) -> Result<Self, AdminError> {
+        let drainer = &state.drainer;
+        let admin = drainer.admin();
+        let mut backlogs = Vec::new();
+        for kind in OutboxKind::ALL {
+            backlogs.push(drainer.backlog(kind).await?);
+        }
+        let snapshot = admin.snapshot(kind, rows).await?;
+        let dead_letters = admin.dead_letters(kind, rows).await?;
+        let controls = admin.controls().await?;
+        let backfills = match &state.backfill {
+            Some(backfill) => Some(backfill.status().await.map_err(|error| error.to_string())),
+            None => None,
+        };
+        Ok(Self {
+            kind,
+            now: drainer.now(),
+            backlogs,
+            snapshot,
+            dead_letters,
+            controls,
+            backfills,
+            scopes: C::Scope::ALL
+                .iter()
+                .map(|s| (s.value(), s.name()))
+                .collect(),
+            categories: C::ALL.iter().map(|c| (c.value(), c.name())).collect(),
+        })
+    }
+
+    fn scope_name(&self, value: i32) -> String {
+        self.scopes
+            .iter()
+            .find(|(v, _)| *v == value)
+            .map_or_else(|| format!("scope {value}"), |(_, name)| (*name).to_owned())
+    }
+
+    fn category_name(&self, value: i32) -> String {
+        self.categories
+            .iter()
+            .find(|(v, _)| *v == value)
+            .map_or_else(
+                || format!("category {value}"),
+                |(_, name)| (*name).to_owned(),
+            )
+    }
+
+    fn shard_label(&self, shard: &ShardKey) -> String {
+        let region = shard
+            .region_name()
+            .map(|region| format!(" → {region}"))
+            .unwrap_or_default();
+        format!(
+            "{} {}{region}",
+            self.scope_name(shard.scope()),
+            shard.identifier()
+        )
+    }
+
+    /// The control in force on exactly this shard, if any.
+    fn shard_control(&self, shard: &ShardKey) -> Option<&RuntimeControl> {
+        self.controls.iter().find(
+            |control| matches!(&control.target, outbox_core::ControlTarget::Shard(s) if s == shard),
+        )
+    }
+}
+
+/// "region-outbox shard organization 42" or "region-outbox scope
+/// organization" (with the region of a control-outbox target).
+pub(super) fn target_label<C: Category>(target: &TargetRef) -> String {
+    describe(target, |value| {
+        C::Scope::try_from(value).map_or_else(|_| format!("scope {value}"), |s| s.name().to_owned())
+    })
+}
+
+fn describe(target: &TargetRef, scope_name: impl Fn(i32) -> String) -> String {
+    let scope = scope_name(target.scope);
+    let region = target
+        .region
+        .as_ref()
+        .map(|region| format!(" → {region}"))
+        .unwrap_or_default();
+    match target.identifier {
+        Some(identifier) => format!(
+            "{} shard {scope} {identifier}{region}",
+            kind_name(target.kind)
+        ),
+        None => format!("{} scope {scope}{region}", kind_name(target.kind)),
+    }
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Region => "region-outbox",
+        Kind::Control => "control-outbox",
+    }
+}
+
+fn kind_value(kind: OutboxKind) -> &'static str {
+    match kind {
+        OutboxKind::Region => "region",
+        OutboxKind::Control => "control",
+    }
+}
+
+/// "3 s", "2 min", "1 h 5 min", "2 d 3 h".
+fn span(seconds: i64) -> String {
+    let s = seconds.max(0);
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min", s / 60),
+        3600..=86_399 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+fn ago(now: DateTime<Utc>, then: DateTime<Utc>) -> String {
+    format!("{} ago", span((now - then).num_seconds()))
+}
+
+fn until(now: DateTime<Utc>, then: DateTime<Utc>) -> String {
+    let seconds = (then - now).num_seconds();
+    if seconds <= 0 {
+        "now".to_owned()
+    } else if seconds > 365 * 86_400 {
+        "never (waits for an operator)".to_owned()
+    } else {
+        format!("in {}", span(seconds))
+    }
+}
+
+fn time(now: DateTime<Utc>, at: DateTime<Utc>, text: String) -> Markup {
+    let _ = now;
+    html! { time datetime=(at.to_rfc3339()) title=(at.to_rfc3339()) { (text) } }
+}
+
+fn layout(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body { (body) }
+        }
+    }
+}
+
+/// The hidden fields naming a shard or scope.
+fn target_fields(target: &TargetRef) -> Markup {
+    html! {
+        input type="hidden" name="kind" value=(kind_name_value(target.kind));
+        @if let Some(region) = &target.region { input type="hidden" name="region" value=(region); }
+        input type="hidden" name="scope" value=(target.scope);
+        @if let Some(identifier) = target.identifier { input type="hidden" name="identifier" value=(identifier); }
+    }
+}
+
+fn kind_name_value(kind: Kind) -> &'static str {
+    kind_value(kind.into())
+}
+
+fn shard_target(shard: &ShardKey) -> TargetRef {
+    TargetRef {
+        kind: shard.kind().into(),
+        region: shard.region_name().map(str::to_owned),
+        scope: shard.scope(),
+        identifier: Some(shard.identifier()),
+    }
+}
+
+/// A one-button form.
+fn button(action: &str, target: &TargetRef, label: &str, class: &str) -> Markup {
+    html! {
+        form method="post" action=(format!("actions/{action}")) {
+            (target_fields(target))
+            button type="submit" class=(class) { (label) }
+        }
+    }
+}
+
+/// Pause, or resume when a control is set on the shard.
+fn pause_or_resume(data: &Data, shard: &ShardKey) -> Markup {
+    let target = shard_target(shard);
+    match data.shard_control(shard) {
+        Some(_) => button("resume", &target, "Resume", "resume"),
+        None => button("pause", &target, "Pause", "pause"),
+    }
+}
+
+pub(super) fn dashboard(data: &Data, query: &PageQuery) -> Markup {
+    let kind = data.kind;
+    let now = data.now;
+    layout(
+        "Outbox",
+        html! {
+            header {
+                h1 { "Outbox" }
+                nav {
+                    @for other in OutboxKind::ALL {
+                        @let class = if other == kind { "tab current" } else { "tab" };
+                        a class=(class) href=(format!("dashboard?kind={}", kind_value(other))) {
+                            (kind_value(other)) " outbox"
+                        }
+                    }
+                    a class="tab" href=(format!("dashboard?kind={}", kind_value(kind))) { "Refresh" }
+                    form method="post" action="logout" class="inline" {
+                        button type="submit" { "Log out" }
+                    }
+                }
+            }
+            @if let Some(done) = &query.done { p.notice role="status" { (done) } }
+            @if let Some(error) = &query.error { p.error role="alert" { (error) } }
+            (health(data))
+            (failing(data, now))
+            (shards(data, now))
+            (scopes(data))
+            (controls(data, now))
+            (dead_letters(data, now))
+            (backfills(data))
+            footer { "Read at " (now.to_rfc3339()) "." }
+        },
+    )
+}
+
+fn health(data: &Data) -> Markup {
+    html! {
+        section #health {
+            h2 { "Health" }
+            table {
+                thead { tr {
+                    th { "table" } th { "pending" } th { "oldest" } th { "dead letters" }
+                    th { "failing" } th { "quarantined" } th { "paused" }
+                    th { "dead tuples" } th { "oldest transaction" }
+                } }
+                tbody {
+                    @for backlog in &data.backlogs {
+                        tr {
+                            td { (kind_value(backlog.kind)) "_outbox" }
+                            td.num { (backlog.depth) }
+                            td { (backlog.oldest_age.map_or_else(|| "–".to_owned(), |age| span(i64::try_from(age.as_secs()).unwrap_or(i64::MAX)))) }
+                            td.num { @if backlog.kind == data.kind { (data.snapshot.dead_letters) } @else { "–" } }
+                            td.num.(if backlog.failing_shards > 0 { "bad" } else { "" }) { (backlog.failing_shards) }
+                            td.num.(if backlog.quarantined_shards > 0 { "bad" } else { "" }) { (backlog.quarantined_shards) }
+                            td.num { (backlog.paused_shards) }
+                            td.num { (backlog.dead_tuples.map_or_else(|| "–".to_owned(), |n| n.to_string())) }
+                            td { (backlog.oldest_transaction_age.map_or_else(|| "–".to_owned(), |age| span(i64::try_from(age.as_secs()).unwrap_or(i64::MAX)))) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn state_label(failing: &FailingShard) -> (&'static str, &'static str) {
+    if failing.state.is_paused() {
+        ("paused", "paused")
+    } else if failing.state.is_quarantined() {
+        ("quarantined", "bad")
+    } else {
+        ("backing off", "warn")
+    }
+}
+
+fn failing(data: &Data, now: DateTime<Utc>) -> Markup {
+    html! {
+        section #failing {
+            h2 { "Failing shards (" (data.snapshot.failing.len()) ")" }
+            @if data.snapshot.failing.is_empty() {
+                p.quiet { "No shard is failing, paused or quarantined." }
+            } @else {
+                table {
+                    thead { tr {
+                        th { "shard" } th { "state" } th { "attempts" } th { "last error" }
+                        th { "failed" } th { "next attempt" } th { "" }
+                    } }
+                    tbody {
+                        @for failing in &data.snapshot.failing {
+                            @let (label, class) = state_label(failing);
+                            @let id = match failing.shard.region_name() {
+                                Some(region) => format!("failing-{region}-{}-{}", failing.shard.scope(), failing.shard.identifier()),
+                                None => format!("failing-{}-{}", failing.shard.scope(), failing.shard.identifier()),
+                            };
+                            tr #(id) .failing {
+                                td { (data.shard_label(&failing.shard)) }
+                                td { span.badge.(class) { (label) } }
+                                td.num { (failing.state.attempts) }
+                                td { code.error-text { (failing.state.last_error.as_deref().unwrap_or("–")) } }
+                                td { (time(now, failing.state.failed_at, ago(now, failing.state.failed_at))) }
+                                td { (time(now, failing.state.retry_at, until(now, failing.state.retry_at))) }
+                                td.actions {
+                                    (button("retry", &shard_target(&failing.shard), "Retry now", "retry"))
+                                    (pause_or_resume(data, &failing.shard))
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn shards(data: &Data, now: DateTime<Utc>) -> Markup {
+    html! {
+        section #shards {
+            h2 { "Backlog: " (data.snapshot.pending) " pending in " (kind_value(data.kind)) "_outbox" }
+            @if data.snapshot.deepest.is_empty() {
+                p.quiet { "Nothing pending." }
+            } @else {
+                table {
+                    thead { tr {
+                        th { "shard" } th { "pending" } th { "lag" } th { "next due" } th { "state" } th { "" }
+                    } }
+                    tbody {
+                        @for depth in &data.snapshot.deepest {
+                            @let failing = data.snapshot.failing.iter().find(|f| f.shard == depth.shard);
+                            tr {
+                                td { (data.shard_label(&depth.shard)) }
+                                td.num { (depth.depth) }
+                                td { (time(now, depth.oldest_date_added, span((now - depth.oldest_date_added).num_seconds()))) }
+                                td { (time(now, depth.next_scheduled_for, until(now, depth.next_scheduled_for))) }
+                                td {
+                                    @match failing {
+                                        Some(failing) => { @let (label, class) = state_label(failing); span.badge.(class) { (label) } }
+                                        None => span.badge { "ok" },
+                                    }
+                                }
+                                td.actions { (pause_or_resume(data, &depth.shard)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn scopes(data: &Data) -> Markup {
+    let kind = data.kind;
+    html! {
+        section #scopes {
+            h2 { "Scopes" }
+            p.quiet { "Pause keeps a scope's messages and skips them; cull drops them as they come due. Both hold in every process within a second." }
+            table {
+                thead { tr { th { "scope" } th { "control" } th { "" } } }
+                tbody {
+                    @for (value, name) in &data.scopes {
+                        @let controls: Vec<&RuntimeControl> = data.controls.iter().filter(|c| matches!(&c.target, outbox_core::ControlTarget::Scope { kind: k, scope, .. } if *k == kind && scope == value)).collect();
+                        tr {
+                            td { (name) " (" (value) ")" }
+                            td {
+                                @for control in &controls {
+                                    span.badge.paused { (action_name(control.action.into())) @if let outbox_core::ControlTarget::Scope { region: Some(region), .. } = &control.target { " → " (region) } }
+                                    " "
+                                }
+                            }
+                            td.actions {
+                                @for control in &controls {
+                                    (button("resume", &TargetRef::of(&control.target), "Resume", "resume"))
+                                }
+                                form method="post" action="actions/pause" {
+                                    input type="hidden" name="kind" value=(kind_value(kind));
+                                    input type="hidden" name="scope" value=(value);
+                                    @if kind == OutboxKind::Control { input name="region" placeholder="region" required size="6"; }
+                                    input name="reason" placeholder="reason" size="14";
+                                    button type="submit" class="pause" { "Pause" }
+                                    button type="submit" class="cull" formaction="actions/cull" onclick="return confirm('Cull drops this scope\\'s messages as they come due. Cull?')" { "Cull" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn action_name(action: Action) -> &'static str {
+    match action {
+        Action::Pause => "paused",
+        Action::Cull => "culling",
+    }
+}
+
+fn controls(data: &Data, now: DateTime<Utc>) -> Markup {
+    html! {
+        section #controls {
+            h2 { "Runtime controls (" (data.controls.len()) ")" }
+            @if data.controls.is_empty() {
+                p.quiet { "None: every shard is delivered." }
+            } @else {
+                table {
+                    thead { tr { th { "target" } th { "action" } th { "reason" } th { "since" } th { "" } } }
+                    tbody {
+                        @for control in &data.controls {
+                            @let target = TargetRef::of(&control.target);
+                            tr {
+                                td { (describe(&target, |value| data.scope_name(value))) }
+                                td { span.badge.paused { (action_name(control.action.into())) } }
+                                td { (control.reason.as_deref().unwrap_or("")) }
+                                td { (time(now, control.created_at, ago(now, control.created_at))) }
+                                td.actions { (button("resume", &target, "Lift", "resume")) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn dead_letters(data: &Data, now: DateTime<Utc>) -> Markup {
+    let kind = kind_value(data.kind);
+    html! {
+        section #dead-letters {
+            h2 { "Dead letters (" (data.snapshot.dead_letters) ")" }
+            @if data.dead_letters.is_empty() {
+                p.quiet { "No dead letters in " (kind) "_outbox." }
+            } @else {
+                form #bulk method="post" action="actions/replay" class="bulk" {
+                    input type="hidden" name="kind" value=(kind);
+                    "Selected: "
+                    button type="submit" class="replay" { "Replay" }
+                    button type="submit" class="discard" formaction="actions/discard" onclick="return confirm('Discard the selected dead letters for good?')" { "Discard" }
+                }
+                table {
+                    thead { tr {
+                        th { "" } th { "id" } th { "shard" } th { "category" } th { "object" }
+                        th { "error" } th { "dead-lettered" } th { "payload" } th { "" }
+                    } }
+                    tbody {
+                        @for dead in &data.dead_letters {
+                            tr #(format!("dead-letter-{}", dead.row.id)) {
+                                td { input type="checkbox" name="ids" value=(dead.row.id) form="bulk" aria-label=(format!("select dead letter {}", dead.row.id)); }
+                                td.num { (dead.row.id) }
+                                td { (data.shard_label(&dead.row.shard)) }
+                                td { (data.category_name(dead.row.category)) }
+                                td.num { (dead.row.object_identifier) }
+                                td { code.error-text { (dead.error) } }
+                                td { (time(now, dead.dead_lettered_at, ago(now, dead.dead_lettered_at))) }
+                                td {
+                                    details {
+                                        summary { "show" }
+                                        pre { (dead.row.payload.as_ref().map_or_else(|| "null".to_owned(), |p| serde_json::to_string_pretty(p).unwrap_or_default())) }
+                                    }
+                                }
+                                td.actions {
+                                    form method="post" action="actions/replay" {
+                                        input type="hidden" name="kind" value=(kind);
+                                        input type="hidden" name="ids" value=(dead.row.id);
+                                        button type="submit" class="replay" id=(format!("replay-{}", dead.row.id)) { "Replay" }
+                                    }
+                                    form method="post" action="actions/discard" {
+                                        input type="hidden" name="kind" value=(kind);
+                                        input type="hidden" name="ids" value=(dead.row.id);
+                                        button type="submit" class="discard" id=(format!("discard-{}", dead.row.id)) onclick="return confirm('Discard this dead letter for good?')" { "Discard" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn backfills(data: &Data) -> Markup {
+    html! {
+        @if let Some(backfills) = &data.backfills {
+            section #backfills {
+                h2 { "Backfills" }
+                @match backfills {
+                    Err(error) => p.error { "The backfill cursors could not be read: " (error) },
+                    Ok(statuses) => table {
+                        thead { tr {
+                            th { "table" } th { "coded version" } th { "target version" } th { "cursor" } th { "rows left" } th { "" }
+                        } }
+                        tbody {
+                            @for status in statuses {
+                                tr {
+                                    td { (status.table) }
+                                    td.num { (status.coded_version) }
+                                    td.num { (status.target_version.map_or_else(|| "unset".to_owned(), |v| v.to_string())) }
+                                    td { @match status.cursor_version { Some(v) => { "v" (v) " from id " (status.lower_bound_id) } None => "–" } }
+                                    td.num { (status.rows_remaining) }
+                                    td {
+                                        @if status.done { span.badge { "done" } }
+                                        @else if status.target_version.is_none() { span.badge.paused { "not enabled" } }
+                                        @else { span.badge.warn { "running" } }
+                                    }
+                                }
+                            }
+                        }
+                    },
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn login(error: Option<&str>) -> Markup {
+    layout(
+        "Outbox: log in",
+        html! {
+            header { h1 { "Outbox" } }
+            @if let Some(error) = error { p.error role="alert" { (error) } }
+            form method="post" action="login" class="login" {
+                label for="token" { "Admin token" }
+                input #token type="password" name="token" autocomplete="current-password" required autofocus;
+                button type="submit" { "Log in" }
+            }
+        },
+    )
+}
+
+pub(super) fn failure(error: &AdminError, kind: Kind) -> Markup {
+    layout(
+        "Outbox: unavailable",
+        html! {
+            header { h1 { "Outbox" } }
+            p.error role="alert" { (error.message) }
+            p { a href=(format!("dashboard?kind={}", kind_name_value(kind))) { "Try again" } }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_read_as_people_say_them() {
+        assert_eq!(span(-4), "0 s");
+        assert_eq!(span(59), "59 s");
+        assert_eq!(span(61), "1 min");
+        assert_eq!(span(3_720), "1 h 2 min");
+        assert_eq!(span(90_000), "1 d 1 h");
+        let now = Utc::now();
+        assert_eq!(until(now, now), "now");
+        assert_eq!(
+            until(now, now + chrono::Duration::days(400)),
+            "never (waits for an operator)"
+        );
+    }
+}

@@ -1,0 +1,591 @@
+//! The admin dashboard: its login, forms and authorisation over HTTP, and
+//! the page in a real headless browser (Debian's `chromium` driven through
+//! `chromedriver` by fantoccini): a failing shard shows with its error, a
+//! dead letter is replayed with a click and is gone, a screenshot is saved
+//! under `target/tmp/`.
+
+#![allow(missing_docs, clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use fantoccini::{Client, ClientBuilder, Locator};
+use http_body_util::BodyExt;
+use outbox_axum::admin::{Admin, BearerToken};
+use outbox_core::{Drainer, OutboxKind, StoreAdmin};
+use outbox_seaorm::backfill::Backfill;
+use outbox_seaorm::testing::{DbBackend, TestDatabase};
+use outbox_seaorm::{write_region, OutboxMessage, SeaOrmStore};
+use serde_json::json;
+use tower::ServiceExt;
+
+outbox_core::registry! {
+    OrganizationScope = 0 (shard_field = "organization_id") {
+        OrganizationUpdate = 1,
+    }
+    WebhookScope = 1 {
+        WebhookDelivery = 2,
+    }
+}
+
+type Recorder = outbox_core::testing::Recorder<OutboxCategory>;
+
+const TOKEN: &str = "dashboard-token";
+
+struct Setup {
+    db: TestDatabase,
+    recorder: Recorder,
+    drainer: Drainer<OutboxCategory>,
+    /// The admin router nested at `/admin/outbox`.
+    app: Router,
+}
+
+/// A database with a failing organization shard (1) and a dead-lettered
+/// webhook (object 7), after one drain round.
+async fn setup(backend: DbBackend, label: &str) -> Setup {
+    let db = TestDatabase::of(backend, label).await.unwrap();
+    for message in [
+        OutboxMessage::new(OutboxCategory::OrganizationUpdate, 1, 1)
+            .with_payload(json!({ "name": "acme" })),
+        OutboxMessage::new(OutboxCategory::WebhookDelivery, 7, 7)
+            .with_payload(json!({ "url": "https://hooks.example/7" })),
+    ] {
+        write_region(&db.db, message).await.unwrap();
+    }
+    let recorder = Recorder::new();
+    let drainer = Drainer::new(
+        SeaOrmStore::new(db.db.clone()).unwrap(),
+        recorder.receivers(),
+    )
+    .with_dead_letter(OutboxScope::WebhookScope, 1);
+    recorder.fail_when(|_| true);
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.dead_lettered, 1, "{report:?}");
+    let admin = Admin::new(drainer.clone()).backfill(Backfill::new(), db.db.clone());
+    let app = Router::new().nest("/admin/outbox", admin.router(BearerToken::new(TOKEN)));
+    Setup {
+        db,
+        recorder,
+        drainer,
+        app,
+    }
+}
+
+struct Answer {
+    status: StatusCode,
+    location: Option<String>,
+    cookie: Option<String>,
+    body: String,
+}
+
+async fn send(
+    app: &Router,
+    method: Method,
+    uri: &str,
+    headers: &[(&str, &str)],
+    form: Option<&str>,
+) -> Answer {
+    let mut request = Request::builder().method(method).uri(uri);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = match form {
+        Some(form) => request
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(form.to_owned())),
+        None => request.body(Body::empty()),
+    }
+    .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let header_text = |name| {
+        response
+            .headers()
+            .get(name)
+            .map(|value: &header::HeaderValue| value.to_str().unwrap().to_owned())
+    };
+    let (location, cookie) = (
+        header_text(header::LOCATION),
+        header_text(header::SET_COOKIE),
+    );
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        location,
+        cookie,
+        body: String::from_utf8(bytes.to_vec()).unwrap(),
+    }
+}
+
+/// Nothing was paused, replayed or discarded.
+async fn nothing_changed(db: &TestDatabase) {
+    let store = db.store();
+    assert!(store.controls().await.unwrap().is_empty());
+    assert_eq!(
+        store
+            .dead_letters(OutboxKind::Region, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 1);
+}
+
+/// Without the token: the page sends the browser to the login form, every
+/// form and the JSON routes answer 401, and nothing changes. A wrong token
+/// at the login form is refused; the right one sets an `HttpOnly`,
+/// `SameSite=Strict` cookie scoped to the mount path.
+async fn the_dashboard_needs_the_token(backend: DbBackend) {
+    let Setup { db, app, .. } = setup(backend, "dashboard_token").await;
+    let page = send(&app, Method::GET, "/admin/outbox/dashboard", &[], None).await;
+    assert_eq!(
+        (page.status, page.location.as_deref()),
+        (StatusCode::SEE_OTHER, Some("login"))
+    );
+    let dead_id = db
+        .store()
+        .dead_letters(OutboxKind::Region, 1)
+        .await
+        .unwrap()[0]
+        .row
+        .id;
+    let replay = format!("kind=region&ids={dead_id}");
+    for (uri, form) in [
+        (
+            "/admin/outbox/actions/pause",
+            "kind=region&scope=0&identifier=1",
+        ),
+        ("/admin/outbox/actions/cull", "kind=region&scope=1"),
+        ("/admin/outbox/actions/replay", replay.as_str()),
+        ("/admin/outbox/actions/discard", replay.as_str()),
+        (
+            "/admin/outbox/actions/retry",
+            "kind=region&scope=0&identifier=1",
+        ),
+    ] {
+        for cookie in [None, Some("outbox_admin_token=wrong")] {
+            let headers: Vec<(&str, &str)> = cookie.iter().map(|c| ("cookie", *c)).collect();
+            let answer = send(&app, Method::POST, uri, &headers, Some(form)).await;
+            assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{uri} {cookie:?}");
+        }
+    }
+    let backfills = send(&app, Method::GET, "/admin/outbox/backfills", &[], None).await;
+    assert_eq!(backfills.status, StatusCode::UNAUTHORIZED);
+
+    let wrong = send(
+        &app,
+        Method::POST,
+        "/admin/outbox/login",
+        &[],
+        Some("token=nope"),
+    )
+    .await;
+    assert_eq!(
+        (wrong.status, wrong.cookie),
+        (StatusCode::UNAUTHORIZED, None)
+    );
+    nothing_changed(&db).await;
+
+    let login = send(
+        &app,
+        Method::POST,
+        "/admin/outbox/login",
+        &[],
+        Some(&format!("token={TOKEN}")),
+    )
+    .await;
+    assert_eq!(
+        (login.status, login.location.as_deref()),
+        (StatusCode::SEE_OTHER, Some("dashboard"))
+    );
+    let cookie = login.cookie.unwrap();
+    assert_eq!(
+        cookie,
+        format!("outbox_admin_token={TOKEN}; Path=/admin/outbox; HttpOnly; SameSite=Strict")
+    );
+    let cookie = format!("outbox_admin_token={TOKEN}");
+    let page = send(
+        &app,
+        Method::GET,
+        "/admin/outbox/dashboard",
+        &[("cookie", &cookie)],
+        None,
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("Failing shards (1)"), "{}", page.body);
+    let bearer = format!("Bearer {TOKEN}");
+    let backfills = send(
+        &app,
+        Method::GET,
+        "/admin/outbox/backfills",
+        &[("authorization", &bearer)],
+        None,
+    )
+    .await;
+    assert_eq!(
+        (backfills.status, backfills.body.as_str()),
+        (StatusCode::OK, "[]")
+    );
+}
+
+/// A form from another origin is refused (403) even with the cookie, and
+/// bad form input comes back to the page as an error, changing nothing.
+async fn forms_from_elsewhere_or_with_bad_input_change_nothing(backend: DbBackend) {
+    let Setup { db, app, .. } = setup(backend, "dashboard_forms").await;
+    let cookie = format!("outbox_admin_token={TOKEN}");
+    for (name, value) in [
+        ("sec-fetch-site", "cross-site"),
+        ("sec-fetch-site", "same-site"),
+        ("origin", "http://evil.example"),
+    ] {
+        let answer = send(
+            &app,
+            Method::POST,
+            "/admin/outbox/actions/pause",
+            &[
+                ("cookie", &cookie),
+                (name, value),
+                ("host", "admin.example"),
+            ],
+            Some("kind=region&scope=0"),
+        )
+        .await;
+        assert_eq!(answer.status, StatusCode::FORBIDDEN, "{name}: {value}");
+    }
+    for (action, form, error) in [
+        (
+            "pause",
+            "kind=moon&scope=0",
+            "`kind` is `region` or `control`",
+        ),
+        ("pause", "kind=region", "`scope` is required"),
+        ("pause", "kind=region&scope=x", "`scope` is not a number"),
+        (
+            "pause",
+            "kind=region&scope=0&region=us",
+            "the region outbox has none",
+        ),
+        (
+            "pause",
+            "kind=control&scope=0",
+            "the control outbox needs `region`",
+        ),
+        (
+            "resume",
+            "kind=region&scope=0&identifier=1",
+            "no pause or cull is set",
+        ),
+        (
+            "retry",
+            "kind=region&scope=0&identifier=99",
+            "is not failing",
+        ),
+        ("retry", "kind=region&scope=0", "`identifier` is required"),
+        (
+            "replay",
+            "kind=region&ids=12345",
+            "none of these ids is a dead letter",
+        ),
+        (
+            "replay",
+            "kind=region&ids=abc",
+            "a dead letter's id is a number",
+        ),
+        ("discard", "kind=region", "give 1 to"),
+        ("explode", "kind=region&scope=0", "no action"),
+    ] {
+        let answer = send(
+            &app,
+            Method::POST,
+            &format!("/admin/outbox/actions/{action}"),
+            &[("cookie", &cookie), ("sec-fetch-site", "same-origin")],
+            Some(form),
+        )
+        .await;
+        assert_eq!(answer.status, StatusCode::SEE_OTHER, "{action} {form}");
+        let location = answer.location.unwrap();
+        let query: Vec<(String, String)> =
+            serde_urlencoded::from_str(location.strip_prefix("../dashboard?").unwrap()).unwrap();
+        let shown = query
+            .iter()
+            .find(|(k, _)| k == "error")
+            .map(|(_, v)| v.as_str());
+        assert!(
+            shown.is_some_and(|shown| shown.contains(error)),
+            "{action} {form}: {location}"
+        );
+        // The page shows it, escaped.
+        let page = send(
+            &app,
+            Method::GET,
+            &format!("/admin/outbox/{}", location.trim_start_matches("../")),
+            &[("cookie", &cookie)],
+            None,
+        )
+        .await;
+        assert!(page.body.contains("role=\"alert\""), "{}", page.body);
+    }
+    let bad_query = send(
+        &app,
+        Method::GET,
+        "/admin/outbox/dashboard?kind=moon",
+        &[("cookie", &cookie)],
+        None,
+    )
+    .await;
+    assert_eq!(bad_query.status, StatusCode::BAD_REQUEST);
+    nothing_changed(&db).await;
+}
+
+/// `chromedriver` on a free loopback port, stopped (with its browsers) on
+/// drop.
+struct ChromeDriver {
+    child: Child,
+    url: String,
+    profile: PathBuf,
+}
+
+impl ChromeDriver {
+    fn start() -> Self {
+        let binary = ["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]
+            .into_iter()
+            .find(|path| std::path::Path::new(path).exists())
+            .expect(
+                "chromedriver is missing: install Debian's chromium and chromium-driver \
+                 (scripts/test.sh does)",
+            );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = Command::new(binary)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        // It says when it listens.
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(line)) if line.contains("started successfully") => break,
+                Some(Ok(_)) => {}
+                other => panic!("chromedriver did not start: {other:?}"),
+            }
+        }
+        // Keep draining its output so that it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        let profile =
+            std::env::temp_dir().join(format!("outbox-chromium-{}-{port}", std::process::id()));
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            profile,
+        }
+    }
+
+    async fn browser(&self) -> Client {
+        let chromium = ["/usr/bin/chromium", "/usr/lib/chromium/chromium"]
+            .into_iter()
+            .find(|path| std::path::Path::new(path).exists())
+            .expect("chromium is missing: install Debian's chromium (scripts/test.sh does)");
+        let capabilities = json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--disable-quic", "--no-first-run", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync", "--window-size=1400,1000",
+                    format!("--user-data-dir={}", self.profile.display()),
+                ],
+            },
+        });
+        let serde_json::Value::Object(capabilities) = capabilities else {
+            unreachable!()
+        };
+        ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(capabilities)
+            .connect(&self.url)
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for ChromeDriver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+fn screenshot_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+async fn text_of(browser: &Client, css: &str) -> String {
+    browser
+        .find(Locator::Css(css))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// In a real browser: log in, see the failing shard with its last error
+/// first, pause it with a click, replay the dead letter with a click and
+/// see it gone; the replayed message is then delivered.
+async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBackend) {
+    let Setup {
+        db,
+        recorder,
+        drainer,
+        app,
+    } = setup(backend, "dashboard_browser").await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/admin/outbox", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let failing = db
+        .store()
+        .failing_shards(OutboxKind::Region, 10)
+        .await
+        .unwrap();
+    let organization = failing
+        .iter()
+        .find(|f| f.shard.scope() == 0)
+        .expect("the organization shard fails");
+    let error = organization.state.last_error.clone().unwrap();
+    let dead_id = db
+        .store()
+        .dead_letters(OutboxKind::Region, 1)
+        .await
+        .unwrap()[0]
+        .row
+        .id;
+
+    let driver = ChromeDriver::start();
+    let browser = driver.browser().await;
+    browser.goto(&format!("{base}/dashboard")).await.unwrap();
+    assert_eq!(
+        browser.current_url().await.unwrap().path(),
+        "/admin/outbox/login"
+    );
+    browser
+        .find(Locator::Id("token"))
+        .await
+        .unwrap()
+        .send_keys(TOKEN)
+        .await
+        .unwrap();
+    browser
+        .find(Locator::Css("form.login button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .wait()
+        .for_element(Locator::Id("failing"))
+        .await
+        .unwrap();
+
+    // The failing shard, with its last error.
+    let row = text_of(&browser, "#failing-0-1").await;
+    assert!(row.contains("OrganizationScope 1"), "{row}");
+    assert!(row.contains(&error), "{row} lacks {error}");
+    assert!(row.contains("backing off"), "{row}");
+    let dead = text_of(&browser, &format!("#dead-letter-{dead_id}")).await;
+    assert!(dead.contains("WebhookDelivery"), "{dead}");
+    std::fs::write(
+        screenshot_path(&format!("dashboard-{backend:?}.png")),
+        browser.screenshot().await.unwrap(),
+    )
+    .unwrap();
+
+    // Pause the failing shard with a click: a control every process obeys.
+    browser
+        .find(Locator::Css("#failing-0-1 button.pause"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let notice = browser
+        .wait()
+        .for_element(Locator::Css(".notice"))
+        .await
+        .unwrap();
+    assert_eq!(
+        notice.text().await.unwrap(),
+        "Paused region-outbox shard OrganizationScope 1."
+    );
+    let controls = db.store().controls().await.unwrap();
+    assert_eq!(controls.len(), 1, "{controls:?}");
+    assert!(text_of(&browser, "#controls").await.contains("paused"));
+
+    // The receiver is fixed; replay the dead letter with a click.
+    recorder.stop_failing();
+    browser
+        .find(Locator::Id(&format!("replay-{dead_id}")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let notice = browser
+        .wait()
+        .for_element(Locator::Css(".notice"))
+        .await
+        .unwrap();
+    assert_eq!(notice.text().await.unwrap(), "Replayed 1 dead letter(s).");
+    assert!(
+        browser
+            .find(Locator::Id(&format!("dead-letter-{dead_id}")))
+            .await
+            .is_err(),
+        "the replayed dead letter is still listed"
+    );
+    assert!(text_of(&browser, "#dead-letters")
+        .await
+        .contains("No dead letters"));
+    std::fs::write(
+        screenshot_path(&format!("dashboard-{backend:?}-replayed.png")),
+        browser.screenshot().await.unwrap(),
+    )
+    .unwrap();
+    browser.close().await.unwrap();
+    drop(driver);
+
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.deliveries, 1, "{report:?}");
+    let delivered: Vec<i64> = recorder.deliveries().iter().map(|d| d.object).collect();
+    assert_eq!(
+        delivered,
+        vec![7],
+        "the replayed webhook, not the paused shard"
+    );
+    assert!(db
+        .store()
+        .dead_letters(OutboxKind::Region, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    server.abort();
+}
+
+outbox_seaorm::on_both_backends!(
+    the_dashboard_needs_the_token,
+    forms_from_elsewhere_or_with_bad_input_change_nothing,
+    a_browser_sees_the_failure_and_replays_the_dead_letter,
+);
