@@ -80,7 +80,7 @@ pub use context::{FlushOutcome, OutboxContext};
 pub use control::{ControlAction, ControlTarget, Controls, RuntimeControl};
 pub use drain::{
     Backlog, DeadLetterPolicy, DeliveryError, DrainConfig, DrainReport, Drainer, FlushError,
-    ShardFailure,
+    ScopeBacklog, ShardFailure,
 };
 #[cfg(feature = "test-utils")]
 pub use memory::{MemoryStore, MemoryTransaction};
@@ -92,8 +92,8 @@ pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
 pub use shard::{OutboxKind, ShardKey, CLAIM_BUCKETS, MAX_BUCKETS_PER_CLAIM};
 pub use store::{
     BoxError, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetter, DeadLetterRow,
-    DrainStore, FailingShard, ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardState, Store,
-    StoreAdmin, StoreError,
+    DrainStore, FailingShard, ScopeDepth, ShardClaim, ShardCommit, ShardDepth, ShardEnd,
+    ShardState, Store, StoreAdmin, StoreError,
 };
 
 /// The `retry_at` of a quarantined shard (and the `scheduled_for` of its

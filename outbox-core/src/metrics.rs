@@ -10,7 +10,8 @@
 //! Counters and histograms are emitted where things happen. The gauges
 //! ([`BACKLOG_DEPTH`], [`BACKLOG_OLDEST_AGE`], [`FAILING_SHARDS`],
 //! [`QUARANTINED_SHARDS`], [`PAUSED_SHARDS`], [`DEAD_TUPLES`],
-//! [`OLDEST_TRANSACTION_AGE`]) are kept up to date by the background worker,
+//! [`OLDEST_TRANSACTION_AGE`], [`DEAD_LETTERS`], [`SCOPE_BACKLOG_DEPTH`],
+//! [`SCOPE_BACKLOG_OLDEST_AGE`]) are kept up to date by the background worker,
 //! every `WorkerBuilder::gauge_interval` (15 s), from
 //! [`Drainer::backlog`](crate::Drainer::backlog).
 
@@ -72,3 +73,11 @@ pub const DEAD_TUPLES: &str = "outbox.table.dead_tuples";
 /// Gauge, seconds: age of the database's oldest open transaction (which
 /// holds back vacuum), 0 when none or unknown (tags: kind).
 pub const OLDEST_TRANSACTION_AGE: &str = "outbox.oldest_transaction_age";
+/// Gauge: rows in the dead-letter table (tags: kind).
+pub const DEAD_LETTERS: &str = "outbox.dead_letters";
+/// Gauge: rows pending per scope, 0 for a declared scope with none (tags:
+/// kind, scope = the scope's name).
+pub const SCOPE_BACKLOG_DEPTH: &str = "outbox.scope.backlog.depth";
+/// Gauge, seconds: how long a scope's oldest pending row has waited, 0 when
+/// none (tags: kind, scope).
+pub const SCOPE_BACKLOG_OLDEST_AGE: &str = "outbox.scope.backlog.oldest_age";

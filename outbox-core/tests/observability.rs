@@ -201,4 +201,18 @@ fn coalescing_retries_and_the_backlog_are_measured() {
     assert!(gauge("outbox.backlog.oldest_age") >= 5.0);
     assert_eq!(gauge("outbox.failing_shards"), 0.0);
     assert_eq!(gauge("outbox.quarantined_shards"), 1.0);
+    assert_eq!(gauge("outbox.dead_letters"), 0.0);
+    let scope_gauge = |name: &str, scope: &str| {
+        let tags = vec![
+            ("kind".to_owned(), "region".to_owned()),
+            ("scope".to_owned(), scope.to_owned()),
+        ];
+        match seen.get(&(name.to_owned(), tags)) {
+            Some(DebugValue::Gauge(value)) => value.into_inner(),
+            other => panic!("{name} {scope}: {other:?}"),
+        }
+    };
+    let scope = "OrgScope";
+    assert_eq!(scope_gauge("outbox.scope.backlog.depth", scope), 1.0);
+    assert!(scope_gauge("outbox.scope.backlog.oldest_age", scope) >= 5.0);
 }

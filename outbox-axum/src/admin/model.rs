@@ -393,6 +393,21 @@ pub struct BacklogView {
     /// Age of the database's oldest open transaction, in seconds
     /// (PostgreSQL): it holds back vacuum.
     pub oldest_transaction_age_seconds: Option<f64>,
+    /// Rows in the dead-letter table.
+    pub dead_letters: u64,
+    /// Per scope: pending rows and the oldest's age.
+    pub scopes: Vec<ScopeBacklogView>,
+}
+
+/// One scope's backlog.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScopeBacklogView {
+    /// The scope's name.
+    pub scope: String,
+    /// Rows pending.
+    pub depth: u64,
+    /// Age of its oldest pending row, in seconds.
+    pub oldest_age_seconds: Option<f64>,
 }
 
 impl From<&Backlog> for BacklogView {
@@ -408,6 +423,16 @@ impl From<&Backlog> for BacklogView {
             oldest_transaction_age_seconds: backlog
                 .oldest_transaction_age
                 .map(|age| age.as_secs_f64()),
+            dead_letters: backlog.dead_letters,
+            scopes: backlog
+                .scopes
+                .iter()
+                .map(|scope| ScopeBacklogView {
+                    scope: scope.scope.clone(),
+                    depth: scope.depth,
+                    oldest_age_seconds: scope.oldest_age.map(|age| age.as_secs_f64()),
+                })
+                .collect(),
         }
     }
 }

@@ -178,7 +178,8 @@ pub async fn a_shard_parked_under_a_pause_that_is_gone_is_released_at_startup<B:
 
 /// The admin snapshot holds what the separate reads hold (read in one
 /// transaction, its parts agree): pending rows, the deepest shards, the
-/// failing ones and the number of dead letters.
+/// failing ones and the number of dead letters; the per-scope depths and
+/// the dead-letter count that the backlog gauges read agree with it.
 pub async fn an_admin_snapshot_agrees_with_the_separate_reads<B: Backend>(backend: &B) {
     let store = backend.fresh("snapshot").await;
     let event = NewRow {
@@ -229,4 +230,38 @@ pub async fn an_admin_snapshot_agrees_with_the_separate_reads<B: Backend>(backen
     let control = store.snapshot(OutboxKind::Control, 10).await.unwrap();
     assert_eq!((control.pending, control.dead_letters), (0, 0));
     assert!(control.deepest.is_empty() && control.failing.is_empty());
+
+    // The per-scope depths and the dead-letter count (the gauges' reads).
+    assert_eq!(
+        store.dead_letter_count(OutboxKind::Region).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        store.dead_letter_count(OutboxKind::Control).await.unwrap(),
+        0
+    );
+    let scopes = store.scope_depths(OutboxKind::Region).await.unwrap();
+    let depths: Vec<(i32, u64)> = scopes.iter().map(|s| (s.scope, s.depth)).collect();
+    assert_eq!(depths, vec![(0, 2)]);
+    assert_eq!(
+        scopes[0].oldest_date_added,
+        snapshot.deepest[0].oldest_date_added
+    );
+    assert!(store
+        .scope_depths(OutboxKind::Control)
+        .await
+        .unwrap()
+        .is_empty());
+    let backlog = drainer.backlog(OutboxKind::Region).await.unwrap();
+    assert_eq!(backlog.dead_letters, 1);
+    let by_scope: Vec<(&str, u64, bool)> = backlog
+        .scopes
+        .iter()
+        .map(|s| (s.scope.as_str(), s.depth, s.oldest_age.is_some()))
+        .collect();
+    assert_eq!(
+        by_scope,
+        vec![("OrganizationScope", 2, true), ("AuditLogScope", 0, false)],
+        "every declared scope, 0 where nothing is pending"
+    );
 }

@@ -110,9 +110,6 @@ impl<C: Category> std::fmt::Debug for Drainer<C> {
     }
 }
 
-/// How the first part of a background round went, for the worker loop: the
-/// number of shards claimed once their first commit is done (0 when nothing
-/// was due), or the store's error.
 /// What [`Drainer::backlog`] measured.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Backlog {
@@ -133,6 +130,38 @@ pub struct Backlog {
     /// Age of the oldest open transaction of the database, which holds
     /// back vacuum, where the store can tell (PostgreSQL).
     pub oldest_transaction_age: Option<Duration>,
+    /// Rows in the dead-letter table for this outbox table.
+    pub dead_letters: u64,
+    /// Per declared scope (and any unknown scope with pending rows), in
+    /// scope order: every declared scope is listed, with 0 when nothing of
+    /// it is pending, so that its gauges fall back to 0.
+    pub scopes: Vec<ScopeBacklog>,
+}
+
+/// One scope's part of a [`Backlog`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScopeBacklog {
+    /// The scope's declared name (its value, for a scope this binary does
+    /// not declare).
+    pub scope: String,
+    /// Rows pending.
+    pub depth: u64,
+    /// How long its oldest pending row has waited; `None` when none is.
+    pub oldest_age: Option<Duration>,
+}
+
+impl ScopeBacklog {
+    fn of(scope: String, depth: Option<&crate::store::ScopeDepth>, now: DateTime<Utc>) -> Self {
+        Self {
+            scope,
+            depth: depth.map_or(0, |depth| depth.depth),
+            oldest_age: depth.map(|depth| {
+                (now - depth.oldest_date_added)
+                    .to_std()
+                    .unwrap_or(Duration::ZERO)
+            }),
+        }
+    }
 }
 
 impl Backlog {
@@ -142,6 +171,9 @@ impl Backlog {
     }
 }
 
+/// How the first part of a background round went, for the worker loop: the
+/// number of shards claimed once their first commit is done (0 when nothing
+/// was due), or the store's error.
 pub(crate) type RoundStarted = oneshot::Sender<Result<usize, String>>;
 
 impl<C: Category> Drainer<C> {
@@ -489,8 +521,9 @@ impl<C: Category> Drainer<C> {
     /// The backlog of `kind` as operators watch it: pending rows, the age of
     /// the oldest, the shards that fail (at most the first 10,000 are
     /// counted), and the table's dead tuples and the age of the oldest open
-    /// transaction (PostgreSQL). Four reads; the worker publishes them as
-    /// gauges (see [`crate::metrics`]).
+    /// transaction (PostgreSQL), the dead letters, and each scope's depth and
+    /// oldest age. A few reads; the worker publishes them as gauges (see
+    /// [`crate::metrics`]).
     ///
     /// # Errors
     ///
@@ -506,6 +539,24 @@ impl<C: Category> Drainer<C> {
         let quarantined_shards = count(crate::store::ShardState::is_quarantined);
         let paused_shards = count(crate::store::ShardState::is_paused);
         let health = self.admin.table_health(kind).await?;
+        let dead_letters = self.admin.dead_letter_count(kind).await?;
+        let now = self.clock.now();
+        let mut measured = self.admin.scope_depths(kind).await?;
+        let mut scopes: Vec<ScopeBacklog> = C::Scope::ALL
+            .iter()
+            .map(|scope| {
+                let found = measured
+                    .iter()
+                    .position(|depth| depth.scope == scope.value())
+                    .map(|at| measured.swap_remove(at));
+                ScopeBacklog::of(scope.name().to_owned(), found.as_ref(), now)
+            })
+            .collect();
+        scopes.extend(
+            measured
+                .iter()
+                .map(|depth| ScopeBacklog::of(depth.scope.to_string(), Some(depth), now)),
+        );
         Ok(Backlog {
             kind,
             depth,
@@ -515,6 +566,8 @@ impl<C: Category> Drainer<C> {
             paused_shards,
             dead_tuples: health.dead_tuples,
             oldest_transaction_age: health.oldest_transaction_age,
+            dead_letters,
+            scopes,
         })
     }
 

@@ -70,5 +70,5 @@ pub use config::{
     DEFAULT_CONTROLS_REFRESH, DEFAULT_DELIVERY_TIMEOUT, DEFAULT_LEASE, DEFAULT_ROUND_DURATION,
     DEFAULT_SYNC_WAIT,
 };
-pub use drainer::{Backlog, DeadLetterPolicy, Drainer};
+pub use drainer::{Backlog, DeadLetterPolicy, Drainer, ScopeBacklog};
 pub use report::{DeliveryError, DrainReport, FlushError, ShardFailure};

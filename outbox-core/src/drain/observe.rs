@@ -97,6 +97,14 @@ pub(crate) fn backlog(backlog: &super::drainer::Backlog) {
             .oldest_transaction_age
             .map_or(0.0, |age| age.as_secs_f64()),
     );
+    metrics::gauge!(names::DEAD_LETTERS, "kind" => kind).set(backlog.dead_letters as f64);
+    for scope in &backlog.scopes {
+        let name = scope.scope.clone();
+        metrics::gauge!(names::SCOPE_BACKLOG_DEPTH, "kind" => kind, "scope" => name.clone())
+            .set(scope.depth as f64);
+        metrics::gauge!(names::SCOPE_BACKLOG_OLDEST_AGE, "kind" => kind, "scope" => name)
+            .set(scope.oldest_age.map_or(0.0, |age| age.as_secs_f64()));
+    }
 }
 
 pub(crate) fn culled(kind: OutboxKind, rows: usize) {

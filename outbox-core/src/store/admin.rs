@@ -73,6 +73,17 @@ pub struct TableHealth {
     pub oldest_transaction_age: Option<std::time::Duration>,
 }
 
+/// One scope's pending rows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScopeDepth {
+    /// The scope's stored value.
+    pub scope: i32,
+    /// Rows pending.
+    pub depth: u64,
+    /// When its oldest pending row was written.
+    pub oldest_date_added: DateTime<Utc>,
+}
+
 /// Inspection and administration of an outbox store. The drain calls only
 /// `controls` (a cached read) and `retry_now`; each is one read or one
 /// transaction.
@@ -88,6 +99,33 @@ pub trait StoreAdmin: Send + Sync + 'static {
         kind: OutboxKind,
         limit: usize,
     ) -> Result<Vec<ShardDepth>, StoreError>;
+
+    /// Per scope with pending rows: how many, and when the oldest was
+    /// written (the per-scope backlog gauges). The default reads every
+    /// shard's depth; SQL stores answer with one `GROUP BY`.
+    async fn scope_depths(&self, kind: OutboxKind) -> Result<Vec<ScopeDepth>, StoreError> {
+        let mut scopes: Vec<ScopeDepth> = Vec::new();
+        for shard in self.shard_depths(kind, usize::MAX).await? {
+            match scopes.iter_mut().find(|s| s.scope == shard.shard.scope()) {
+                Some(scope) => {
+                    scope.depth += shard.depth;
+                    scope.oldest_date_added = scope.oldest_date_added.min(shard.oldest_date_added);
+                }
+                None => scopes.push(ScopeDepth {
+                    scope: shard.shard.scope(),
+                    depth: shard.depth,
+                    oldest_date_added: shard.oldest_date_added,
+                }),
+            }
+        }
+        scopes.sort_by_key(|s| s.scope);
+        Ok(scopes)
+    }
+
+    /// How many dead letters `kind` holds. The default reads a snapshot.
+    async fn dead_letter_count(&self, kind: OutboxKind) -> Result<u64, StoreError> {
+        Ok(self.snapshot(kind, 1).await?.dead_letters)
+    }
 
     /// When the oldest pending row of `kind` was written.
     async fn oldest_pending(&self, kind: OutboxKind) -> Result<Option<DateTime<Utc>>, StoreError>;

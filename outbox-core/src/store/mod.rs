@@ -37,7 +37,9 @@ mod admin;
 mod drain;
 mod error;
 
-pub use admin::{AdminSnapshot, DeadLetterRow, FailingShard, ShardDepth, StoreAdmin, TableHealth};
+pub use admin::{
+    AdminSnapshot, DeadLetterRow, FailingShard, ScopeDepth, ShardDepth, StoreAdmin, TableHealth,
+};
 pub use drain::{
     ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetter, DrainStore, ShardClaim,
     ShardCommit, ShardEnd, ShardState,

@@ -191,6 +191,17 @@ impl StoreAdmin for SeaOrmStore {
         self.admin().discard_dead_letters(kind, ids).await
     }
 
+    async fn scope_depths(
+        &self,
+        kind: OutboxKind,
+    ) -> Result<Vec<outbox_core::ScopeDepth>, StoreError> {
+        self.admin().scope_depths(kind).await
+    }
+
+    async fn dead_letter_count(&self, kind: OutboxKind) -> Result<u64, StoreError> {
+        self.admin().dead_letter_count(kind).await
+    }
+
     async fn snapshot(
         &self,
         kind: OutboxKind,

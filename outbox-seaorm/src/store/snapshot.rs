@@ -7,7 +7,7 @@ use sea_orm::{
     TransactionTrait, Value,
 };
 
-use outbox_core::store::{AdminSnapshot, ShardDepth};
+use outbox_core::store::{AdminSnapshot, ScopeDepth, ShardDepth};
 use outbox_core::{OutboxKind, StoreError};
 
 use super::codec::{self, get, op};
@@ -116,4 +116,46 @@ async fn read_in<C: ConnectionTrait>(
         failing: codec::failing_shards(&failing, kind, backend)?,
         dead_letters,
     })
+}
+
+/// Per scope of `kind`: pending rows and the oldest's `date_added` (one
+/// `GROUP BY`, the same SQL on both backends).
+pub(super) async fn scope_depths(
+    db: &DatabaseConnection,
+    kind: OutboxKind,
+) -> Result<Vec<ScopeDepth>, StoreError> {
+    const OP: &str = "measure scope depths";
+    let sql = match kind {
+        OutboxKind::Region => {
+            "SELECT shard_scope, count(*) AS depth, min(date_added) AS oldest_date_added \
+             FROM region_outbox GROUP BY shard_scope ORDER BY shard_scope"
+        }
+        OutboxKind::Control => {
+            "SELECT shard_scope, count(*) AS depth, min(date_added) AS oldest_date_added \
+             FROM control_outbox GROUP BY shard_scope ORDER BY shard_scope"
+        }
+    };
+    let backend = db.get_database_backend();
+    let rows = db
+        .query_all_raw(Statement::from_string(backend, sql))
+        .await
+        .map_err(op(OP))?;
+    rows.iter()
+        .map(|row| {
+            let depth: i64 = get(row, "depth", OP)?;
+            Ok(ScopeDepth {
+                scope: get(row, "shard_scope", OP)?,
+                depth: u64::try_from(depth).unwrap_or(0),
+                oldest_date_added: time::get(row, backend, "oldest_date_added")?,
+            })
+        })
+        .collect()
+}
+
+/// The dead letters of `kind`.
+pub(super) async fn dead_letter_count(
+    db: &DatabaseConnection,
+    kind: OutboxKind,
+) -> Result<u64, StoreError> {
+    count(db, DEAD_LETTER_COUNT, vec![kind.as_i16().into()]).await
 }

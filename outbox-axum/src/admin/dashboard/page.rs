@@ -278,7 +278,7 @@ fn health(data: &Data) -> Markup {
                             td { (kind_value(backlog.kind)) "_outbox" }
                             td.num { (backlog.depth) }
                             td { (backlog.oldest_age.map_or_else(|| "–".to_owned(), |age| span(i64::try_from(age.as_secs()).unwrap_or(i64::MAX)))) }
-                            td.num { @if backlog.kind == data.kind { (data.snapshot.dead_letters) } @else { "–" } }
+                            td.num { (backlog.dead_letters) }
                             td.num.(if backlog.failing_shards > 0 { "bad" } else { "" }) { (backlog.failing_shards) }
                             td.num.(if backlog.quarantined_shards > 0 { "bad" } else { "" }) { (backlog.quarantined_shards) }
                             td.num { (backlog.paused_shards) }
@@ -383,12 +383,15 @@ fn scopes(data: &Data) -> Markup {
             h2 { "Scopes" }
             p.quiet { "Pause keeps a scope's messages and skips them; cull drops them as they come due. Both hold in every process within a second." }
             table {
-                thead { tr { th { "scope" } th { "control" } th { "" } } }
+                thead { tr { th { "scope" } th { "pending" } th { "oldest" } th { "control" } th { "" } } }
                 tbody {
                     @for (value, name) in &data.scopes {
+                        @let backlog = data.backlogs.iter().find(|b| b.kind == kind).and_then(|b| b.scopes.iter().find(|s| s.scope == *name));
                         @let controls: Vec<&RuntimeControl> = data.controls.iter().filter(|c| matches!(&c.target, outbox_core::ControlTarget::Scope { kind: k, scope, .. } if *k == kind && scope == value)).collect();
                         tr {
                             td { (name) " (" (value) ")" }
+                            td.num { (backlog.map_or(0, |b| b.depth)) }
+                            td { (backlog.and_then(|b| b.oldest_age).map_or_else(|| "–".to_owned(), |age| span(i64::try_from(age.as_secs()).unwrap_or(i64::MAX)))) }
                             td {
                                 @for control in &controls {
                                     span.badge.paused { (action_name(control.action.into())) @if let outbox_core::ControlTarget::Scope { region: Some(region), .. } = &control.target { " → " (region) } }

@@ -723,6 +723,17 @@ impl StoreAdmin for PgStore {
         super::snapshot::read(&self.db, &sql, kind, limit).await
     }
 
+    async fn scope_depths(
+        &self,
+        kind: OutboxKind,
+    ) -> Result<Vec<outbox_core::ScopeDepth>, StoreError> {
+        super::snapshot::scope_depths(&self.db, kind).await
+    }
+
+    async fn dead_letter_count(&self, kind: OutboxKind) -> Result<u64, StoreError> {
+        super::snapshot::dead_letter_count(&self.db, kind).await
+    }
+
     async fn table_health(
         &self,
         kind: OutboxKind,
