@@ -474,9 +474,15 @@ impl fmt::Display for BackfillStatusOutput {
                     table.rows_remaining, table.lower_bound_id
                 )
             };
+            let cursor = match table.cursor_version {
+                Some(version) => {
+                    format!("cursor at id {} of version {version}", table.lower_bound_id)
+                }
+                None => "no cursor".to_owned(),
+            };
             writeln!(
                 f,
-                "{}: coded version {}, {target}: {state}",
+                "{}: coded version {}, {cursor}, {target}: {state}",
                 table.table, table.coded_version
             )?;
         }
