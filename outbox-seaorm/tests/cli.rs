@@ -683,7 +683,7 @@ async fn backfill_status_and_run(backend: DbBackend) {
     assert_eq!((table.target_version, table.done), (None, false));
     let text = t.text("backfill status").await;
     assert!(
-        text.contains("widget: coded version 1, no target"),
+        text.contains("widget: coded version 1, no cursor, no target (option unset): waiting"),
         "{text}"
     );
 

@@ -17,6 +17,7 @@ use super::progress::Progress;
 /// # Errors
 ///
 /// [`CliError::Database`].
+#[tracing::instrument(name = "outbox.cli.backfill_status", skip_all, fields(force = force), err)]
 pub async fn backfill_status(
     backfill: &Backfill,
     db: &DatabaseConnection,
@@ -38,6 +39,7 @@ pub async fn backfill_status(
 ///
 /// [`CliError::Database`]; the batches committed before it stay, and a
 /// second run goes on from the cursors.
+#[tracing::instrument(name = "outbox.cli.backfill_run", skip_all, fields(force = force), err)]
 pub async fn backfill_run(
     backfill: &Backfill,
     db: &DatabaseConnection,

@@ -32,6 +32,7 @@ const FAILURES_SHOWN: usize = 100;
 /// [`CliError::DrainTimedOut`] when rows are still pending after `timeout`
 /// (with how many shards are paused, quarantined or backing off);
 /// [`CliError::Store`] when a database fails.
+#[tracing::instrument(name = "outbox.cli.drain", skip_all, fields(drainers = drainers.len(), timeout = ?timeout), err)]
 pub async fn drain_until_empty<C: Category>(
     drainers: &[Drainer<C>],
     timeout: Duration,
