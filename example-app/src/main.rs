@@ -6,6 +6,12 @@
 //! stops them cleanly. `--help` lists the flags (and their environment
 //! variables) that run one silo per process, move the addresses, or point a
 //! silo at PostgreSQL.
+//!
+//! `example-app --silo us outbox shards` (or `dead-letters`, `pause`,
+//! `cull`, `resume`, `retry`, `drain`, `backfill`; `--json` for JSON)
+//! operates the outbox of one silo's database without serving it: see
+//! `outbox_seaorm::cli`. It needs one silo (`--silo control|us|de`), not
+//! `all`: each silo has its own database and outboxes.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -14,6 +20,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use example_app::silo::{self, Role, SiloConfig};
+use outbox_seaorm::cli::{OutboxArgs, OutboxCommand};
 
 /// Which silo(s) this process runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -35,6 +42,11 @@ enum Command {
     /// backfill in force mode, then drain every outbox; prints progress and a
     /// summary. Safe to run twice.
     Upgrade,
+    /// Operate the outbox of one silo (`--silo control|us|de`, not `all`),
+    /// without serving it: shards, dead letters, pause/cull/resume, retry,
+    /// drain, backfill. `drain` delivers through the other silos' RPC, so it
+    /// needs `--secret`.
+    Outbox(OutboxArgs),
 }
 
 /// Hybrid-cloud outbox demo: a Control silo and Region silos `us` and `de`.
@@ -146,13 +158,30 @@ impl Args {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    if let Some(Command::Outbox(outbox)) = &args.command {
+        // Standard output is the command's answer (JSON with --json): logs
+        // go to standard error, warnings only unless RUST_LOG says more.
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "warn".into()),
+            )
+            .with_writer(std::io::stderr)
+            .init();
+        if let Err(error) = run_outbox(&args, outbox).await {
+            // Display, not the Debug that returning the error would print.
+            eprintln!("error: {error}");
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,sqlx=warn,sea_orm_migration=warn".into()),
         )
         .init();
-    let args = Args::parse();
     let secret = match (&args.secret, args.silo) {
         (Some(secret), _) => secret.clone(),
         (None, Which::All) => format!("{:032x}", rand::random::<u128>()),
@@ -222,5 +251,36 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         silo.shutdown().await?;
     }
     println!("stopped");
+    Ok(())
+}
+
+/// `example-app --silo <one> outbox ...`.
+async fn run_outbox(args: &Args, outbox: &OutboxArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let role = match args.silo {
+        Which::All => {
+            return Err(
+                "`outbox` works on one silo's database: give --silo control, us or de \
+                        (each silo has its own outboxes)"
+                    .into(),
+            )
+        }
+        Which::Control => Role::Control,
+        Which::Us => Role::Region("us".into()),
+        Which::De => Role::Region("de".into()),
+    };
+    let secret = match (&args.secret, &outbox.command) {
+        (Some(secret), _) => secret.clone(),
+        (None, OutboxCommand::Drain(_)) => {
+            return Err(
+                "--secret (or SILO_SECRET) is required for `outbox drain`: its \
+                        deliveries call the other silos, which check it"
+                    .into(),
+            )
+        }
+        // Nothing else calls another silo.
+        (None, _) => String::new(),
+    };
+    let cli = silo::outbox_cli(&args.config(role, &secret, None)).await?;
+    cli.run(outbox, &mut std::io::stdout()).await?;
     Ok(())
 }

@@ -10,8 +10,10 @@ use axum::routing::get;
 use axum::{Json, Router};
 use outbox_axum::admin::{Admin, BearerToken};
 use outbox_axum::OutboxWorker;
-use outbox_core::Drainer;
+use outbox_core::{Drainer, Receivers};
 use outbox_seaorm::backfill::Backfill;
+use outbox_seaorm::cli::OutboxCli;
+use outbox_seaorm::SeaOrmStore;
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend};
 use sea_orm_migration::MigratorTrait;
 use tokio::net::TcpListener;
@@ -90,6 +92,17 @@ pub enum SiloError {
     /// A region this example has no id code for (`crate::ids::REGION_CODES`).
     #[error("unknown region {0:?}: this example knows {known}", known = crate::ids::REGION_CODES.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", "))]
     UnknownRegion(String),
+    /// The database lacks migrations.
+    #[error(
+        "database {url} lacks {pending} migrations: start the silo once, or run \
+         `example-app --silo <silo> upgrade`, before the outbox commands"
+    )]
+    NotMigrated {
+        /// Its URL.
+        url: String,
+        /// Migrations not applied.
+        pending: usize,
+    },
     /// The server failed.
     #[error("server: {0}")]
     Io(#[from] std::io::Error),
@@ -177,40 +190,7 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
         source,
     })?;
 
-    let (receivers, routes) = match &config.role {
-        Role::Control => {
-            let regions = config
-                .region_urls
-                .iter()
-                .map(|(name, url)| {
-                    (
-                        name.clone(),
-                        RpcClient::new(url.clone(), config.secret.clone()),
-                    )
-                })
-                .collect();
-            let context = Arc::new(ControlContext { regions });
-            (
-                control::receivers(&db, context),
-                control::routes(control::handlers_state(db.clone()), config.secret.clone()),
-            )
-        }
-        Role::Region(name) => {
-            let code = crate::ids::region_code(name)
-                .ok_or_else(|| SiloError::UnknownRegion(name.clone()))?;
-            let context = Arc::new(RegionContext {
-                region: name.clone(),
-                control: RpcClient::new(config.control_url.clone(), config.secret.clone()),
-            });
-            (
-                region::receivers(&db, context),
-                region::routes(
-                    region::handlers_state(name.clone(), code, db.clone()),
-                    config.secret.clone(),
-                ),
-            )
-        }
-    };
+    let (receivers, routes) = receivers_and_routes(&config, &db)?;
     let backfill = Arc::new(backfill_for(&config.role));
     let mut worker = OutboxWorker::builder(db.clone(), receivers)
         .poll_interval(config.poll_interval)
@@ -251,6 +231,79 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
         stop,
         task,
     })
+}
+
+/// The outbox receivers and the HTTP routes of a silo: Control's call the
+/// regions, a region's call Control (over RPC, with the shared secret).
+fn receivers_and_routes(
+    config: &SiloConfig,
+    db: &DatabaseConnection,
+) -> Result<(Receivers<OutboxCategory>, Router), SiloError> {
+    Ok(match &config.role {
+        Role::Control => {
+            let regions = config
+                .region_urls
+                .iter()
+                .map(|(name, url)| {
+                    (
+                        name.clone(),
+                        RpcClient::new(url.clone(), config.secret.clone()),
+                    )
+                })
+                .collect();
+            let context = Arc::new(ControlContext { regions });
+            (
+                control::receivers(db, context),
+                control::routes(control::handlers_state(db.clone()), config.secret.clone()),
+            )
+        }
+        Role::Region(name) => {
+            let code = crate::ids::region_code(name)
+                .ok_or_else(|| SiloError::UnknownRegion(name.clone()))?;
+            let context = Arc::new(RegionContext {
+                region: name.clone(),
+                control: RpcClient::new(config.control_url.clone(), config.secret.clone()),
+            });
+            (
+                region::receivers(db, context),
+                region::routes(
+                    region::handlers_state(name.clone(), code, db.clone()),
+                    config.secret.clone(),
+                ),
+            )
+        }
+    })
+}
+
+/// The outbox commands (`example-app --silo us outbox ...`) over one silo's
+/// database, without serving it: its drainer (the receivers of the silo,
+/// so `drain` delivers through RPC as the silo would) and its backfill.
+///
+/// # Errors
+///
+/// [`SiloError::Database`] when the database cannot be opened;
+/// [`SiloError::NotMigrated`] when it lacks migrations (the commands read
+/// the outbox tables, and migrating is the silo's own business).
+pub async fn outbox_cli(config: &SiloConfig) -> Result<OutboxCli<OutboxCategory>, SiloError> {
+    let db = open_database(&config.database_url).await?;
+    let pending = match &config.role {
+        Role::Control => ControlMigrator::get_pending_migrations(&db).await,
+        Role::Region(_) => RegionMigrator::get_pending_migrations(&db).await,
+    }
+    .map_err(|source| SiloError::Database {
+        url: config.database_url.clone(),
+        source,
+    })?;
+    if !pending.is_empty() {
+        return Err(SiloError::NotMigrated {
+            url: config.database_url.clone(),
+            pending: pending.len(),
+        });
+    }
+    let (receivers, _) = receivers_and_routes(config, &db)?;
+    let store = SeaOrmStore::new(db.clone()).map_err(outbox_axum::WorkerError::from)?;
+    let drainer = Drainer::new(store, receivers);
+    Ok(OutboxCli::new(drainer).with_backfill(backfill_for(&config.role), db))
 }
 
 /// The replicated models of a silo, in backfill order (option-gated: a

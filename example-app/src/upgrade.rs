@@ -1,23 +1,29 @@
 //! `example-app upgrade`: the self-hosted upgrade. Runs the migrations of
 //! every silo, then every backfill in force mode (the coded replication
-//! versions, ignoring the options), then drains every outbox, with progress on
-//! standard error and a summary at the end. Safe to run twice: a finished
+//! versions, ignoring the options), then drains every outbox, with the
+//! operator CLI's progress bars (`outbox_seaorm::cli`: a bar per backfilled
+//! table, then one of rows left to deliver, on standard error when it is a
+//! terminal), a line per table and a summary. Safe to run twice: a finished
 //! backfill is done until the code bumps a version.
 
-use std::collections::HashMap;
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use outbox_core::OutboxKind;
+use outbox_core::Drainer;
+use outbox_seaorm::cli::{backfill_run, drain_until_empty, CliError, Progress};
 use tokio::net::TcpListener;
 
+use crate::registry::OutboxCategory;
 use crate::silo::{self, backfill_for, Role, RunningSilo, SiloConfig, SiloError};
+
+/// How long the upgrade's drain may take: 120 s.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What an upgrade did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UpgradeReport {
     /// Rows backfilled per silo and table.
-    pub backfilled: Vec<(String, &'static str, u64)>,
+    pub backfilled: Vec<(String, String, u64)>,
     /// Outbox messages the upgrade's own drain rounds delivered. The silos'
     /// background workers run meanwhile and deliver some too (as many as all
     /// of them, when they are quicker), so this is a lower bound; the upgrade
@@ -38,12 +44,9 @@ pub enum UpgradeError {
     /// A silo did not start.
     #[error(transparent)]
     Silo(#[from] SiloError),
-    /// A backfill or a drain failed.
-    #[error("database: {0}")]
-    Database(#[from] sea_orm::DbErr),
-    /// The store failed while draining.
+    /// A backfill or a drain failed (a database error).
     #[error(transparent)]
-    Store(#[from] outbox_core::StoreError),
+    Cli(#[from] CliError),
     /// Outbox rows were still pending when the time ran out (a silo
     /// unreachable?); run the upgrade again once it is back.
     #[error("{0} outbox rows were still pending after {1:?}; run `upgrade` again once every silo is reachable")]
@@ -99,124 +102,40 @@ async fn upgrade(
     running: &[(Role, RunningSilo)],
     progress: &mut (dyn Write + Send),
 ) -> Result<UpgradeReport, UpgradeError> {
+    let bars = Progress::Terminal;
     let mut report = UpgradeReport::default();
     for (role, silo) in running {
-        let backfill = backfill_for(role).force(true);
         let silo_name = name(role);
-        let remaining: HashMap<&str, u64> = backfill
-            .status(&silo.db)
-            .await?
-            .into_iter()
-            .map(|status| (status.table, status.rows_remaining))
-            .collect();
-        // One line per table: its bar moves while it runs, and the line is
-        // finished when the next table starts.
-        let mut finished: Vec<&'static str> = Vec::new();
-        let mut current: Option<(&'static str, u64)> = None;
-        let totals = backfill
-            .run_to_completion(&silo.db, |table, rows| {
-                if let Some((previous, done)) = current.filter(|(t, _)| *t != table) {
-                    let _ = writeln!(
-                        progress,
-                        "\rbackfill {silo_name}/{previous}: {} rows, done",
-                        bar(done, done)
-                    );
-                    finished.push(previous);
-                }
-                current = Some((table, rows));
-                let total = remaining.get(table).copied().unwrap_or(rows);
-                let _ = write!(
-                    progress,
-                    "\rbackfill {silo_name}/{table}: {}",
-                    bar(rows, total)
-                );
-                let _ = progress.flush();
-            })
-            .await?;
-        for (table, rows) in totals.tables {
-            if !finished.contains(&table) {
-                let _ = writeln!(
-                    progress,
-                    "\rbackfill {silo_name}/{table}: {} rows, done",
-                    bar(rows, rows)
-                );
-            }
-            report.backfilled.push((silo_name.clone(), table, rows));
+        let run = backfill_run(&backfill_for(role), &silo.db, true, bars).await?;
+        for table in run.tables {
+            let _ = writeln!(
+                progress,
+                "backfill {silo_name}/{}: {} of {} rows, done",
+                table.table, table.rows, table.expected
+            );
+            report
+                .backfilled
+                .push((silo_name.clone(), table.table, table.rows));
         }
     }
     // Drain everything; deliveries in one silo may write outboxes in another
     // (a membership brings its user along), so go round until all are empty.
-    let limit = Duration::from_secs(120);
-    let started = Instant::now();
-    let mut peak = 0;
-    loop {
-        let mut pending = 0;
-        for (_, silo) in running {
-            for kind in OutboxKind::ALL {
-                let round = silo.drainer.drain_due(kind).await?;
-                report.delivered += round.deliveries;
-                pending += silo.drainer.admin().pending_count(kind).await?;
-            }
-        }
-        // Deliveries may write more rows (a membership brings its user):
-        // the bar's total is the most seen pending at once.
-        peak = peak.max(pending);
-        let _ = write!(
-            progress,
-            "\rdraining: {} rows delivered",
-            bar(peak - pending, peak)
-        );
-        let _ = progress.flush();
-        if pending == 0 {
-            let _ = writeln!(progress, ", done");
-            return Ok(report);
-        }
-        if started.elapsed() > limit {
-            let _ = writeln!(progress);
-            return Err(UpgradeError::NotDrained(pending, limit));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// A text progress bar: `[###############...............]  50%    500/1000`.
-fn bar(done: u64, total: u64) -> String {
-    const WIDTH: u64 = 30;
-    let total = total.max(done);
-    let (filled, percent) = match total {
-        0 => (WIDTH, 100),
-        _ => (done * WIDTH / total, done * 100 / total),
+    let drainers: Vec<Drainer<OutboxCategory>> = running
+        .iter()
+        .map(|(_, silo)| silo.drainer.clone())
+        .collect();
+    let drained = match drain_until_empty(&drainers, DRAIN_TIMEOUT, bars).await {
+        Ok(drained) => drained,
+        Err(CliError::DrainTimedOut {
+            pending, timeout, ..
+        }) => return Err(UpgradeError::NotDrained(pending, timeout)),
+        Err(error) => return Err(error.into()),
     };
-    format!(
-        "[{}{}] {percent:>3}% {done:>7}/{total}",
-        "#".repeat(filled as usize),
-        ".".repeat((WIDTH - filled) as usize)
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::bar;
-
-    #[test]
-    fn the_bar_fills_in_proportion_and_never_overflows() {
-        assert_eq!(
-            bar(0, 10),
-            "[..............................]   0%       0/10"
-        );
-        assert_eq!(
-            bar(5, 10),
-            "[###############...............]  50%       5/10"
-        );
-        assert_eq!(
-            bar(10, 10),
-            "[##############################] 100%      10/10"
-        );
-        // More done than the estimate (rows added meanwhile): full, not past it.
-        assert_eq!(
-            bar(12, 10),
-            "[##############################] 100%      12/12"
-        );
-        assert_eq!(bar(0, 0), "[##############################] 100%       0/0");
-    }
+    report.delivered = drained.deliveries as usize;
+    let _ = writeln!(
+        progress,
+        "drained in {:.1} s: {} rows delivered, done",
+        drained.seconds, drained.deliveries
+    );
+    Ok(report)
 }

@@ -34,6 +34,7 @@
 //! ```
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use sea_orm::{
@@ -253,8 +254,12 @@ enum Step {
 }
 
 /// Backfills of registered replicated models.
+///
+/// Cheap to clone (the registered tables are shared): `backfill.clone().force(true)`
+/// is the same backfill in force mode.
+#[derive(Clone)]
 pub struct Backfill {
-    targets: Vec<Box<dyn BackfillTarget>>,
+    targets: Vec<Arc<dyn BackfillTarget>>,
     rows_per_minute: u64,
     batch_size: u64,
     force: bool,
@@ -294,7 +299,7 @@ impl Backfill {
 
     /// Registers a replicated model (backfilled in registration order).
     pub fn model<M: ReplicatedModel>(mut self) -> Self {
-        self.targets.push(Box::new(ModelBackfill::<M>(PhantomData)));
+        self.targets.push(Arc::new(ModelBackfill::<M>(PhantomData)));
         self
     }
 
@@ -316,6 +321,11 @@ impl Backfill {
     pub fn force(mut self, force: bool) -> Self {
         self.force = force;
         self
+    }
+
+    /// Whether it runs in force mode (see [`force`](Self::force)).
+    pub fn is_forced(&self) -> bool {
+        self.force
     }
 
     /// The tables, in order.

@@ -47,6 +47,9 @@
 //! - [`transaction`]: [`begin_write`], transactions SQLite cannot refuse
 //!   half-way.
 //! - [`entity`]: SeaORM entities of the outbox tables, for your own queries.
+//! - `cli` (feature `cli`): an embeddable command line for operators
+//!   (shards, dead letters, pause/cull/resume, drain, backfill), to mount in
+//!   your own clap parser.
 //! - `testing` (feature `test-utils`): fresh PostgreSQL and SQLite databases
 //!   per test, a throwaway PostgreSQL cluster, `on_both_backends!`.
 //!
@@ -60,6 +63,8 @@
 //! connection commits between its first read and its first write.
 
 pub mod backfill;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod entity;
 pub mod listener;
 pub mod replication;
