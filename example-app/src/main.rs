@@ -238,6 +238,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{name:<10} http://{}", silo.addr);
         running.push(silo);
     }
+    if admin_token.is_some() {
+        if let Some(first) = running.first() {
+            println!(
+                "dashboard  http://{}/admin/outbox/dashboard (log in with the admin token)",
+                first.addr
+            );
+        }
+    }
     match (&admin_token, &args.admin_token) {
         (Some(token), None) => println!(
             "admin API  /admin/outbox on every silo, with: -H 'authorization: Bearer {token}'"
