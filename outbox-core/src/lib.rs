@@ -15,6 +15,9 @@
 //!   doubling delay ([`BackoffPolicy`]).
 //! - [`Drainer`] runs it all: [`Drainer::drain_shard`] is the synchronous flush
 //!   after a commit, [`Drainer::drain_due`] one round of the background drain.
+//! - Each row keeps the W3C `traceparent` of the span that wrote it, and its
+//!   delivery span (`outbox.deliver`) continues that trace, with
+//!   OpenTelemetry's messaging attributes ([`trace`]).
 //!
 //! Databases live in `outbox-seaorm`; this crate ships `MemoryStore` (feature
 //! `test-utils`) for fast tests.
@@ -71,6 +74,7 @@ pub mod simulation;
 pub mod store;
 #[cfg(feature = "test-utils")]
 pub mod testing;
+pub mod trace;
 pub mod worker;
 
 pub use backoff::BackoffPolicy;
@@ -90,6 +94,7 @@ pub use receiver::{
 };
 pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
 pub use shard::{OutboxKind, ShardKey, CLAIM_BUCKETS, MAX_BUCKETS_PER_CLAIM};
+pub use trace::TraceParent;
 pub use store::{
     BoxError, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetter, DeadLetterRow,
     DrainStore, FailingShard, ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardState, Store,
