@@ -19,6 +19,8 @@ pub(crate) fn delivery_span<C: Category>(
     synchronous: bool,
 ) -> Span {
     let newest = &group.newest;
+    // As i64: `tracing-opentelemetry` records u64 (and usize) values as text.
+    let rows = i64::try_from(group.ids.len()).unwrap_or(i64::MAX);
     let span = tracing::info_span!(
         "outbox.deliver",
         otel.kind = "consumer",
@@ -40,12 +42,12 @@ pub(crate) fn delivery_span<C: Category>(
         shard = %newest.shard,
         id = newest.id,
         object_identifier = newest.object_identifier,
-        coalesced = group.ids.len(),
+        coalesced = rows,
         synchronous,
     );
     // The conventions set the count on batches only, not on one message.
-    if group.ids.len() > 1 {
-        span.record("messaging.batch.message_count", group.ids.len());
+    if rows > 1 {
+        span.record("messaging.batch.message_count", rows);
     }
     if newest.shard.kind() == OutboxKind::Control {
         span.record("outbox.shard.region", newest.shard.region_name());
