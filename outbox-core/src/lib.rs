@@ -94,12 +94,12 @@ pub use receiver::{
 };
 pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
 pub use shard::{OutboxKind, ShardKey, CLAIM_BUCKETS, MAX_BUCKETS_PER_CLAIM};
-pub use trace::TraceParent;
 pub use store::{
     BoxError, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetter, DeadLetterRow,
     DrainStore, FailingShard, ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardState, Store,
     StoreAdmin, StoreError,
 };
+pub use trace::TraceParent;
 
 /// The `retry_at` of a quarantined shard (and the `scheduled_for` of its
 /// rows): 9999-01-01, a time no clock reaches. A receiver's

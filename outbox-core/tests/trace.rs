@@ -90,7 +90,10 @@ fn the_delivery_continues_the_writers_trace_with_messaging_attributes() {
     assert_eq!(deliver.span_context.trace_id(), trace_id);
     assert_eq!(handler.span_context.trace_id(), trace_id);
     assert_eq!(deliver.parent_span_id, request.span_context.span_id());
-    assert!(deliver.parent_span_is_remote, "continued from the stored row");
+    assert!(
+        deliver.parent_span_is_remote,
+        "continued from the stored row"
+    );
     assert_eq!(handler.parent_span_id, deliver.span_context.span_id());
     assert_eq!(deliver.span_kind, SpanKind::Consumer);
     assert!(deliver.links.links.is_empty());
@@ -141,7 +144,10 @@ fn coalesced_rows_of_other_traces_become_links() {
     let deliver = span(&spans, "outbox.deliver");
     let last = requests.last().unwrap();
     assert_eq!(deliver.parent_span_id, last.span_context.span_id());
-    assert_eq!(deliver.span_context.trace_id(), last.span_context.trace_id());
+    assert_eq!(
+        deliver.span_context.trace_id(),
+        last.span_context.trace_id()
+    );
     let linked: Vec<_> = deliver
         .links
         .links
@@ -198,7 +204,11 @@ fn a_failed_delivery_marks_its_span_with_the_error_type() {
         attribute(deliver, "error.type"),
         Some(Value::from("handler"))
     );
-    assert!(matches!(deliver.status, Status::Error { .. }), "{:?}", deliver.status);
+    assert!(
+        matches!(deliver.status, Status::Error { .. }),
+        "{:?}",
+        deliver.status
+    );
 }
 
 #[test]

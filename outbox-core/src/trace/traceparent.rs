@@ -160,8 +160,9 @@ impl FromStr for TraceParent {
         if bytes.len() < TRACEPARENT_LEN {
             return Err(InvalidTraceParent::new("too short"));
         }
-        let version = hex_bytes::<1>(&bytes[0..2])
-            .ok_or(InvalidTraceParent::new("the version is not two lowercase hex digits"))?[0];
+        let version = hex_bytes::<1>(&bytes[0..2]).ok_or(InvalidTraceParent::new(
+            "the version is not two lowercase hex digits",
+        ))?[0];
         if version == 0xff {
             return Err(InvalidTraceParent::new("version ff is invalid"));
         }
@@ -169,14 +170,19 @@ impl FromStr for TraceParent {
             return Err(InvalidTraceParent::new("too long"));
         }
         if bytes[2] != b'-' || bytes[35] != b'-' || bytes[52] != b'-' {
-            return Err(InvalidTraceParent::new("fields are not separated by dashes"));
+            return Err(InvalidTraceParent::new(
+                "fields are not separated by dashes",
+            ));
         }
-        let trace_id = hex_bytes::<16>(&bytes[3..35])
-            .ok_or(InvalidTraceParent::new("the trace id is not 32 lowercase hex digits"))?;
-        let span_id = hex_bytes::<8>(&bytes[36..52])
-            .ok_or(InvalidTraceParent::new("the span id is not 16 lowercase hex digits"))?;
-        let flags = hex_bytes::<1>(&bytes[53..55])
-            .ok_or(InvalidTraceParent::new("the flags are not two lowercase hex digits"))?;
+        let trace_id = hex_bytes::<16>(&bytes[3..35]).ok_or(InvalidTraceParent::new(
+            "the trace id is not 32 lowercase hex digits",
+        ))?;
+        let span_id = hex_bytes::<8>(&bytes[36..52]).ok_or(InvalidTraceParent::new(
+            "the span id is not 16 lowercase hex digits",
+        ))?;
+        let flags = hex_bytes::<1>(&bytes[53..55]).ok_or(InvalidTraceParent::new(
+            "the flags are not two lowercase hex digits",
+        ))?;
         let parent = Self {
             trace_id: TraceId::from_bytes(trace_id),
             span_id: SpanId::from_bytes(span_id),
@@ -208,7 +214,10 @@ mod tests {
             parent.trace_id(),
             TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap()
         );
-        assert_eq!(parent.span_id(), SpanId::from_hex("00f067aa0ba902b7").unwrap());
+        assert_eq!(
+            parent.span_id(),
+            SpanId::from_hex("00f067aa0ba902b7").unwrap()
+        );
         assert!(parent.is_sampled());
         let unsampled: TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
             .parse()
@@ -274,7 +283,10 @@ mod tests {
     #[test]
     fn errors_say_what_is_expected() {
         let error = "nope".parse::<TraceParent>().unwrap_err();
-        assert!(error.to_string().contains("00-<32 lowercase hex>"), "{error}");
+        assert!(
+            error.to_string().contains("00-<32 lowercase hex>"),
+            "{error}"
+        );
     }
 
     proptest! {
