@@ -121,4 +121,34 @@ async fn a_traceparent_survives_claims_dead_letters_and_replay(backend: DbBacken
     assert_eq!(delivered, [(1, parsed), (2, None), (3, parsed)]);
 }
 
-outbox_seaorm::on_both_backends!(a_traceparent_survives_claims_dead_letters_and_replay);
+/// The migration goes down (dropping the columns) and up again, on tables
+/// that hold rows.
+async fn the_trace_context_migration_goes_down_and_up_with_rows(backend: DbBackend) {
+    use sea_orm_migration::MigratorTrait;
+    let t = TestDatabase::of(backend, "trace_migration").await.unwrap();
+    let message = OutboxMessage::new(OutboxCategory::AuditLogEvent, 1, 1);
+    let id = write_region(&t.db, message.clone()).await.unwrap().id;
+    set_traceparent(&t, "region_outbox", id, VALID).await;
+    outbox_migrations::OutboxMigrator::down(&t.db, Some(1))
+        .await
+        .unwrap();
+    let backend = t.db.get_database_backend();
+    let gone =
+        t.db.query_all_raw(Statement::from_string(
+            backend,
+            "SELECT traceparent FROM region_outbox",
+        ))
+        .await;
+    assert!(gone.is_err(), "the column is gone");
+    outbox_migrations::OutboxMigrator::up(&t.db, None)
+        .await
+        .unwrap();
+    // The row that was there has no traceparent; new rows work as before.
+    write_region(&t.db, message).await.unwrap();
+    assert_eq!(stored_traceparents(&t, "region_outbox").await, [None, None]);
+}
+
+outbox_seaorm::on_both_backends!(
+    a_traceparent_survives_claims_dead_letters_and_replay,
+    the_trace_context_migration_goes_down_and_up_with_rows,
+);
