@@ -15,7 +15,10 @@
 //! - `outbox_shard_state`, the backoff of each failing shard: attempts, last
 //!   delay and error, next attempt;
 //! - `outbox_control`, operators' pauses and culls of a shard or a scope,
-//!   read by every worker (see `outbox_core::control`).
+//!   read by every worker (see `outbox_core::control`);
+//! - a nullable `traceparent` on the outbox tables and the dead letters: the
+//!   W3C trace context of the span that wrote each row, which its delivery
+//!   continues (see `outbox_core::trace`).
 //!
 //! Both PostgreSQL and SQLite are supported.
 //!
@@ -55,12 +58,14 @@ mod m20261121_000002_create_backfill_tables;
 mod m20261121_000003_create_dead_letter_table;
 mod m20261123_000004_bucket_claims;
 mod m20261123_000005_runtime_controls;
+mod m20261123_000006_trace_context;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
 pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
 pub use m20261121_000003_create_dead_letter_table::Migration as CreateDeadLetterTable;
 pub use m20261123_000004_bucket_claims::Migration as BucketClaims;
 pub use m20261123_000005_runtime_controls::Migration as RuntimeControls;
+pub use m20261123_000006_trace_context::Migration as TraceContext;
 
 /// The outbox migrations, in order, to append to your own `MigratorTrait::migrations`.
 pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
@@ -70,6 +75,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(CreateDeadLetterTable),
         Box::new(BucketClaims),
         Box::new(RuntimeControls),
+        Box::new(TraceContext),
     ]
 }
 

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 
 use crate::message::StoredRow;
+use crate::trace::{TraceParent, MAX_TRACE_LINKS};
 
 /// The rows of one `(category, object_identifier)` within a shard read.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,6 +20,10 @@ pub struct CoalescingGroup {
     pub first: StoredRow,
     /// The row with the highest id: the one delivered.
     pub newest: StoredRow,
+    /// The traces the delivery links to: one trace context per trace of the
+    /// group's older rows, other than the newest row's trace, in id order,
+    /// at most [`MAX_TRACE_LINKS`] (see [`crate::trace`]).
+    pub linked_traces: Vec<TraceParent>,
 }
 
 impl CoalescingGroup {
@@ -45,7 +50,15 @@ pub fn coalesce(mut rows: Vec<StoredRow>) -> Vec<CoalescingGroup> {
             Some(&at) => {
                 let group = &mut groups[at];
                 group.ids.push(row.id);
-                group.newest = row;
+                let older = std::mem::replace(&mut group.newest, row);
+                if let Some(parent) = older.traceparent {
+                    let linked = &mut group.linked_traces;
+                    if linked.len() < MAX_TRACE_LINKS
+                        && linked.iter().all(|l| l.trace_id() != parent.trace_id())
+                    {
+                        linked.push(parent);
+                    }
+                }
             }
             None => {
                 index.insert((row.category, row.object_identifier), groups.len());
@@ -53,8 +66,17 @@ pub fn coalesce(mut rows: Vec<StoredRow>) -> Vec<CoalescingGroup> {
                     ids: vec![row.id],
                     first: row.clone(),
                     newest: row,
+                    linked_traces: Vec::new(),
                 });
             }
+        }
+    }
+    for group in &mut groups {
+        // The newest row's trace is the delivery's parent, not a link.
+        if let Some(parent) = group.newest.traceparent {
+            group
+                .linked_traces
+                .retain(|linked| linked.trace_id() != parent.trace_id());
         }
     }
     groups
@@ -78,6 +100,7 @@ mod tests {
             scheduled_from: now,
             scheduled_for: now,
             date_added: now,
+            traceparent: None,
         }
     }
 

@@ -15,6 +15,9 @@
 //!   doubling delay ([`BackoffPolicy`]).
 //! - [`Drainer`] runs it all: [`Drainer::drain_shard`] is the synchronous flush
 //!   after a commit, [`Drainer::drain_due`] one round of the background drain.
+//! - Each row keeps the W3C `traceparent` of the span that wrote it, and its
+//!   delivery span (`outbox.deliver`) continues that trace, with
+//!   OpenTelemetry's messaging attributes ([`trace`]).
 //!
 //! Databases live in `outbox-seaorm`; this crate ships `MemoryStore` (feature
 //! `test-utils`) for fast tests.
@@ -71,6 +74,7 @@ pub mod simulation;
 pub mod store;
 #[cfg(feature = "test-utils")]
 pub mod testing;
+pub mod trace;
 pub mod worker;
 
 pub use backoff::BackoffPolicy;
@@ -95,6 +99,7 @@ pub use store::{
     DrainStore, FailingShard, ScopeDepth, ShardClaim, ShardCommit, ShardDepth, ShardEnd,
     ShardState, Store, StoreAdmin, StoreError,
 };
+pub use trace::TraceParent;
 
 /// The `retry_at` of a quarantined shard (and the `scheduled_for` of its
 /// rows): 9999-01-01, a time no clock reaches. A receiver's

@@ -122,7 +122,8 @@ pub struct MemoryTransaction {
 }
 
 impl MemoryTransaction {
-    /// Writes one row; returns its id.
+    /// Writes one row; returns its id. It stores the current span's trace
+    /// context ([`TraceParent::current`](crate::trace::TraceParent::current)).
     pub fn write<C: Category>(
         &mut self,
         shard: &ShardKey,
@@ -205,6 +206,7 @@ impl MemoryStore {
             scheduled_from: now,
             scheduled_for: crate::the_past(),
             date_added: now,
+            traceparent: crate::trace::TraceParent::current(),
         }
     }
 
@@ -217,6 +219,8 @@ impl MemoryStore {
     }
 
     /// Writes one row, as a committed transaction would; returns its id.
+    /// Like every write, it stores the current span's trace context
+    /// ([`TraceParent::current`](crate::trace::TraceParent::current)).
     pub fn write<C: Category>(
         &self,
         shard: &ShardKey,

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey};
+use crate::trace::TraceParent;
 
 /// An outbox row as a [`Store`](crate::Store) reads it. Categories are raw
 /// integers here: a row may carry one this binary does not know.
@@ -27,6 +28,9 @@ pub struct StoredRow {
     pub scheduled_for: DateTime<Utc>,
     /// When the row was written.
     pub date_added: DateTime<Utc>,
+    /// The trace context of the span that wrote the row, if any (a stored
+    /// value that does not parse is read as `None`; see [`crate::trace`]).
+    pub traceparent: Option<TraceParent>,
 }
 
 /// One delivery: the newest row of a coalescing group, as a receiver sees it.
@@ -56,6 +60,9 @@ pub struct Message<C> {
     /// Whether this delivery is a synchronous flush after a commit (as opposed
     /// to the background drain).
     pub synchronous: bool,
+    /// The trace context of the span that wrote the delivered row, if any:
+    /// the OpenTelemetry parent of the delivery span (see [`crate::trace`]).
+    pub traceparent: Option<TraceParent>,
 }
 
 impl<C: Category> Message<C> {

@@ -102,6 +102,8 @@ pub struct Delivery<C> {
     pub payload: Option<serde_json::Value>,
     /// Whether it was a synchronous flush.
     pub synchronous: bool,
+    /// The trace context of the span that wrote the delivered row.
+    pub traceparent: Option<crate::trace::TraceParent>,
 }
 
 type Rule<C> = Arc<dyn Fn(&crate::Message<C>) -> bool + Send + Sync>;
@@ -339,6 +341,7 @@ impl<C: Category> Recorder<C> {
             coalesced: message.coalesced,
             payload: message.payload.clone(),
             synchronous: message.synchronous,
+            traceparent: message.traceparent,
         });
         self.inner.delivered.notify_waiters();
         Ok(())

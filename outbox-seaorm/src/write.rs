@@ -6,6 +6,14 @@
 //! [`OutboxContext`](outbox_core::OutboxContext), if any, so that it can be
 //! flushed right after the commit.
 //!
+//! Each function runs in a span of its own (`outbox.write_region`,
+//! `outbox.write_region_many`, `outbox.write_control`,
+//! `outbox.write_control_many`; kind `producer`, `messaging.system` `outbox`,
+//! `messaging.operation.type` `send`, and `messaging.destination.name` the
+//! category for a single message), and every row stores the W3C
+//! `traceparent` of that span, when an OpenTelemetry layer sees it: the row's
+//! delivery span continues its trace (see `outbox_core::trace`).
+//!
 //! ```no_run
 //! # outbox_core::registry! { OrganizationScope = 0 { OrganizationUpdate = 1 } }
 //! use outbox_seaorm::{write_region, OutboxMessage};
@@ -33,8 +41,8 @@ use outbox_core::{Category, OutboxKind, Scope, ShardKey};
 
 use crate::time;
 
-/// Rows per insert statement (8–9 bind values each, within every backend's
-/// parameter limit).
+/// Rows per insert statement (10–11 columns each, 5–6 of them bound per row,
+/// within every backend's parameter limit).
 const ROWS_PER_STATEMENT: usize = 1000;
 
 /// One outbox message to write.
@@ -152,7 +160,19 @@ pub enum WriteError {
 /// # Errors
 ///
 /// [`WriteError`]; nothing is written on error.
-#[tracing::instrument(name = "outbox.write_region", skip_all, fields(category = %message.category), err)]
+#[tracing::instrument(
+    name = "outbox.write_region",
+    skip_all,
+    fields(
+        category = %message.category,
+        otel.kind = "producer",
+        messaging.system = outbox_core::trace::MESSAGING_SYSTEM,
+        messaging.operation.type = "send",
+        messaging.operation.name = "write",
+        messaging.destination.name = %message.category,
+    ),
+    err
+)]
 pub async fn write_region<C: Category, Db: ConnectionTrait>(
     db: &Db,
     message: OutboxMessage<C>,
@@ -168,7 +188,17 @@ pub async fn write_region<C: Category, Db: ConnectionTrait>(
 /// # Errors
 ///
 /// [`WriteError`]; with a transaction, nothing is written on error.
-#[tracing::instrument(name = "outbox.write_region_many", skip_all, err)]
+#[tracing::instrument(
+    name = "outbox.write_region_many",
+    skip_all,
+    fields(
+        otel.kind = "producer",
+        messaging.system = outbox_core::trace::MESSAGING_SYSTEM,
+        messaging.operation.type = "send",
+        messaging.operation.name = "write",
+    ),
+    err
+)]
 pub async fn write_region_many<C: Category, Db: ConnectionTrait>(
     db: &Db,
     messages: impl IntoIterator<Item = OutboxMessage<C>>,
@@ -182,7 +212,19 @@ pub async fn write_region_many<C: Category, Db: ConnectionTrait>(
 /// # Errors
 ///
 /// [`WriteError`]; with a transaction, nothing is written on error.
-#[tracing::instrument(name = "outbox.write_control", skip_all, fields(category = %message.category), err)]
+#[tracing::instrument(
+    name = "outbox.write_control",
+    skip_all,
+    fields(
+        category = %message.category,
+        otel.kind = "producer",
+        messaging.system = outbox_core::trace::MESSAGING_SYSTEM,
+        messaging.operation.type = "send",
+        messaging.operation.name = "write",
+        messaging.destination.name = %message.category,
+    ),
+    err
+)]
 pub async fn write_control<C: Category, Db: ConnectionTrait>(
     db: &Db,
     region_names: impl IntoIterator<Item = impl Into<String>>,
@@ -200,7 +242,17 @@ pub async fn write_control<C: Category, Db: ConnectionTrait>(
 /// # Errors
 ///
 /// [`WriteError`]; with a transaction, nothing is written on error.
-#[tracing::instrument(name = "outbox.write_control_many", skip_all, err)]
+#[tracing::instrument(
+    name = "outbox.write_control_many",
+    skip_all,
+    fields(
+        otel.kind = "producer",
+        messaging.system = outbox_core::trace::MESSAGING_SYSTEM,
+        messaging.operation.type = "send",
+        messaging.operation.name = "write",
+    ),
+    err
+)]
 pub async fn write_control_many<C: Category, Db: ConnectionTrait>(
     db: &Db,
     messages: impl IntoIterator<Item = (String, OutboxMessage<C>)>,
@@ -251,9 +303,12 @@ async fn insert<C: Category, Db: ConnectionTrait>(
         }
     }
     let now = Utc::now();
+    // The span of this write (`outbox.write_*`, a child of the caller's), if
+    // an OpenTelemetry layer sees it: the delivery continues its trace.
+    let traceparent = outbox_core::TraceParent::current();
     let mut written = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        let (sql, values) = insert_statement(backend, kind, chunk, now);
+        let (sql, values) = insert_statement(backend, kind, chunk, now, traceparent);
         let results = db
             .query_all_raw(Statement::from_sql_and_values(backend, &sql, values))
             .await?;
@@ -297,17 +352,19 @@ fn insert_statement<C: Category>(
     kind: OutboxKind,
     rows: &[(Option<String>, OutboxMessage<C>)],
     now: chrono::DateTime<Utc>,
+    traceparent: Option<outbox_core::TraceParent>,
 ) -> (String, Vec<Value>) {
     let control = kind == OutboxKind::Control;
     let mut sql = format!(
         "INSERT INTO {} ({}shard_scope, shard_identifier, category, object_identifier, payload, \
-         scheduled_from, scheduled_for, date_added) VALUES ",
+         scheduled_from, scheduled_for, date_added, traceparent) VALUES ",
         table(kind),
         if control { "region_name, " } else { "" }
     );
     let mut values = vec![
         time::bind(backend, now),
         time::bind(backend, outbox_core::the_past()),
+        Value::String(traceparent.map(|parent| parent.to_string())),
     ];
     for (i, (region, message)) in rows.iter().enumerate() {
         if i > 0 {
@@ -333,7 +390,7 @@ fn insert_statement<C: Category>(
             values.push(value);
             sql.push_str(&format!("${}, ", values.len()));
         }
-        sql.push_str("$1, $2, $1)");
+        sql.push_str("$1, $2, $1, $3)");
     }
     sql.push_str(" RETURNING id");
     (sql, values)

@@ -17,6 +17,7 @@ use crate::message::Message;
 use crate::registry::{Category, Scope};
 use crate::shard::ShardKey;
 use crate::store::{ClaimedShard, DeadLetter, ShardCommit, ShardEnd, ShardState};
+use crate::trace;
 
 /// The last error of a shard parked by a pause.
 pub(crate) const PAUSED: &str = "paused by an operator";
@@ -313,27 +314,22 @@ async fn deliver_group<C: Category>(
         scheduled_for: newest.scheduled_for,
         scheduled_from: newest.scheduled_from,
         synchronous,
+        traceparent: newest.traceparent,
     };
-    let span = tracing::info_span!(
-        "outbox.deliver",
-        category = category.name(),
-        shard = %newest.shard,
-        id = newest.id,
-        object_identifier = newest.object_identifier,
-        coalesced = group.ids.len(),
-        synchronous,
-    );
+    let span = trace::delivery_span(category, group, synchronous);
     let timeout = drainer.config().delivery_timeout;
     let started = Instant::now();
-    let call = AssertUnwindSafe(handler(message)).catch_unwind();
+    // The span is entered while the handler's future is built too: a
+    // receiver that opens its span before its first `.await` nests it there.
+    let call = span.in_scope(|| AssertUnwindSafe(handler(message)).catch_unwind());
     let result = DELIVERING
         .scope(stack, tokio::time::timeout(timeout, call))
-        .instrument(span)
+        .instrument(span.clone())
         .await;
     let elapsed = started.elapsed();
     drainer.pace().observe(elapsed);
     observe::send_duration(category.name(), newest.shard.kind(), synchronous, elapsed);
-    match result {
+    let result = match result {
         Err(_elapsed) => Err(DeliveryError::Timeout(timeout)),
         Ok(Err(panic)) => Err(DeliveryError::Panicked(panic_message(panic.as_ref()))),
         Ok(Ok(Err(error))) => Err(DeliveryError::Handler(error)),
@@ -341,7 +337,11 @@ async fn deliver_group<C: Category>(
             observe::delivered_lag(category.name(), group, synchronous, drainer.now());
             Ok(category)
         }
+    };
+    if let Err(error) = &result {
+        trace::delivery_failed(&span, error.reason());
     }
+    result
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

@@ -27,6 +27,9 @@ pub struct Model {
     pub scheduled_for: DateTimeUtc,
     /// When the row was written.
     pub date_added: DateTimeUtc,
+    /// The W3C `traceparent` of the span that wrote the row, if any (see
+    /// `outbox_core::trace`; a value that does not parse is ignored).
+    pub traceparent: Option<String>,
 }
 
 /// No relations.

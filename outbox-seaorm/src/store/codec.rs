@@ -7,7 +7,7 @@ use sea_orm::{DbBackend, DbErr, QueryResult, RuntimeErr, TryGetable};
 
 use outbox_core::{
     ClaimedShard, CommitBatch, DeadLetterRow, FailingShard, OutboxKind, ShardKey, ShardState,
-    StoreError, StoredRow,
+    StoreError, StoredRow, TraceParent,
 };
 
 use crate::time;
@@ -89,7 +89,22 @@ pub(super) fn stored_row(
         scheduled_from: time::get(row, backend, "scheduled_from")?,
         scheduled_for: time::get(row, backend, "scheduled_for")?,
         date_added: time::get(row, backend, "date_added")?,
+        traceparent: traceparent(get(row, "traceparent", OP)?),
     }))
+}
+
+/// The trace context of a stored `traceparent`: a value that does not parse
+/// (written by hand, or by something else) is ignored, never an error: the
+/// row is delivered all the same, without a parent.
+fn traceparent(stored: Option<String>) -> Option<TraceParent> {
+    let stored = stored?;
+    match stored.parse() {
+        Ok(parent) => Some(parent),
+        Err(error) => {
+            tracing::debug!(%error, "outbox row's traceparent ignored");
+            None
+        }
+    }
 }
 
 /// The backoff state of a result row; `None` when `attempts` is null.
@@ -248,6 +263,19 @@ mod tests {
         ] {
             assert!(sql.contains("% 1024"), "{sql}");
             assert!(!sql.contains("% 1023") && !sql.contains("% 2048"));
+        }
+    }
+
+    #[test]
+    fn a_stored_traceparent_that_does_not_parse_is_ignored() {
+        let valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(
+            traceparent(Some(valid.to_owned())).map(|p| p.to_string()),
+            Some(valid.to_owned())
+        );
+        assert_eq!(traceparent(None), None);
+        for hostile in ["", "garbage", "00-zz", &"0".repeat(10_000), "00-\0-'; DROP"] {
+            assert_eq!(traceparent(Some(hostile.to_owned())), None, "{hostile:?}");
         }
     }
 

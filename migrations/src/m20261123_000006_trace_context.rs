@@ -1,0 +1,61 @@
+//! Adds `traceparent` to the outbox tables and the dead letters.
+
+use sea_orm_migration::prelude::*;
+use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
+
+/// The W3C `traceparent` of the span that wrote a row (55 characters,
+/// `00-<trace id>-<span id>-<flags>`), or NULL: on `region_outbox`,
+/// `control_outbox` and `outbox_dead_letter` (a replayed dead letter keeps
+/// it). A nullable column without a default: adding it rewrites no row, so
+/// it is safe on tables that already hold rows, and rows written before it
+/// are delivered without a parent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Migration;
+
+/// The tables that get the column.
+const TABLES: [&str; 3] = ["region_outbox", "control_outbox", "outbox_dead_letter"];
+
+impl MigrationName for Migration {
+    fn name(&self) -> &str {
+        "m20261123_000006_trace_context"
+    }
+}
+
+fn supported(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
+    match manager.get_database_backend() {
+        DbBackend::Postgres | DbBackend::Sqlite => Ok(()),
+        other => Err(DbErr::Migration(format!(
+            "the outbox tables support PostgreSQL and SQLite, not {other:?}"
+        ))),
+    }
+}
+
+// The trait is declared with a hidden lifetime; its impl must match it.
+#[allow(elided_lifetimes_in_paths)]
+#[async_trait::async_trait]
+impl MigrationTrait for Migration {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        supported(manager)?;
+        for table in TABLES {
+            manager
+                .get_connection()
+                .execute_unprepared(&format!(
+                    "ALTER TABLE {table} ADD COLUMN traceparent text NULL"
+                ))
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        supported(manager)?;
+        // SQLite drops columns since 3.35 (the bundled one is newer).
+        for table in TABLES {
+            manager
+                .get_connection()
+                .execute_unprepared(&format!("ALTER TABLE {table} DROP COLUMN traceparent"))
+                .await?;
+        }
+        Ok(())
+    }
+}
