@@ -432,6 +432,17 @@ fn screenshot_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
 }
 
+/// Waits for the page that says `text` (the page after a form: the page
+/// before it may still show another notice while the browser navigates).
+async fn notice(browser: &Client, text: &str) {
+    let xpath = format!("//p[@class='notice' and normalize-space()='{text}']");
+    browser
+        .wait()
+        .for_element(Locator::XPath(&xpath))
+        .await
+        .unwrap_or_else(|error| panic!("no notice {text:?}: {error}"));
+}
+
 async fn text_of(browser: &Client, css: &str) -> String {
     browser
         .find(Locator::Css(css))
@@ -521,15 +532,7 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
         .click()
         .await
         .unwrap();
-    let notice = browser
-        .wait()
-        .for_element(Locator::Css(".notice"))
-        .await
-        .unwrap();
-    assert_eq!(
-        notice.text().await.unwrap(),
-        "Paused region-outbox shard OrganizationScope 1."
-    );
+    notice(&browser, "Paused region-outbox shard OrganizationScope 1.").await;
     let controls = db.store().controls().await.unwrap();
     assert_eq!(controls.len(), 1, "{controls:?}");
     assert!(text_of(&browser, "#controls").await.contains("paused"));
@@ -543,12 +546,7 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
         .click()
         .await
         .unwrap();
-    let notice = browser
-        .wait()
-        .for_element(Locator::Css(".notice"))
-        .await
-        .unwrap();
-    assert_eq!(notice.text().await.unwrap(), "Replayed 1 dead letter(s).");
+    notice(&browser, "Replayed 1 dead letter(s).").await;
     assert!(
         browser
             .find(Locator::Id(&format!("dead-letter-{dead_id}")))

@@ -2,8 +2,6 @@
 //! forms: each checks its input and answers an [`AdminError`] that says
 //! what was wrong, having changed nothing.
 
-use std::time::Duration;
-
 use axum::http::StatusCode;
 
 use outbox_core::{Category, ControlAction, ControlTarget, OutboxKind, ShardKey};
@@ -14,11 +12,6 @@ use super::AdminState;
 
 /// How long a reason may be.
 const REASON_MAX: usize = 1000;
-
-/// How often, and how long apart, a retry asks again for a bucket a worker
-/// holds for a moment.
-const RETRY_ASKS: u32 = 20;
-const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// Makes failing, paused or quarantined shards due at once; unknown shards
 /// (not failing) are refused, all of them before any is touched.
@@ -49,25 +42,10 @@ pub(super) async fn retry<C: Category>(
             ));
         }
     }
-    // A worker may hold a shard's bucket for a moment (it meets the
-    // quarantined shard, leaves it, releases the bucket): ask again for up
-    // to a second.
-    let mut released = Vec::new();
-    let mut left = shards.clone();
-    for attempt in 0..RETRY_ASKS {
-        if attempt > 0 {
-            tokio::time::sleep(RETRY_PAUSE).await;
-        }
-        let now_released = drainer.admin().retry_now(&left, drainer.now()).await?;
-        left.retain(|shard| !now_released.contains(shard));
-        released.extend(now_released);
-        if left.is_empty() {
-            break;
-        }
-    }
+    let released = drainer.retry_now(&shards).await?;
     tracing::info!(
         released = released.len(),
-        held = left.len(),
+        held = shards.len() - released.len(),
         "outbox shards retried by an operator"
     );
     state.wake();

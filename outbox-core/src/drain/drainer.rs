@@ -571,6 +571,35 @@ impl<C: Category> Drainer<C> {
         })
     }
 
+    /// An operator's retry: makes `shards` (failing, paused or quarantined)
+    /// due at once, and returns those it released. A worker may hold a
+    /// shard's bucket for a moment (it met the quarantined shard, leaves
+    /// it, releases the bucket), so the shards still held are asked for
+    /// again, every 50 ms for up to a second; those held after that are
+    /// left out of the answer (ask again).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn retry_now(&self, shards: &[ShardKey]) -> Result<Vec<ShardKey>, StoreError> {
+        const ASKS: u32 = 20;
+        const PAUSE: Duration = Duration::from_millis(50);
+        let mut released = Vec::new();
+        let mut left = shards.to_vec();
+        for attempt in 0..ASKS {
+            if attempt > 0 {
+                tokio::time::sleep(PAUSE).await;
+            }
+            let now_released = self.admin.retry_now(&left, self.now()).await?;
+            left.retain(|shard| !now_released.contains(shard));
+            released.extend(now_released);
+            if left.is_empty() {
+                break;
+            }
+        }
+        Ok(released)
+    }
+
     /// Ends, now, the claims of rounds that stopped without ending them, so
     /// that their shards need not wait for the lease to run out: a round whose
     /// future was dropped (a worker cut off at its shutdown bound, a client

@@ -27,9 +27,6 @@ use super::target::{category_name, control_target, shard_key, shard_view, target
 
 /// Dead letters read, replayed or discarded at a time by `--all`: 1,000.
 const PAGE: usize = 1_000;
-/// How often `retry` asks again for a shard whose bucket a worker holds, 50
-/// ms apart (a second in all).
-const RETRY_TRIES: u32 = 20;
 
 /// The outbox commands over one silo's drainer, and its backfill if it has
 /// one. See the [module documentation](super) for an example.
@@ -393,22 +390,14 @@ impl<C: Category> OutboxCli<C> {
                 shard: view.to_string(),
             });
         }
-        // A worker may hold the shard's bucket for a moment (it meets the
-        // quarantined shard, leaves it, releases the bucket): ask again for
-        // up to a second.
-        let shards = [shard];
-        for attempt in 0..RETRY_TRIES {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            let released = self.admin().retry_now(&shards, self.drainer.now()).await?;
-            if !released.is_empty() {
-                tracing::info!(shard = %shards[0], "outbox shard retried from the command line");
-                return Ok(RetryOutput {
-                    shard: view,
-                    released: true,
-                });
-            }
+        // Asks again for up to a second while a worker holds its bucket.
+        let released = self.drainer.retry_now(std::slice::from_ref(&shard)).await?;
+        if !released.is_empty() {
+            tracing::info!(%shard, "outbox shard retried from the command line");
+            return Ok(RetryOutput {
+                shard: view,
+                released: true,
+            });
         }
         Ok(RetryOutput {
             shard: view,
