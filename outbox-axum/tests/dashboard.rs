@@ -7,6 +7,7 @@
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
@@ -365,7 +366,11 @@ impl ChromeDriver {
             .local_addr()
             .unwrap()
             .port();
+        // A process group of its own, which the browsers it starts join:
+        // dropped (a test that failed before closing its browser), the
+        // whole group is killed.
         let mut child = Command::new(binary)
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -405,6 +410,7 @@ impl ChromeDriver {
                     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                     "--disable-quic", "--no-first-run", "--disable-background-networking",
                     "--disable-component-update", "--disable-sync", "--window-size=1400,1000",
+                    "--disable-breakpad", "--disable-crash-reporter",
                     format!("--user-data-dir={}", self.profile.display()),
                 ],
             },
@@ -422,7 +428,14 @@ impl ChromeDriver {
 
 impl Drop for ChromeDriver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        let group = format!("-{}", self.child.id());
+        let killed = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .status()
+            .is_ok_and(|status| status.success());
+        if !killed {
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.profile);
     }
