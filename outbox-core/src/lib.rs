@@ -93,7 +93,7 @@ pub use receiver::{
     is_permanent, permanent, HandlerError, IncompleteReceivers, Permanent, Receivers,
 };
 pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
-pub use shard::{OutboxKind, ShardKey, CLAIM_BUCKETS, MAX_BUCKETS_PER_CLAIM};
+pub use shard::{OutboxKind, ShardKey, UnknownOutboxKind, CLAIM_BUCKETS, MAX_BUCKETS_PER_CLAIM};
 pub use store::{
     BoxError, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetter, DeadLetterRow,
     DrainStore, FailingShard, ScopeDepth, ShardClaim, ShardCommit, ShardDepth, ShardEnd,

@@ -17,7 +17,13 @@ use crate::registry::Scope;
 /// A *region* outbox is written in a region silo and usually replicates toward
 /// control; a *control* outbox is written in the control silo and targets one
 /// region per row (its `region_name`, part of the shard).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Written and parsed (`serde`, [`FromStr`](std::str::FromStr)) as
+/// `region` or `control`, as the admin API and the CLI take it.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum OutboxKind {
     /// The `region_outbox` table.
     Region,
@@ -42,6 +48,23 @@ impl OutboxKind {
         match self {
             OutboxKind::Region => 0,
             OutboxKind::Control => 1,
+        }
+    }
+}
+
+/// A text that is not `region` or `control`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown outbox kind {0:?}: expected `region` or `control`")]
+pub struct UnknownOutboxKind(pub String);
+
+impl std::str::FromStr for OutboxKind {
+    type Err = UnknownOutboxKind;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "region" => Ok(Self::Region),
+            "control" => Ok(Self::Control),
+            other => Err(UnknownOutboxKind(other.to_owned())),
         }
     }
 }
@@ -170,6 +193,21 @@ impl fmt::Display for ShardKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kinds_are_written_and_parsed_as_their_names() {
+        for kind in OutboxKind::ALL {
+            assert_eq!(kind.as_str().parse::<OutboxKind>(), Ok(kind));
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(json, format!("\"{kind}\""));
+            assert_eq!(serde_json::from_str::<OutboxKind>(&json).unwrap(), kind);
+        }
+        assert_eq!(
+            "Region".parse::<OutboxKind>(),
+            Err(UnknownOutboxKind("Region".to_owned()))
+        );
+        assert!(serde_json::from_str::<OutboxKind>("\"moon\"").is_err());
+    }
 
     #[test]
     fn buckets_cover_the_range_and_handle_negative_values() {

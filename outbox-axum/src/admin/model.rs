@@ -6,37 +6,12 @@ use serde::{Deserialize, Serialize};
 use outbox_core::store::{DeadLetterRow, FailingShard, ShardDepth, ShardState};
 use outbox_seaorm::backfill::BackfillStatus;
 
-use outbox_core::{Backlog, ControlAction, ControlTarget, OutboxKind, RuntimeControl, ShardKey};
+use outbox_core::{Backlog, ControlAction, ControlTarget, RuntimeControl, ShardKey};
 
 use super::error::AdminError;
 
-/// An outbox table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// `region_outbox`.
-    Region,
-    /// `control_outbox`.
-    Control,
-}
-
-impl From<Kind> for OutboxKind {
-    fn from(kind: Kind) -> Self {
-        match kind {
-            Kind::Region => OutboxKind::Region,
-            Kind::Control => OutboxKind::Control,
-        }
-    }
-}
-
-impl From<OutboxKind> for Kind {
-    fn from(kind: OutboxKind) -> Self {
-        match kind {
-            OutboxKind::Region => Kind::Region,
-            OutboxKind::Control => Kind::Control,
-        }
-    }
-}
+/// An outbox table: `"region"` or `"control"` (the core type, with serde).
+pub use outbox_core::OutboxKind as Kind;
 
 /// A shard: `region` is required for the control outbox and refused for
 /// the region outbox.
@@ -74,7 +49,7 @@ impl ShardRef {
     pub(crate) fn key(&self) -> Result<ShardKey, AdminError> {
         let region = checked_region(self.kind, self.region.as_ref())?;
         Ok(ShardKey::from_raw(
-            self.kind.into(),
+            self.kind,
             self.scope,
             self.identifier,
             region,
@@ -83,7 +58,7 @@ impl ShardRef {
 
     pub(crate) fn of(shard: &ShardKey) -> Self {
         Self {
-            kind: shard.kind().into(),
+            kind: shard.kind(),
             region: shard.region_name().map(str::to_owned),
             scope: shard.scope(),
             identifier: shard.identifier(),
@@ -113,13 +88,10 @@ impl TargetRef {
         let region = checked_region(self.kind, self.region.as_ref())?;
         Ok(match self.identifier {
             Some(identifier) => ControlTarget::Shard(ShardKey::from_raw(
-                self.kind.into(),
-                self.scope,
-                identifier,
-                region,
+                self.kind, self.scope, identifier, region,
             )),
             None => ControlTarget::Scope {
-                kind: self.kind.into(),
+                kind: self.kind,
                 region,
                 scope: self.scope,
             },
@@ -142,7 +114,7 @@ impl TargetRef {
                 region,
                 scope,
             } => Self {
-                kind: (*kind).into(),
+                kind: (*kind),
                 region: region.clone(),
                 scope: *scope,
                 identifier: None,
@@ -413,7 +385,7 @@ pub struct ScopeBacklogView {
 impl From<&Backlog> for BacklogView {
     fn from(backlog: &Backlog) -> Self {
         Self {
-            kind: backlog.kind.into(),
+            kind: backlog.kind,
             depth: backlog.depth,
             oldest_age_seconds: backlog.oldest_age.map(|age| age.as_secs_f64()),
             failing_shards: backlog.failing_shards,

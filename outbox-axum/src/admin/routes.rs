@@ -33,10 +33,7 @@ pub(super) async fn shards<C: Category>(
     let drainer = &state.drainer;
     let query = query.checked()?;
     // One transaction: the counts and lists agree.
-    let snapshot = drainer
-        .admin()
-        .snapshot(OutboxKind::from(query.kind), query.limit)
-        .await?;
+    let snapshot = drainer.admin().snapshot(query.kind, query.limit).await?;
     Ok(Json(ShardsView {
         kind: query.kind,
         pending: snapshot.pending,
@@ -102,7 +99,7 @@ pub(super) async fn dead_letters<C: Category>(
     let query = query.checked()?;
     let rows = drainer
         .admin()
-        .dead_letters(query.kind.into(), query.limit)
+        .dead_letters(query.kind, query.limit)
         .await?;
     Ok(Json(rows.iter().map(DeadLetterView::from).collect()))
 }
@@ -111,7 +108,7 @@ pub(super) async fn replay<C: Category>(
     State(state): State<AdminState<C>>,
     AdminJson(request): AdminJson<ReplayDeadLetters>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
-    let replayed = ops::replay(&state, request.kind.into(), &request.ids).await?;
+    let replayed = ops::replay(&state, request.kind, &request.ids).await?;
     Ok(Json(serde_json::json!({ "replayed": replayed })))
 }
 
@@ -119,7 +116,7 @@ pub(super) async fn discard<C: Category>(
     State(state): State<AdminState<C>>,
     AdminJson(request): AdminJson<ReplayDeadLetters>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
-    let discarded = ops::discard(&state, request.kind.into(), &request.ids).await?;
+    let discarded = ops::discard(&state, request.kind, &request.ids).await?;
     Ok(Json(serde_json::json!({ "discarded": discarded })))
 }
 

@@ -62,7 +62,7 @@ pub enum OutboxCommand {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Args)]
 pub struct ListArgs {
     /// The outbox table.
-    #[arg(long, value_enum, default_value_t = Kind::Region)]
+    #[arg(long, default_value_t = Kind::Region)]
     pub kind: Kind,
     /// How many shards or rows to show, 1 to 10,000.
     #[arg(long, default_value_t = DEFAULT_LIMIT,
@@ -95,7 +95,7 @@ pub enum DeadLetterCommand {
 #[derive(Clone, Debug, PartialEq, Eq, Args)]
 pub struct DeadLetterIds {
     /// The outbox table.
-    #[arg(long, value_enum)]
+    #[arg(long)]
     pub kind: Kind,
     /// The dead letters' ids (as `dead-letters list` shows them); all of
     /// them must be dead letters of the table, or nothing is done.
@@ -111,7 +111,7 @@ pub struct DeadLetterIds {
 #[derive(Clone, Debug, PartialEq, Eq, Args)]
 pub struct TargetArgs {
     /// The outbox table.
-    #[arg(long, value_enum)]
+    #[arg(long)]
     pub kind: Kind,
     /// The scope, by name (as the registry declares it) or value.
     #[arg(long)]
@@ -140,7 +140,7 @@ pub struct ControlArgs {
 #[derive(Clone, Debug, PartialEq, Eq, Args)]
 pub struct ShardArgs {
     /// The outbox table.
-    #[arg(long, value_enum)]
+    #[arg(long)]
     pub kind: Kind,
     /// The scope, by name (as the registry declares it) or value.
     #[arg(long)]

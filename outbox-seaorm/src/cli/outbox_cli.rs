@@ -172,7 +172,7 @@ impl<C: Category> OutboxCli<C> {
     async fn shards(&self, list: ListArgs) -> Result<ShardsOutput, CliError> {
         let limit = checked_limit(list.limit)?;
         // One transaction: the counts and lists agree.
-        let snapshot = self.admin().snapshot(list.kind.into(), limit).await?;
+        let snapshot = self.admin().snapshot(list.kind, limit).await?;
         Ok(ShardsOutput {
             kind: list.kind,
             pending: snapshot.pending,
@@ -209,7 +209,7 @@ impl<C: Category> OutboxCli<C> {
 
     async fn dead_letters(&self, list: ListArgs) -> Result<DeadLettersOutput, CliError> {
         let limit = checked_limit(list.limit)?;
-        let kind = OutboxKind::from(list.kind);
+        let kind = list.kind;
         let rows = self.admin().dead_letters(kind, limit).await?;
         let total = self.dead_letter_count(kind).await?.max(rows.len() as u64);
         Ok(DeadLettersOutput {
@@ -250,7 +250,7 @@ impl<C: Category> OutboxCli<C> {
         action: DeadLetterAction,
         progress: Progress,
     ) -> Result<DeadLettersChanged, CliError> {
-        let kind = OutboxKind::from(which.kind);
+        let kind = which.kind;
         let mut changed = DeadLettersChanged {
             kind: which.kind,
             action,

@@ -6,41 +6,9 @@ use std::fmt;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 
-use outbox_core::OutboxKind;
-
-/// An outbox table: `region` or `control`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// `region_outbox`.
-    Region,
-    /// `control_outbox`.
-    Control,
-}
-
-impl From<Kind> for OutboxKind {
-    fn from(kind: Kind) -> Self {
-        match kind {
-            Kind::Region => OutboxKind::Region,
-            Kind::Control => OutboxKind::Control,
-        }
-    }
-}
-
-impl From<OutboxKind> for Kind {
-    fn from(kind: OutboxKind) -> Self {
-        match kind {
-            OutboxKind::Region => Kind::Region,
-            OutboxKind::Control => Kind::Control,
-        }
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(OutboxKind::from(*self).as_str())
-    }
-}
+/// An outbox table: `region` or `control` (the core type, with serde and
+/// `FromStr`).
+pub use outbox_core::OutboxKind as Kind;
 
 /// A shard, or every shard of a scope when `identifier` is `None`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

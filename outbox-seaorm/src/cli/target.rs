@@ -1,7 +1,7 @@
 //! From command-line arguments to shards and control targets, and from
 //! shards to their views (with the registry's names).
 
-use outbox_core::{Category, ControlTarget, OutboxKind, Scope, ShardKey};
+use outbox_core::{Category, ControlTarget, Scope, ShardKey};
 
 use super::command::{ShardArgs, TargetArgs};
 use super::error::CliError;
@@ -47,7 +47,7 @@ fn checked_region(kind: Kind, region: Option<&str>) -> Result<Option<String>, Cl
 pub(crate) fn control_target<C: Category>(args: &TargetArgs) -> Result<ControlTarget, CliError> {
     let scope = scope_value::<C>(&args.scope)?;
     let region = checked_region(args.kind, args.region.as_deref())?;
-    let kind = OutboxKind::from(args.kind);
+    let kind = args.kind;
     Ok(match args.shard {
         Some(identifier) => {
             ControlTarget::Shard(ShardKey::from_raw(kind, scope, identifier, region))
@@ -64,12 +64,7 @@ pub(crate) fn control_target<C: Category>(args: &TargetArgs) -> Result<ControlTa
 pub(crate) fn shard_key<C: Category>(args: &ShardArgs) -> Result<ShardKey, CliError> {
     let scope = scope_value::<C>(&args.scope)?;
     let region = checked_region(args.kind, args.region.as_deref())?;
-    Ok(ShardKey::from_raw(
-        args.kind.into(),
-        scope,
-        args.shard,
-        region,
-    ))
+    Ok(ShardKey::from_raw(args.kind, scope, args.shard, region))
 }
 
 fn scope_name<C: Category>(value: i32) -> Option<String> {
@@ -88,7 +83,7 @@ pub(crate) fn category_name<C: Category>(value: i32) -> Option<String> {
 /// A shard's view.
 pub(crate) fn shard_view<C: Category>(shard: &ShardKey) -> TargetView {
     TargetView {
-        kind: shard.kind().into(),
+        kind: shard.kind(),
         region: shard.region_name().map(str::to_owned),
         scope: shard.scope(),
         scope_name: scope_name::<C>(shard.scope()),
@@ -105,7 +100,7 @@ pub(crate) fn target_view<C: Category>(target: &ControlTarget) -> TargetView {
             region,
             scope,
         } => TargetView {
-            kind: (*kind).into(),
+            kind: (*kind),
             region: region.clone(),
             scope: *scope,
             scope_name: scope_name::<C>(*scope),

@@ -20,7 +20,7 @@ use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use outbox_core::{Category, ControlAction, OutboxKind};
+use outbox_core::{Category, ControlAction};
 
 use super::auth::{Authorize, COOKIE_NAME};
 use super::error::{AdminError, AdminQuery};
@@ -52,7 +52,7 @@ pub(super) async fn dashboard<C: Category>(
     State(state): State<AdminState<C>>,
     AdminQuery(query): AdminQuery<PageQuery>,
 ) -> Response {
-    match page::Data::read(&state, query.kind.into(), PAGE_ROWS).await {
+    match page::Data::read(&state, query.kind, PAGE_ROWS).await {
         Ok(data) => Html(page::dashboard(&data, &query).into_string()).into_response(),
         Err(error) => (
             error.status,
@@ -144,7 +144,7 @@ async fn perform<C: Category>(
     action: &str,
     fields: &Fields,
 ) -> Result<String, AdminError> {
-    let kind = OutboxKind::from(fields.kind()?);
+    let kind = fields.kind()?;
     match action {
         "replay" => {
             let replayed = ops::replay(state, kind, &fields.ids()?).await?;

@@ -196,12 +196,12 @@ fn target_fields(target: &TargetRef) -> Markup {
 }
 
 fn kind_name_value(kind: Kind) -> &'static str {
-    kind_value(kind.into())
+    kind_value(kind)
 }
 
 fn shard_target(shard: &ShardKey) -> TargetRef {
     TargetRef {
-        kind: shard.kind().into(),
+        kind: shard.kind(),
         region: shard.region_name().map(str::to_owned),
         scope: shard.scope(),
         identifier: Some(shard.identifier()),
