@@ -12,7 +12,7 @@ use outbox_core::StoreAdmin;
 use outbox_seaorm::cli::output::{
     BackfillStatusOutput, ControlChange, ControlOutput, ShardsOutput,
 };
-use outbox_seaorm::{write_region, OutboxMessage, SeaOrmStore};
+use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use sea_orm_migration::MigratorTrait;
 
 fn sqlite_path(name: &str) -> std::path::PathBuf {
@@ -72,7 +72,11 @@ async fn the_binary_runs_the_outbox_commands_on_one_silo() {
     for object in [5, 6] {
         write_region(
             &db,
-            OutboxMessage::new(OutboxCategory::OrganizationUpdate, 5, object),
+            OutboxMessage::new(
+                OutboxCategory::OrganizationUpdate,
+                ShardId(5),
+                ObjectId(object),
+            ),
         )
         .await
         .unwrap();

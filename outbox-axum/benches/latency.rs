@@ -23,7 +23,7 @@ use axum::Router;
 use outbox_axum::{OutboxWorker, Tx};
 use outbox_core::{HandlerError, Message, OutboxKind, Receivers};
 use outbox_seaorm::testing::{start_cluster_at, stop_cluster_at, TestDatabase};
-use outbox_seaorm::{listener, write_region, OutboxMessage};
+use outbox_seaorm::{listener, write_region, ObjectId, OutboxMessage, ShardId};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use tower::ServiceExt;
 
@@ -74,7 +74,7 @@ async fn latency(db: &TestDatabase, listen: bool, poll: Duration) -> Vec<Duratio
         let txn = writer.begin().await.unwrap();
         let row = write_region(
             &txn,
-            OutboxMessage::new(OutboxCategory::BenchUpdate, n % 50, n),
+            OutboxMessage::new(OutboxCategory::BenchUpdate, ShardId(n % 50), ObjectId(n)),
         )
         .await
         .unwrap();
@@ -113,7 +113,11 @@ async fn with_layer(tx: Tx, Path(n): Path<i64>) -> StatusCode {
     .unwrap();
     write_region(
         &tx,
-        OutboxMessage::new(OutboxCategory::BenchUpdate, n % ORGANIZATIONS, n),
+        OutboxMessage::new(
+            OutboxCategory::BenchUpdate,
+            ShardId(n % ORGANIZATIONS),
+            ObjectId(n),
+        ),
     )
     .await
     .unwrap();

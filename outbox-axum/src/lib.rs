@@ -27,11 +27,11 @@
 //! use axum::{extract::Path, routing::put, Router};
 //! use outbox_axum::{OutboxWorker, Tx};
 //! use outbox_core::{HandlerError, Message, Receivers};
-//! use outbox_seaorm::{write_region, OutboxMessage};
+//! use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
 //!
 //! async fn rename(tx: Tx, Path(id): Path<i64>) -> Result<&'static str, axum::http::StatusCode> {
 //!     // ... update the organization with `&tx` ...
-//!     write_region(&tx, OutboxMessage::new(OutboxCategory::OrganizationUpdate, id, id))
+//!     write_region(&tx, OutboxMessage::new(OutboxCategory::OrganizationUpdate, ShardId(id), ObjectId(id)))
 //!         .await
 //!         .map_err(|_| axum::http::StatusCode::INTERNAL_SERVER_ERROR)?;
 //!     Ok("renamed") // committed, then flushed: the receiver has run

@@ -10,7 +10,7 @@ use http_body_util::BodyExt;
 use outbox_axum::admin::{Admin, BearerToken};
 use outbox_core::{Drainer, OutboxKind, StoreAdmin};
 use outbox_seaorm::testing::{DbBackend, TestDatabase};
-use outbox_seaorm::{write_region, OutboxMessage, SeaOrmStore};
+use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -62,8 +62,8 @@ async fn write(db: &TestDatabase, organization: i64) {
         &db.db,
         OutboxMessage::new(
             OutboxCategory::OrganizationUpdate,
-            organization,
-            organization,
+            ShardId(organization),
+            ObjectId(organization),
         )
         .with_payload(json!({ "v": organization })),
     )

@@ -12,7 +12,7 @@ use std::time::Duration;
 use outbox_axum::OutboxWorker;
 use outbox_core::{DrainConfig, HandlerError, Message, OutboxKind, Receivers, StoreAdmin};
 use outbox_seaorm::testing::{connect, TestDatabase};
-use outbox_seaorm::{write_region, OutboxMessage};
+use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
 use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
 use support::OutboxCategory;
 
@@ -106,7 +106,11 @@ async fn killed_drain_processes_lose_nothing_and_keep_order() {
             let txn = writer_db.begin().await.unwrap();
             let row = write_region(
                 &txn,
-                OutboxMessage::new(OutboxCategory::OrganizationUpdate, n % SHARDS, n % 7),
+                OutboxMessage::new(
+                    OutboxCategory::OrganizationUpdate,
+                    ShardId(n % SHARDS),
+                    ObjectId(n % 7),
+                ),
             )
             .await
             .unwrap();

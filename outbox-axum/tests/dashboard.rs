@@ -20,7 +20,7 @@ use outbox_axum::admin::{Admin, BearerToken};
 use outbox_core::{Drainer, OutboxKind, StoreAdmin};
 use outbox_seaorm::backfill::Backfill;
 use outbox_seaorm::testing::{DbBackend, TestDatabase};
-use outbox_seaorm::{write_region, OutboxMessage, SeaOrmStore};
+use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use serde_json::json;
 use tower::ServiceExt;
 
@@ -50,9 +50,9 @@ struct Setup {
 async fn setup(backend: DbBackend, label: &str) -> Setup {
     let db = TestDatabase::of(backend, label).await.unwrap();
     for message in [
-        OutboxMessage::new(OutboxCategory::OrganizationUpdate, 1, 1)
+        OutboxMessage::new(OutboxCategory::OrganizationUpdate, ShardId(1), ObjectId(1))
             .with_payload(json!({ "name": "acme" })),
-        OutboxMessage::new(OutboxCategory::WebhookDelivery, 7, 7)
+        OutboxMessage::new(OutboxCategory::WebhookDelivery, ShardId(7), ObjectId(7))
             .with_payload(json!({ "url": "https://hooks.example/7" })),
     ] {
         write_region(&db.db, message).await.unwrap();

@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use outbox_axum::OutboxWorker;
 use outbox_core::{OutboxKind, StoreAdmin};
 use outbox_seaorm::testing::{connect, PgBouncer, PoolMode};
-use outbox_seaorm::{listener, write_region, OutboxMessage, SeaOrmStore};
+use outbox_seaorm::{listener, write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use sea_orm::{ConnectionTrait, DbBackend, TransactionTrait};
 use support::{send, OutboxCategory, TestApp};
 
@@ -68,5 +68,9 @@ async fn the_flush_the_drain_and_wake_ups_work_through_pgbouncer_in_session_mode
 }
 
 fn message(org: i64, object: i64) -> OutboxMessage<OutboxCategory> {
-    OutboxMessage::new(OutboxCategory::OrganizationUpdate, org, object)
+    OutboxMessage::new(
+        OutboxCategory::OrganizationUpdate,
+        ShardId(org),
+        ObjectId(object),
+    )
 }

@@ -22,7 +22,7 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData, SpanProcessor};
 use outbox_axum::{OutboxCtx, Tx};
 use outbox_core::{Drainer, HandlerError, Message, OutboxKind, Receivers};
-use outbox_seaorm::{write_region, OutboxMessage, SeaOrmStore};
+use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use std::sync::Arc;
 use std::time::Duration;
@@ -181,8 +181,12 @@ async fn touch(
     if mode == "deferred" {
         ctx.defer_flush();
     }
-    let message = OutboxMessage::new(OutboxCategory::OrganizationUpdate, org, org)
-        .with_payload(serde_json::json!({ "org": org }));
+    let message = OutboxMessage::new(
+        OutboxCategory::OrganizationUpdate,
+        ShardId(org),
+        ObjectId(org),
+    )
+    .with_payload(serde_json::json!({ "org": org }));
     match write_region(&tx, message).await {
         Ok(row) => (StatusCode::CREATED, row.id.to_string()),
         Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),

@@ -10,12 +10,16 @@ use std::time::Duration;
 use outbox_axum::{OutboxWorker, WorkerError};
 use outbox_core::{HandlerError, Message, OutboxContext, OutboxKind, Receivers, StoreAdmin};
 use outbox_seaorm::testing::{restart_cluster_at, start_cluster_at, stop_cluster_at, TestDatabase};
-use outbox_seaorm::{listener, write_region, OutboxMessage};
+use outbox_seaorm::{listener, write_region, ObjectId, OutboxMessage, ShardId};
 use sea_orm::{DbBackend, TransactionTrait};
 use support::{OutboxCategory, Recorder, TestApp};
 
 fn message(org: i64, object: i64) -> OutboxMessage<OutboxCategory> {
-    OutboxMessage::new(OutboxCategory::OrganizationUpdate, org, object)
+    OutboxMessage::new(
+        OutboxCategory::OrganizationUpdate,
+        ShardId(org),
+        ObjectId(object),
+    )
 }
 
 #[tokio::test]
@@ -281,12 +285,20 @@ async fn a_receiver_that_writes_outboxes_cascades_without_deadlock(backend: DbBa
                             let org = message.shard_identifier();
                             write_region(
                                 &txn,
-                                OutboxMessage::new(OutboxCategory::OrganizationAudit, org, 1),
+                                OutboxMessage::new(
+                                    OutboxCategory::OrganizationAudit,
+                                    ShardId(org),
+                                    ObjectId(1),
+                                ),
                             )
                             .await?;
                             write_region(
                                 &txn,
-                                OutboxMessage::new(OutboxCategory::OrganizationAudit, org + 1, 1),
+                                OutboxMessage::new(
+                                    OutboxCategory::OrganizationAudit,
+                                    ShardId(org + 1),
+                                    ObjectId(1),
+                                ),
                             )
                             .await?;
                             txn.commit().await?;

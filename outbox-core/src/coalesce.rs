@@ -5,6 +5,9 @@
 //! the row of its highest id, and acknowledging it deletes exactly the ids it
 //! holds, so a row written while the group is being delivered stays for the next
 //! round.
+//!
+//! A category declared `(no_coalesce)` in the registry is never folded: each
+//! of its rows is a group of its own, delivered in id order among the others.
 
 use std::collections::HashMap;
 
@@ -41,12 +44,21 @@ impl CoalescingGroup {
 /// Folds the rows of one shard into coalescing groups, ordered by lowest id.
 ///
 /// `rows` need not be sorted; they must all belong to one shard.
-pub fn coalesce(mut rows: Vec<StoredRow>) -> Vec<CoalescingGroup> {
+/// `coalesces(category)` says whether rows of a stored category value fold
+/// into one group per object (see [`Category::coalesces`](crate::Category::coalesces));
+/// where it is `false`, every row is a group of its own.
+pub fn coalesce(mut rows: Vec<StoredRow>, coalesces: impl Fn(i32) -> bool) -> Vec<CoalescingGroup> {
     rows.sort_by_key(|row| row.id);
     let mut index: HashMap<(i32, i64), usize> = HashMap::with_capacity(rows.len());
     let mut groups: Vec<CoalescingGroup> = Vec::with_capacity(rows.len());
     for row in rows {
-        match index.get(&(row.category, row.object_identifier)) {
+        let folds = coalesces(row.category);
+        let existing = if folds {
+            index.get(&(row.category, row.object_identifier))
+        } else {
+            None
+        };
+        match existing {
             Some(&at) => {
                 let group = &mut groups[at];
                 group.ids.push(row.id);
@@ -61,7 +73,9 @@ pub fn coalesce(mut rows: Vec<StoredRow>) -> Vec<CoalescingGroup> {
                 }
             }
             None => {
-                index.insert((row.category, row.object_identifier), groups.len());
+                if folds {
+                    index.insert((row.category, row.object_identifier), groups.len());
+                }
                 groups.push(CoalescingGroup {
                     ids: vec![row.id],
                     first: row.clone(),
@@ -113,7 +127,7 @@ mod tests {
             row(3, 1, 11),
             row(4, 2, 10),
         ];
-        let groups = coalesce(rows);
+        let groups = coalesce(rows, |_| true);
         let shape: Vec<(i32, i64, Vec<i64>, i64)> = groups
             .iter()
             .map(|g| {
@@ -135,5 +149,16 @@ mod tests {
         );
         assert_eq!(groups[0].newest.payload, Some(json!({ "id": 5 })));
         assert_eq!(groups[0].first.id, 1);
+    }
+
+    #[test]
+    fn a_category_that_does_not_coalesce_keeps_every_row() {
+        let rows = vec![row(4, 2, 10), row(1, 1, 10), row(2, 2, 10), row(3, 1, 10)];
+        let groups = coalesce(rows, |category| category != 2);
+        let shape: Vec<(i32, Vec<i64>)> = groups
+            .iter()
+            .map(|g| (g.category(), g.ids.clone()))
+            .collect();
+        assert_eq!(shape, vec![(1, vec![1, 3]), (2, vec![2]), (2, vec![4])]);
     }
 }

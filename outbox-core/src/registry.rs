@@ -18,6 +18,8 @@
 //!         OrganizationMemberUpdate = 2,
 //!         /// Kept so that number 3 is never reused.
 //!         OrganizationLegacyPing = 3 (retired),
+//!         /// A webhook per change: never coalesced, each one is delivered.
+//!         OrganizationWebhook = 4 (no_coalesce),
 //!     }
 //!     /// One shard per audit event, so a stuck event blocks nothing else.
 //!     AuditLogScope = 1 {
@@ -32,6 +34,8 @@
 //! assert!(OutboxCategory::try_from(99).is_err());
 //! assert_eq!(OutboxCategory::AuditLogEvent.name(), "AuditLogEvent");
 //! assert!(OutboxCategory::OrganizationLegacyPing.is_retired());
+//! assert!(OutboxCategory::OrganizationUpdate.coalesces());
+//! assert!(!OutboxCategory::OrganizationWebhook.coalesces());
 //! assert_eq!(OutboxScope::OrganizationScope.shard_field(), Some("organization_id"));
 //! assert_eq!(OutboxScope::OrganizationScope.owner_table(), Some("organization"));
 //! const SCOPE: OutboxScope = OutboxCategory::AuditLogEvent.scope(); // usable in constants
@@ -43,8 +47,18 @@
 //! The macro expands to two `#[repr(i32)]` enums, so the compiler itself refuses
 //! a category listed under two scopes (a variant defined twice), a category or
 //! scope number used twice (a discriminant assigned twice), and a flag other than
-//! `(retired)` after a category number (a constant-evaluation error). The crate's `tests/ui` directory
-//! proves each case with trybuild.
+//! `(retired)` or `(no_coalesce)` after a category number (a
+//! constant-evaluation error). The crate's `tests/ui` directory proves each
+//! case with trybuild.
+//!
+//! # Flags
+//!
+//! - `(retired)`: the category is no longer written and needs no receiver; it
+//!   stays declared so that its number is never reused.
+//! - `(no_coalesce)`: every message of the category is delivered, one by one
+//!   in the order written, where other categories deliver only the newest
+//!   message about an object. For events that each matter (a webhook per
+//!   price change, an audit entry), without inventing a unique object id.
 
 use std::fmt::{Debug, Display};
 use std::hash::Hash;
@@ -124,25 +138,31 @@ pub trait Category:
     /// Whether the category is retired: kept so its number is never reused, no
     /// longer written, and not required to have a receiver.
     fn is_retired(self) -> bool;
+    /// Whether messages of this category about one object coalesce (only the
+    /// newest is delivered), as every category does unless declared
+    /// `(no_coalesce)`: then each message written is delivered, in order.
+    fn coalesces(self) -> bool;
 }
+
+/// The flags a category of [`registry!`](crate::registry!) takes, in
+/// parentheses after its number: `(retired)`, `(no_coalesce)`, or both.
+pub const CATEGORY_FLAGS: [&str; 2] = ["retired", "no_coalesce"];
 
 /// Checks a flag written on a category of [`registry!`](crate::registry!).
 ///
 /// Evaluated in a constant, so a misspelt flag fails the build.
 pub const fn check_category_flag(flag: &str) -> bool {
-    let flag = flag.as_bytes();
-    let retired = b"retired";
-    if flag.len() != retired.len() {
-        panic!("unknown registry flag: the only flag a category takes is `(retired)`");
-    }
     let mut i = 0;
-    while i < flag.len() {
-        if flag[i] != retired[i] {
-            panic!("unknown registry flag: the only flag a category takes is `(retired)`");
+    while i < CATEGORY_FLAGS.len() {
+        if str_eq(flag, CATEGORY_FLAGS[i]) {
+            return true;
         }
         i += 1;
     }
-    true
+    panic!(
+        "unknown registry flag: a category takes `(retired)`, `(no_coalesce)` or \
+         `(retired, no_coalesce)`"
+    )
 }
 
 /// Declares the outbox scopes and their categories; generates `OutboxScope` and
@@ -159,7 +179,7 @@ macro_rules! registry {
                 $( ( shard_field = $shard_field:literal $(, owner_table = $owner_table:literal)? ) )? {
                 $(
                     $(#[doc = $category_doc:literal])*
-                    $category:ident = $category_value:literal $( ( $flag:ident ) )?
+                    $category:ident = $category_value:literal $( ( $($flag:ident),+ $(,)? ) )?
                 ),* $(,)?
             }
         )*
@@ -278,15 +298,27 @@ macro_rules! registry {
             fn is_retired(self) -> bool {
                 match self {
                     $($(Self::$category => {
-                        #[allow(unused_mut, unused_assignments)]
+                        #[allow(unused_mut)]
                         let mut retired = false;
-                        $(
+                        $($(
                             const _: () = {
                                 ::core::assert!($crate::registry::check_category_flag(stringify!($flag)));
                             };
-                            retired = true;
-                        )?
+                            retired |= $crate::registry::str_eq(stringify!($flag), "retired");
+                        )+)?
                         retired
+                    })*)*
+                }
+            }
+            fn coalesces(self) -> bool {
+                match self {
+                    $($(Self::$category => {
+                        #[allow(unused_mut)]
+                        let mut coalesces = true;
+                        $($(
+                            coalesces &= !$crate::registry::str_eq(stringify!($flag), "no_coalesce");
+                        )+)?
+                        coalesces
                     })*)*
                 }
             }

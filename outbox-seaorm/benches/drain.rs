@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use outbox_core::DrainConfig;
 use outbox_seaorm::testing::{start_cluster_at, stop_cluster_at, TestDatabase};
-use outbox_seaorm::{write_region, OutboxMessage};
+use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
 use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 use serde_json::json;
 
@@ -99,7 +99,8 @@ async fn write_overhead(db: &DatabaseConnection) -> (Duration, Duration) {
         txn.execute_raw(insert(n)).await.unwrap();
         write_region(
             &txn,
-            OutboxMessage::new(OutboxCategory::BenchUpdate, n, n).with_payload(json!({ "n": n })),
+            OutboxMessage::new(OutboxCategory::BenchUpdate, ShardId(n), ObjectId(n))
+                .with_payload(json!({ "n": n })),
         )
         .await
         .unwrap();

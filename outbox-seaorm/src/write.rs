@@ -45,27 +45,74 @@ use crate::time;
 /// within every backend's parameter limit).
 const ROWS_PER_STATEMENT: usize = 1000;
 
+/// The shard identifier of a message within its category's scope (for
+/// example the organization id): with the scope, the shard it is delivered in,
+/// in order.
+///
+/// A type of its own so that it cannot be swapped with the [`ObjectId`] in
+/// [`OutboxMessage::new`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShardId(pub i64);
+
+/// The object a message is about (for example the product id): messages of
+/// one category about one object coalesce, unless the category is declared
+/// `(no_coalesce)` in the registry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectId(pub i64);
+
+impl std::fmt::Display for ShardId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// One outbox message to write.
+///
+/// ```
+/// # outbox_core::registry! {
+/// #     CatalogScope = 0 (shard_field = "shop_id") {
+/// #         ProductUpdate = 1,
+/// #         PriceChanged = 2 (no_coalesce),
+/// #     }
+/// # }
+/// use outbox_seaorm::{ObjectId, OutboxMessage, ShardId};
+///
+/// // Product 7 of shop 3: delivered in the shop's shard, in order; only the
+/// // newest update of product 7 is delivered when several wait.
+/// let update = OutboxMessage::new(OutboxCategory::ProductUpdate, ShardId(3), ObjectId(7));
+/// // Declared `(no_coalesce)`: every price change is delivered, however many wait.
+/// let change = OutboxMessage::new(OutboxCategory::PriceChanged, ShardId(3), ObjectId(7))
+///     .with_payload(serde_json::json!({ "cents": 1299 }));
+/// assert_eq!(update.region_shard().identifier(), 3);
+/// # let _ = change;
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutboxMessage<C> {
     /// What the message means; its scope is the shard scope.
     pub category: C,
     /// The shard identifier within the category's scope (e.g. organization id).
-    pub shard_identifier: i64,
-    /// The object; messages with the same category and object coalesce. Use a
-    /// unique value per message to opt out of coalescing.
-    pub object_identifier: i64,
+    pub shard_identifier: ShardId,
+    /// The object; messages with the same category and object coalesce,
+    /// unless the category is declared `(no_coalesce)`.
+    pub object_identifier: ObjectId,
     /// What the receiver needs.
     pub payload: Option<serde_json::Value>,
 }
 
 impl<C: Category> OutboxMessage<C> {
-    /// A message without payload.
-    pub fn new(category: C, shard_identifier: i64, object_identifier: i64) -> Self {
+    /// A message without payload: `category` about `object`, delivered in
+    /// shard `shard` of the category's scope.
+    pub fn new(category: C, shard: ShardId, object: ObjectId) -> Self {
         Self {
             category,
-            shard_identifier,
-            object_identifier,
+            shard_identifier: shard,
+            object_identifier: object,
             payload: None,
         }
     }
@@ -91,12 +138,12 @@ impl<C: Category> OutboxMessage<C> {
 
     /// The region-outbox shard of this message.
     pub fn region_shard(&self) -> ShardKey {
-        ShardKey::region(self.category.scope(), self.shard_identifier)
+        ShardKey::region(self.category.scope(), self.shard_identifier.0)
     }
 
     /// The control-outbox shard of this message for `region_name`.
     pub fn control_shard(&self, region_name: &str) -> ShardKey {
-        ShardKey::control(region_name, self.category.scope(), self.shard_identifier)
+        ShardKey::control(region_name, self.category.scope(), self.shard_identifier.0)
     }
 }
 
@@ -382,9 +429,9 @@ fn insert_statement<C: Category>(
         };
         for value in [
             Value::from(message.category.scope().value()),
-            Value::from(message.shard_identifier),
+            Value::from(message.shard_identifier.0),
             Value::from(message.category.value()),
-            Value::from(message.object_identifier),
+            Value::from(message.object_identifier.0),
             payload,
         ] {
             values.push(value);

@@ -273,7 +273,13 @@ async fn the_rate_limit_caps_each_tick_and_shrinks_with_pending_rows(backend: Db
     // Pending rows from elsewhere shrink the budget too.
     outbox_seaorm::write_region_many(
         &db.db,
-        (0..5).map(|i| outbox_seaorm::OutboxMessage::new(OutboxCategory::GadgetUpdate, 99, i)),
+        (0..5).map(|i| {
+            outbox_seaorm::OutboxMessage::new(
+                OutboxCategory::GadgetUpdate,
+                outbox_seaorm::ShardId(99),
+                outbox_seaorm::ObjectId(i),
+            )
+        }),
     )
     .await
     .unwrap();

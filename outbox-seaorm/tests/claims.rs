@@ -15,7 +15,7 @@ use outbox_core::{
     ClaimRequest, CommitBatch, DrainStore, Drainer, OutboxKind, ShardClaim, ShardCommit, ShardEnd,
     ShardKey, StoreAdmin,
 };
-use outbox_seaorm::{write_region, OutboxMessage, SeaOrmStore};
+use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use sea_orm::{ConnectionTrait, DbBackend};
 
 fn request(token: i64) -> ClaimRequest {
@@ -38,7 +38,11 @@ fn org(id: i64) -> ShardKey {
 async fn write(db: &sea_orm::DatabaseConnection, shard: &ShardKey) -> i64 {
     write_region(
         db,
-        OutboxMessage::new(OutboxCategory::OrganizationUpdate, shard.identifier(), 1),
+        OutboxMessage::new(
+            OutboxCategory::OrganizationUpdate,
+            ShardId(shard.identifier()),
+            ObjectId(1),
+        ),
     )
     .await
     .unwrap()

@@ -21,7 +21,7 @@ use outbox_seaorm::cli::{
     OutboxCommand, Progress, StandaloneCli,
 };
 use outbox_seaorm::testing::{DbBackend, TestDatabase};
-use outbox_seaorm::{write_control, write_region, OutboxMessage};
+use outbox_seaorm::{write_control, write_region, ObjectId, OutboxMessage, ShardId};
 use sea_orm::ConnectionTrait;
 use serde::de::DeserializeOwned;
 
@@ -206,7 +206,7 @@ impl Setup {
     async fn write(&self, scope_category: OutboxCategory, shard: i64, object: i64) -> i64 {
         write_region(
             &self.db.db,
-            OutboxMessage::new(scope_category, shard, object),
+            OutboxMessage::new(scope_category, ShardId(shard), ObjectId(object)),
         )
         .await
         .unwrap()
@@ -532,7 +532,7 @@ async fn drain_empties_both_outboxes(backend: DbBackend) {
     write_control(
         &t.db.db,
         ["us", "de"],
-        OutboxMessage::new(OutboxCategory::UserUpdate, 9, 90),
+        OutboxMessage::new(OutboxCategory::UserUpdate, ShardId(9), ObjectId(90)),
     )
     .await
     .unwrap();

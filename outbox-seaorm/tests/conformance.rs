@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use outbox_core::conformance::{Backend, NewRow};
 use outbox_core::OutboxKind;
 use outbox_seaorm::testing::TestDatabase;
-use outbox_seaorm::{write_control, write_region, OutboxMessage, SeaOrmStore};
+use outbox_seaorm::{write_control, write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use sea_orm::{ConnectionTrait, DbBackend};
 
 /// Fresh databases of one backend, kept until the test ends (dropped then,
@@ -50,7 +50,11 @@ impl Databases {
 async fn write_rows<Db: ConnectionTrait>(db: &Db, rows: &[NewRow]) -> Vec<i64> {
     let mut ids = Vec::with_capacity(rows.len());
     for row in rows {
-        let mut message = OutboxMessage::new(row.category, row.shard.identifier(), row.object);
+        let mut message = OutboxMessage::new(
+            row.category,
+            ShardId(row.shard.identifier()),
+            ObjectId(row.object),
+        );
         message.payload = row.payload.clone();
         let written = match (row.shard.kind(), row.shard.region_name()) {
             (OutboxKind::Control, Some(region)) => write_control(db, [region], message)

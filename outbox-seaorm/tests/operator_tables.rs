@@ -90,8 +90,12 @@ async fn the_dead_letter_and_control_entities_read_the_tables(
     use outbox_core::testing::Recorder;
     let id = outbox_seaorm::write_region(
         &t.db,
-        outbox_seaorm::OutboxMessage::new(OutboxCategory::AuditLogEvent, 5, 5)
-            .with_payload(serde_json::json!({ "v": 5 })),
+        outbox_seaorm::OutboxMessage::new(
+            OutboxCategory::AuditLogEvent,
+            outbox_seaorm::ShardId(5),
+            outbox_seaorm::ObjectId(5),
+        )
+        .with_payload(serde_json::json!({ "v": 5 })),
     )
     .await
     .unwrap();

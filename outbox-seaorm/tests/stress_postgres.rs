@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{database, OutboxCategory, Recorder};
 use outbox_core::{BackoffPolicy, DrainConfig, Drainer, OutboxKind, ShardKey, StoreAdmin};
-use outbox_seaorm::{write_region_many, OutboxMessage, SeaOrmStore};
+use outbox_seaorm::{write_region_many, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use rand::Rng;
 use sea_orm::DbBackend;
 use serde_json::json;
@@ -30,13 +30,16 @@ async fn four_drains_over_a_thousand_shards_lose_nothing_and_keep_order() {
             OutboxCategory::OrganizationMemberUpdate
         };
         let object = rng.random_range(0..5i64);
-        messages.push(OutboxMessage::new(category, shard, object).with_payload(json!({ "n": n })));
+        messages.push(
+            OutboxMessage::new(category, ShardId(shard), ObjectId(object))
+                .with_payload(json!({ "n": n })),
+        );
     }
     let written = write_region_many(&t.db, messages.clone()).await.unwrap();
     let mut newest: HashMap<(ShardKey, &'static str, i64), i64> = HashMap::new();
     for (row, message) in written.iter().zip(&messages) {
         let entry = newest
-            .entry((row.shard.clone(), row.category, message.object_identifier))
+            .entry((row.shard.clone(), row.category, message.object_identifier.0))
             .or_default();
         *entry = (*entry).max(row.id);
     }

@@ -10,7 +10,7 @@ use outbox_core::testing::Recorder;
 use outbox_core::{Drainer, OutboxKind, StoreAdmin, TraceParent};
 use outbox_seaorm::entity::outbox_dead_letter;
 use outbox_seaorm::testing::{DbBackend, TestDatabase};
-use outbox_seaorm::{write_control, write_region, OutboxMessage};
+use outbox_seaorm::{write_control, write_region, ObjectId, OutboxMessage, ShardId};
 use sea_orm::{ConnectionTrait, EntityTrait, Statement};
 
 const VALID: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -47,13 +47,17 @@ async fn a_traceparent_survives_claims_dead_letters_and_replay(backend: DbBacken
     let store = t.store();
     let mut ids = Vec::new();
     for object in [1, 2] {
-        let message = OutboxMessage::new(OutboxCategory::AuditLogEvent, object, object);
+        let message = OutboxMessage::new(
+            OutboxCategory::AuditLogEvent,
+            ShardId(object),
+            ObjectId(object),
+        );
         ids.push(write_region(&t.db, message).await.unwrap().id);
     }
     let control = write_control(
         &t.db,
         ["us"],
-        OutboxMessage::new(OutboxCategory::AuditLogEvent, 3, 3),
+        OutboxMessage::new(OutboxCategory::AuditLogEvent, ShardId(3), ObjectId(3)),
     )
     .await
     .unwrap()[0]
@@ -126,7 +130,7 @@ async fn a_traceparent_survives_claims_dead_letters_and_replay(backend: DbBacken
 async fn the_trace_context_migration_goes_down_and_up_with_rows(backend: DbBackend) {
     use sea_orm_migration::MigratorTrait;
     let t = TestDatabase::of(backend, "trace_migration").await.unwrap();
-    let message = OutboxMessage::new(OutboxCategory::AuditLogEvent, 1, 1);
+    let message = OutboxMessage::new(OutboxCategory::AuditLogEvent, ShardId(1), ObjectId(1));
     let id = write_region(&t.db, message.clone()).await.unwrap().id;
     set_traceparent(&t, "region_outbox", id, VALID).await;
     outbox_migrations::OutboxMigrator::down(&t.db, Some(1))

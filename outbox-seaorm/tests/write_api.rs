@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use outbox_core::testing::{drain_until_idle, Recorder};
 use outbox_core::{Drainer, OutboxKind, StoreAdmin};
 use outbox_seaorm::testing::TestDatabase;
-use outbox_seaorm::{write_region, OutboxMessage, WriteError};
+use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId, WriteError};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
@@ -53,8 +53,8 @@ async fn hostile_payloads_round_trip_or_are_refused_with_nothing_left(backend: D
     for object in 0..60 {
         let payload = payload().new_tree(&mut runner).unwrap().current();
         let txn = outbox_seaorm::begin_write(&db.db).await.unwrap();
-        let message =
-            OutboxMessage::new(OutboxCategory::OrgUpdate, 1, object).with_payload(payload.clone());
+        let message = OutboxMessage::new(OutboxCategory::OrgUpdate, ShardId(1), ObjectId(object))
+            .with_payload(payload.clone());
         match write_region(&txn, message).await {
             Ok(_) => {
                 txn.commit().await.unwrap();
@@ -125,7 +125,7 @@ async fn unserializable_payloads_and_retired_categories_are_typed_errors(backend
     let db = TestDatabase::of(backend, "write_typed").await.unwrap();
     let txn = outbox_seaorm::begin_write(&db.db).await.unwrap();
     let not_json: HashMap<(i32, i32), i32> = HashMap::from([((1, 2), 3)]);
-    let error = OutboxMessage::new(OutboxCategory::OrgUpdate, 1, 1)
+    let error = OutboxMessage::new(OutboxCategory::OrgUpdate, ShardId(1), ObjectId(1))
         .with_payload_of(&not_json)
         .unwrap_err();
     assert!(
@@ -138,9 +138,12 @@ async fn unserializable_payloads_and_retired_categories_are_typed_errors(backend
         ),
         "{error}"
     );
-    let error = write_region(&txn, OutboxMessage::new(OutboxCategory::OrgRetired, 1, 1))
-        .await
-        .unwrap_err();
+    let error = write_region(
+        &txn,
+        OutboxMessage::new(OutboxCategory::OrgRetired, ShardId(1), ObjectId(1)),
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(error, WriteError::RetiredCategory { .. }),
         "{error}"

@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use axum::{middleware, Json, Router};
 use outbox_axum::Tx;
-use outbox_seaorm::{write_control, OutboxMessage};
+use outbox_seaorm::{write_control, ObjectId, OutboxMessage, ShardId};
 use sea_orm::{ActiveModelTrait, ConnectionTrait, DatabaseConnection, EntityTrait, Set, Statement};
 use serde::{Deserialize, Serialize};
 
@@ -296,7 +296,11 @@ async fn upsert_member(
         write_control(
             &tx,
             [region],
-            OutboxMessage::new(OutboxCategory::UserUpdate, member.user_id, member.user_id),
+            OutboxMessage::new(
+                OutboxCategory::UserUpdate,
+                ShardId(member.user_id),
+                ObjectId(member.user_id),
+            ),
         )
         .await?;
     }

@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::routing::{delete, get, post, put};
 use axum::{middleware, Json, Router};
 use outbox_axum::{OutboxCtx, Tx};
-use outbox_seaorm::{write_region, OutboxMessage};
+use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
     Set, Statement,
@@ -146,8 +146,12 @@ async fn audit(
     };
     write_region(
         tx,
-        OutboxMessage::new(OutboxCategory::AuditLogEvent, event_id, event_id)
-            .with_payload_of(&event)?,
+        OutboxMessage::new(
+            OutboxCategory::AuditLogEvent,
+            ShardId(event_id),
+            ObjectId(event_id),
+        )
+        .with_payload_of(&event)?,
     )
     .await?;
     Ok(())

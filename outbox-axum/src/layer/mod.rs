@@ -81,10 +81,10 @@
 //! use axum::{routing::post, Router};
 //! use outbox_axum::{OutboxLayer, Tx};
 //! use outbox_core::Receivers;
-//! use outbox_seaorm::{write_region, OutboxMessage};
+//! use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
 //!
 //! async fn rename(tx: Tx) -> Result<&'static str, axum::http::StatusCode> {
-//!     write_region(&tx, OutboxMessage::new(OutboxCategory::OrgUpdate, 1, 1))
+//!     write_region(&tx, OutboxMessage::new(OutboxCategory::OrgUpdate, ShardId(1), ObjectId(1)))
 //!         .await
 //!         .map_err(|_| axum::http::StatusCode::INTERNAL_SERVER_ERROR)?;
 //!     Ok("renamed")

@@ -14,7 +14,7 @@ use http_body_util::BodyExt;
 use outbox_axum::{deferred, OutboxCtx, OutboxLayer, Tx};
 use outbox_core::{Drainer, OutboxKind};
 use outbox_seaorm::testing::TestDatabase;
-use outbox_seaorm::{write_region, OutboxMessage, SeaOrmStore};
+use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use tokio::sync::Notify;
 use tower::ServiceExt;
@@ -147,8 +147,12 @@ async fn insert_widget(tx: &Tx, org: i64, name: &str) -> Result<i64, Response> {
     let id: i64 = row.try_get("", "id").unwrap();
     write_region(
         tx,
-        OutboxMessage::new(OutboxCategory::OrganizationUpdate, org, id)
-            .with_payload(serde_json::json!({ "name": name })),
+        OutboxMessage::new(
+            OutboxCategory::OrganizationUpdate,
+            ShardId(org),
+            ObjectId(id),
+        )
+        .with_payload(serde_json::json!({ "name": name })),
     )
     .await
     .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response())?;
@@ -237,7 +241,11 @@ async fn create_with_nested_deferral(tx: Tx, Path((org, name)): Path<(i64, Strin
     deferred(async {
         write_region(
             &tx,
-            OutboxMessage::new(OutboxCategory::OrganizationAudit, org + 1000, 1),
+            OutboxMessage::new(
+                OutboxCategory::OrganizationAudit,
+                ShardId(org + 1000),
+                ObjectId(1),
+            ),
         )
         .await
         .unwrap();

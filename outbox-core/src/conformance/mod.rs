@@ -7,7 +7,7 @@
 //! | [`no_loss`] | 2. crashes and cancellations change when, never whether |
 //! | [`order`] | 3. groups in order of their lowest pending id |
 //! | [`exclusivity`] | 3. at most one worker on a shard, in any process |
-//! | [`coalescing`] | 4. the newest payload of a group, rows written meanwhile stay |
+//! | [`coalescing`] | 4. the newest payload of a group, rows written meanwhile stay; `(no_coalesce)` categories deliver every row |
 //! | [`backoff`] | 5. a failing shard waits as a whole, whoever asks; dead letters; permanent errors quarantine |
 //! | [`control`] | 2. an operator's pause or cull holds in every process; lifted, the kept rows flow |
 //! | [`at_least_once`] | 6. a delivery whose commit was lost is made again |
@@ -52,6 +52,8 @@ crate::registry! {
         OrganizationUpdate = 1,
         /// A membership changed.
         OrganizationMemberUpdate = 2,
+        /// A webhook per change: never coalesced.
+        OrganizationWebhook = 3 (no_coalesce),
     }
     /// One shard per event.
     AuditLogScope = 2 {
@@ -113,6 +115,15 @@ pub fn update(shard: &ShardKey, object: i64, v: i64) -> NewRow {
     }
 }
 
+/// A webhook (a category that does not coalesce) about `object` on `shard`,
+/// with payload `{"v": v}`.
+pub fn webhook(shard: &ShardKey, object: i64, v: i64) -> NewRow {
+    NewRow {
+        category: OutboxCategory::OrganizationWebhook,
+        ..update(shard, object, v)
+    }
+}
+
 /// The suite's drainer: `recorder` as receivers, `clock` as clock, `config`.
 pub fn drainer<S: DrainStore + StoreAdmin>(
     store: S,
@@ -150,6 +161,8 @@ macro_rules! conformance_tests {
             exclusivity::a_commit_releases_the_buckets_of_its_shards_only,
             coalescing::only_the_newest_payload_of_a_group_is_delivered,
             coalescing::rows_written_during_a_delivery_stay_for_the_next_round,
+            coalescing::a_category_that_does_not_coalesce_delivers_every_row_in_order,
+            coalescing::concurrent_writes_of_a_category_that_does_not_coalesce_are_each_delivered,
             backoff::a_failing_shard_backs_off_as_a_whole_and_others_flow,
             backoff::a_flush_racing_a_drain_on_a_failing_shard_tries_once_per_step,
             backoff::an_opted_in_scope_dead_letters_and_the_shard_goes_on,

@@ -98,7 +98,9 @@ pub(crate) async fn deliver_shard<C: Category>(
     if rows.is_empty() {
         return outcome;
     }
-    let groups = coalesce(rows);
+    let groups = coalesce(rows, |category| {
+        C::try_from(category).map_or(true, |category| category.coalesces())
+    });
     let mut attempts = state.as_ref().map_or(0, |s| s.attempts);
     let mut last_backoff = state.as_ref().and_then(|s| s.last_backoff);
 

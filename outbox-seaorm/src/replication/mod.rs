@@ -167,8 +167,8 @@ fn to_db_error(error: WriteError) -> DbErr {
 fn message<M: ReplicatedModel>(model: &M, payload: Option<Value>) -> OutboxMessage<M::Category> {
     OutboxMessage {
         category: M::CATEGORY,
-        shard_identifier: model.shard_identifier(),
-        object_identifier: model.object_identifier(),
+        shard_identifier: crate::ShardId(model.shard_identifier()),
+        object_identifier: crate::ObjectId(model.object_identifier()),
         payload,
     }
 }
