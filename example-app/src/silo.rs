@@ -198,7 +198,7 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
     if let Some(url) = &config.listen_url {
         worker = worker.listen_url(url);
     }
-    let worker = worker.spawn()?;
+    let worker = worker.spawn().await?;
     let drainer = worker.drainer().clone();
     let app = routes
         .layer(worker.layer())

@@ -65,6 +65,7 @@ async fn latency(db: &TestDatabase, listen: bool, poll: Duration) -> Vec<Duratio
         .poll_interval(poll)
         .kinds([OutboxKind::Region])
         .spawn()
+        .await
         .unwrap();
     worker.ready().await;
     let writer = db.connect_again(2).await.unwrap();
@@ -207,6 +208,7 @@ async fn main() {
     let worker = OutboxWorker::builder(db.db.clone(), receivers)
         .kinds([OutboxKind::Region])
         .spawn()
+        .await
         .unwrap();
     worker.ready().await;
     let flushed = Router::new()

@@ -54,6 +54,7 @@ async fn child(url: String) {
         .kinds([OutboxKind::Region])
         .drain_config(DrainConfig::default().delivery_timeout(Duration::from_secs(3600)))
         .spawn()
+        .await
         .unwrap();
     std::future::pending::<()>().await;
 }
@@ -107,6 +108,7 @@ async fn run(database: &TestDatabase) -> Duration {
     let worker = OutboxWorker::builder(db.clone(), receivers)
         .kinds([OutboxKind::Region])
         .spawn()
+        .await
         .unwrap();
     while pending(db).await > 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -44,7 +44,7 @@
 //!         println!("replicate organization {}", msg.object_identifier);
 //!         Ok::<_, HandlerError>(())
 //!     });
-//!     let worker = OutboxWorker::builder(db.clone(), receivers).spawn()?;
+//!     let worker = OutboxWorker::builder(db.clone(), receivers).spawn().await?;
 //!     let app = Router::new()
 //!         .route("/organizations/{id}", put(rename))
 //!         .layer(worker.layer());

@@ -55,6 +55,7 @@ async fn crash_child() {
         )
         .poll_interval(Duration::from_millis(20))
         .spawn()
+        .await
         .unwrap();
     if std::env::var(CHILD_FINAL).is_ok() {
         let store = worker.drainer().admin().clone();

@@ -82,6 +82,7 @@ async fn flush_false_leaves_rows_for_the_background_drain(backend: DbBackend) {
     let worker = OutboxWorker::builder(app.db.db.clone(), app.recorder.receivers())
         .poll_interval(Duration::from_secs(3600))
         .spawn()
+        .await
         .unwrap();
     let router = app.routes().layer(worker.layer());
     let (status, _, _) = send(router.clone(), "/bulk/7/b1").await;

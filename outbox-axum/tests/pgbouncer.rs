@@ -28,6 +28,7 @@ async fn the_flush_the_drain_and_wake_ups_work_through_pgbouncer_in_session_mode
         // Only a wake-up can deliver within the test: no poll comes in time.
         .poll_interval(Duration::from_secs(3600))
         .spawn()
+        .await
         .unwrap();
     worker.ready().await;
     let router = app.routes().layer(worker.layer());

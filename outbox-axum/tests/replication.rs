@@ -200,6 +200,7 @@ async fn the_worker_backfills_existing_rows_once_the_option_allows_it(backend: D
         .backfill(Backfill::new().model::<organization::Model>())
         .poll_interval(Duration::from_millis(20))
         .spawn()
+        .await
         .unwrap();
     for _ in 0..500 {
         if control.mappings.lock().unwrap().len() == 3 {

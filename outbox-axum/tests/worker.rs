@@ -28,6 +28,7 @@ async fn the_worker_refuses_to_start_with_a_category_unhandled() {
     let receivers = Receivers::new().discard(OutboxCategory::OrganizationUpdate);
     let error = OutboxWorker::builder(db.db.clone(), receivers)
         .spawn()
+        .await
         .unwrap_err();
     assert!(matches!(error, WorkerError::IncompleteReceivers(_)));
     let text = error.to_string();
@@ -37,12 +38,71 @@ async fn the_worker_refuses_to_start_with_a_category_unhandled() {
     );
 }
 
+/// Forgetting the migrations stops the application at `spawn`, with an error
+/// that names the missing table and how to run them, instead of a worker
+/// that logs `no such table` forever. Nothing is started.
+async fn the_worker_refuses_to_start_without_the_migrations(backend: DbBackend) {
+    use sea_orm_migration::MigratorTrait;
+    let db = TestDatabase::of(backend, "worker_unmigrated")
+        .await
+        .unwrap();
+    outbox_migrations::OutboxMigrator::down(&db.db, None)
+        .await
+        .unwrap();
+    let receivers = || {
+        Receivers::new()
+            .discard(OutboxCategory::OrganizationUpdate)
+            .discard(OutboxCategory::OrganizationAudit)
+    };
+    let error = OutboxWorker::builder(db.db.clone(), receivers())
+        .spawn()
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(matches!(error, WorkerError::Schema(_)), "{text}");
+    for needed in [
+        "table `region_outbox` does not exist",
+        "m20261121_000001_create_outbox_tables",
+        "outbox_migrations::migrations()",
+        "OutboxMigrator::up(&db, None)",
+    ] {
+        assert!(text.contains(needed), "`{needed}` not in: {text}");
+    }
+
+    // Half-way (an old deployment's migrations): the first one missing.
+    outbox_migrations::OutboxMigrator::up(&db.db, Some(3))
+        .await
+        .unwrap();
+    let text = OutboxWorker::builder(db.db.clone(), receivers())
+        .spawn()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("table `outbox_claim_bucket` does not exist")
+            && text.contains("m20261123_000004_bucket_claims")
+            && text.contains("nor have the 2 after it"),
+        "{text}"
+    );
+
+    outbox_migrations::OutboxMigrator::up(&db.db, None)
+        .await
+        .unwrap();
+    let worker = OutboxWorker::builder(db.db.clone(), receivers())
+        .spawn()
+        .await
+        .unwrap();
+    worker.ready().await;
+    worker.shutdown().await;
+}
+
 async fn polling_finds_rows_nobody_announced(backend: DbBackend) {
     let app = TestApp::new(backend, "worker_poll").await;
     let worker = OutboxWorker::builder(app.db.db.clone(), app.recorder.receivers())
         .listen(false)
         .poll_interval(Duration::from_millis(50))
         .spawn()
+        .await
         .unwrap();
     worker.ready().await;
     // Written outside any context, with no wake-up at all.
@@ -89,6 +149,7 @@ async fn graceful_shutdown_lets_deliveries_in_flight_finish(backend: DbBackend) 
         .poll_interval(Duration::from_millis(20))
         .shutdown_timeout(Duration::from_secs(10))
         .spawn()
+        .await
         .unwrap();
     write_region(&app.db.db, message(1, 1)).await.unwrap();
     entered.notified().await;
@@ -142,6 +203,7 @@ async fn a_round_cut_off_at_shutdown_releases_its_claims(backend: DbBackend) {
         .poll_interval(Duration::from_millis(20))
         .shutdown_timeout(Duration::from_millis(200))
         .spawn()
+        .await
         .unwrap();
     write_region(&app.db.db, message(1, 1)).await.unwrap();
     entered.notified().await;
@@ -165,6 +227,7 @@ async fn a_flush_cancelled_by_its_client_frees_the_shard_for_the_worker(backend:
         .poll_interval(Duration::from_secs(3600))
         .listen(false)
         .spawn()
+        .await
         .unwrap();
     worker.ready().await;
     let router = app.routes().layer(worker.layer());
@@ -191,6 +254,7 @@ async fn notify_wakes_a_worker_of_another_process() {
     let worker = OutboxWorker::builder(app.db.db.clone(), app.recorder.receivers())
         .poll_interval(Duration::from_secs(3600))
         .spawn()
+        .await
         .unwrap();
     worker.ready().await;
     // Another "process": its own pool, a deferred write, NOTIFY at commit.
@@ -215,6 +279,7 @@ async fn the_worker_recovers_after_postgres_restarts() {
     let worker = OutboxWorker::builder(db.db.clone(), recorder.receivers())
         .poll_interval(Duration::from_millis(50))
         .spawn()
+        .await
         .unwrap();
     write_region(&db.db, message(1, 1)).await.unwrap();
     assert!(recorder.wait_for(1, Duration::from_secs(20)).await);
@@ -348,6 +413,7 @@ async fn a_receiver_that_writes_outboxes_cascades_without_deadlock(backend: DbBa
 }
 
 outbox_seaorm::on_both_backends!(
+    the_worker_refuses_to_start_without_the_migrations,
     polling_finds_rows_nobody_announced,
     a_job_outside_http_uses_the_same_context,
     graceful_shutdown_lets_deliveries_in_flight_finish,

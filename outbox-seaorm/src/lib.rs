@@ -47,6 +47,8 @@
 //! - [`transaction`]: [`begin_write`], transactions SQLite cannot refuse
 //!   half-way.
 //! - [`entity`]: SeaORM entities of the outbox tables, for your own queries.
+//! - [`schema`]: [`check_schema`], whether every outbox migration has run,
+//!   with an error that names what is missing and how to fix it.
 //! - `cli` (feature `cli`): an embeddable command line for operators
 //!   (shards, dead letters, pause/cull/resume, drain, backfill), to mount in
 //!   your own clap parser.
@@ -68,6 +70,7 @@ pub mod cli;
 pub mod entity;
 pub mod listener;
 pub mod replication;
+pub mod schema;
 pub mod store;
 #[cfg(feature = "test-utils")]
 pub mod testing;
@@ -75,6 +78,7 @@ mod time;
 pub mod transaction;
 pub mod write;
 
+pub use schema::{check_schema, SchemaError};
 pub use store::{SeaOrmStore, UnsupportedBackend};
 pub use transaction::{begin_write, write_transaction};
 

@@ -15,7 +15,7 @@
 //!
 //! # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), Box<dyn std::error::Error>> {
 //! let receivers = Receivers::new().discard(OutboxCategory::OrgUpdate);
-//! let worker = OutboxWorker::builder(db, receivers).spawn()?;
+//! let worker = OutboxWorker::builder(db, receivers).spawn().await?;
 //! let app: Router = Router::new().layer(worker.layer());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! // Stops serving when the worker is told to stop, or on your own signal.
@@ -44,7 +44,7 @@ use outbox_core::{
 };
 use outbox_seaorm::backfill::Backfill;
 use outbox_seaorm::listener::{PgNotifier, PgWakeSource};
-use outbox_seaorm::{SeaOrmStore, UnsupportedBackend};
+use outbox_seaorm::{check_schema, SchemaError, SeaOrmStore, UnsupportedBackend};
 
 pub use outbox_core::worker::{
     DEFAULT_POLL_INTERVAL, DEFAULT_ROUNDS_IN_FLIGHT, DEFAULT_SHUTDOWN_TIMEOUT,
@@ -64,6 +64,10 @@ pub enum WorkerError {
     /// The database is not PostgreSQL or SQLite.
     #[error(transparent)]
     UnsupportedBackend(#[from] UnsupportedBackend),
+    /// The outbox migrations have not all run (or the database could not be
+    /// read to tell): the error names the missing table and the fix.
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
 }
 
 /// How the worker listens for wake-ups from other processes.
@@ -205,17 +209,27 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         self
     }
 
-    /// Starts the drain loops (and, on PostgreSQL, the `LISTEN` connection)
-    /// on the current tokio runtime.
+    /// Checks that it can work, then starts the drain loops (and, on
+    /// PostgreSQL, the `LISTEN` connection) on the current tokio runtime.
+    ///
+    /// Before anything starts, it checks that every live category has a
+    /// receiver and that every outbox migration has run
+    /// ([`outbox_seaorm::check_schema`], one catalogue query), so that a
+    /// forgotten migration stops the application at startup, with the fix in
+    /// the error, instead of a worker that logs `no such table` forever.
     ///
     /// # Errors
     ///
     /// [`WorkerError::IncompleteReceivers`] when a live category has no
-    /// receiver, naming it; [`WorkerError::UnsupportedBackend`] for a database
-    /// other than PostgreSQL or SQLite.
-    pub fn spawn(self) -> Result<WorkerHandle<C>, WorkerError> {
+    /// receiver, naming it; [`WorkerError::Schema`] when an outbox migration
+    /// has not run (naming it, a table or column it creates, and how to run
+    /// the migrations) or the database cannot be read;
+    /// [`WorkerError::UnsupportedBackend`] for a database other than
+    /// PostgreSQL or SQLite.
+    pub async fn spawn(self) -> Result<WorkerHandle<C>, WorkerError> {
         self.receivers.ensure_complete()?;
         let store = SeaOrmStore::new(self.db.clone())?;
+        check_schema(&self.db).await?;
         let mut drainer = Drainer::new(store, self.receivers)
             .with_config(self.config)
             .with_dead_letters(self.dead_letters);

@@ -1,0 +1,285 @@
+//! Is the database migrated? [`check_schema`] answers before anything runs.
+//!
+//! A worker started on a database without the outbox tables would log
+//! `no such table` on every poll and never deliver; `OutboxWorker`'s `spawn`
+//! (outbox-axum) calls [`check_schema`] first and refuses to start instead,
+//! with an error that names the missing table, the migration that creates it
+//! and the fix. Call it yourself at startup when you drain or flush without
+//! the worker (an `OutboxLayer` of its own, a `Drainer` in a job).
+//!
+//! The check reads the catalogue (one query: `information_schema.columns` on
+//! PostgreSQL, `pragma_table_info` on SQLite) and compares it with the tables
+//! and columns every outbox migration creates, so it holds whichever
+//! migrator ran them: `outbox_migrations::OutboxMigrator` (tracked in
+//! `outbox_seaql_migrations`) or your own, with `outbox_migrations::migrations()`
+//! inside (tracked in `seaql_migrations`).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use outbox_seaorm::schema::{check_schema, SchemaError};
+//! use sea_orm_migration::MigratorTrait;
+//!
+//! let db = sea_orm::Database::connect("sqlite::memory:").await?;
+//! let error = check_schema(&db).await.unwrap_err();
+//! assert!(matches!(error, SchemaError::NotMigrated { table: "region_outbox", .. }));
+//! println!("{error}"); // names the table, the migration and how to run it
+//!
+//! outbox_migrations::OutboxMigrator::up(&db, None).await?;
+//! check_schema(&db).await?;
+//! # Ok(()) }
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
+
+use crate::UnsupportedBackend;
+
+/// What one outbox migration creates: the tables and columns the library
+/// reads and writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MigrationSchema {
+    /// The migration's name, as sea-orm-migration records it.
+    pub migration: &'static str,
+    /// Tables (new or altered) and the columns of each that it creates.
+    pub tables: &'static [(&'static str, &'static [&'static str])],
+}
+
+const OUTBOX_COLUMNS: &[&str] = &[
+    "id",
+    "shard_scope",
+    "shard_identifier",
+    "category",
+    "object_identifier",
+    "payload",
+    "scheduled_from",
+    "scheduled_for",
+    "date_added",
+];
+
+const CONTROL_OUTBOX_COLUMNS: &[&str] = &[
+    "id",
+    "region_name",
+    "shard_scope",
+    "shard_identifier",
+    "category",
+    "object_identifier",
+    "payload",
+    "scheduled_from",
+    "scheduled_for",
+    "date_added",
+];
+
+/// The outbox migrations in order, with what each creates. A test checks
+/// that it lists every migration of `outbox_migrations::migrations()` and
+/// that a database migrated to each step passes exactly up to it.
+pub const MIGRATIONS: &[MigrationSchema] = &[
+    MigrationSchema {
+        migration: "m20261121_000001_create_outbox_tables",
+        tables: &[
+            ("region_outbox", OUTBOX_COLUMNS),
+            ("control_outbox", CONTROL_OUTBOX_COLUMNS),
+        ],
+    },
+    MigrationSchema {
+        migration: "m20261121_000002_create_backfill_tables",
+        tables: &[
+            (
+                "outbox_backfill_cursor",
+                &["table_name", "lower_bound_id", "version"],
+            ),
+            ("outbox_option", &["key", "value"]),
+        ],
+    },
+    MigrationSchema {
+        migration: "m20261121_000003_create_dead_letter_table",
+        tables: &[(
+            "outbox_dead_letter",
+            &[
+                "kind",
+                "id",
+                "region_name",
+                "shard_scope",
+                "shard_identifier",
+                "category",
+                "object_identifier",
+                "payload",
+                "scheduled_from",
+                "scheduled_for",
+                "date_added",
+                "error",
+                "dead_lettered_at",
+            ],
+        )],
+    },
+    MigrationSchema {
+        migration: "m20261123_000004_bucket_claims",
+        tables: &[
+            (
+                "outbox_claim_bucket",
+                &["kind", "bucket", "token", "owner", "lease_until", "version"],
+            ),
+            (
+                "outbox_shard_state",
+                &[
+                    "kind",
+                    "region_name",
+                    "shard_scope",
+                    "shard_identifier",
+                    "attempts",
+                    "last_backoff_ms",
+                    "retry_at",
+                    "last_error",
+                    "failed_at",
+                ],
+            ),
+        ],
+    },
+    MigrationSchema {
+        migration: "m20261123_000005_runtime_controls",
+        tables: &[(
+            "outbox_control",
+            &[
+                "kind",
+                "region_name",
+                "shard_scope",
+                "whole_scope",
+                "shard_identifier",
+                "action",
+                "reason",
+                "created_at",
+            ],
+        )],
+    },
+    MigrationSchema {
+        migration: "m20261123_000006_trace_context",
+        tables: &[
+            ("region_outbox", &["traceparent"]),
+            ("control_outbox", &["traceparent"]),
+            ("outbox_dead_letter", &["traceparent"]),
+        ],
+    },
+];
+
+/// How to run the migrations, for the error messages.
+const FIX: &str = "run the outbox migrations before starting: add \
+    `outbox_migrations::migrations()` to your own sea-orm-migration Migrator and run it, \
+    or run `outbox_migrations::OutboxMigrator::up(&db, None)`";
+
+/// The database lacks what the outbox needs.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SchemaError {
+    /// An outbox migration has not run: a table or a column it creates is
+    /// missing.
+    #[error(
+        "the outbox tables are not migrated: {} (outbox migration {migration} has not run{}); {FIX}",
+        describe(table, *column),
+        also_missing(*later)
+    )]
+    NotMigrated {
+        /// The first migration that has not run.
+        migration: &'static str,
+        /// A table it creates or alters that is missing or lacks `column`.
+        table: &'static str,
+        /// The missing column, when the table exists.
+        column: Option<&'static str>,
+        /// How many later outbox migrations have not run either.
+        later: usize,
+    },
+    /// The catalogue could not be read (the database is unreachable, or the
+    /// role may not read it).
+    #[error("could not check the outbox tables: {0}")]
+    Database(#[from] DbErr),
+    /// The database is not PostgreSQL or SQLite.
+    #[error(transparent)]
+    UnsupportedBackend(#[from] UnsupportedBackend),
+}
+
+fn describe(table: &str, column: Option<&str>) -> String {
+    match column {
+        None => format!("table `{table}` does not exist"),
+        Some(column) => format!("table `{table}` has no column `{column}`"),
+    }
+}
+
+fn also_missing(count: usize) -> String {
+    match count {
+        0 => String::new(),
+        1 => ", nor has the one after it".to_owned(),
+        n => format!(", nor have the {n} after it"),
+    }
+}
+
+/// Checks that every outbox migration has run on `db`: each table and
+/// column the library uses exists.
+///
+/// # Errors
+///
+/// [`SchemaError::NotMigrated`] naming the first migration that has not run
+/// and a table or column it creates; [`SchemaError::Database`] when the
+/// catalogue cannot be read; [`SchemaError::UnsupportedBackend`] for a
+/// database other than PostgreSQL or SQLite.
+pub async fn check_schema<C: ConnectionTrait>(db: &C) -> Result<(), SchemaError> {
+    let present = columns(db).await?;
+    let mut missing = MIGRATIONS.iter().filter_map(|step| {
+        step.tables.iter().find_map(|(table, columns)| {
+            let Some(have) = present.get(*table) else {
+                return Some((step.migration, *table, None));
+            };
+            columns
+                .iter()
+                .find(|column| !have.contains(**column))
+                .map(|column| (step.migration, *table, Some(*column)))
+        })
+    });
+    match missing.next() {
+        None => Ok(()),
+        Some((migration, table, column)) => Err(SchemaError::NotMigrated {
+            migration,
+            table,
+            column,
+            later: missing.count(),
+        }),
+    }
+}
+
+/// The columns of the outbox tables that exist, by table.
+async fn columns<C: ConnectionTrait>(
+    db: &C,
+) -> Result<BTreeMap<String, BTreeSet<String>>, SchemaError> {
+    let tables: BTreeSet<&str> = MIGRATIONS
+        .iter()
+        .flat_map(|step| step.tables.iter().map(|(table, _)| *table))
+        .collect();
+    let backend = db.get_database_backend();
+    let list = tables
+        .iter()
+        .map(|table| format!("'{table}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = match backend {
+        DbBackend::Postgres => format!(
+            "SELECT table_name::text AS table_name, column_name::text AS column_name \
+             FROM information_schema.columns \
+             WHERE table_schema = ANY (current_schemas(false)) AND table_name IN ({list})"
+        ),
+        DbBackend::Sqlite => format!(
+            "SELECT m.name AS table_name, p.name AS column_name \
+             FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p \
+             WHERE m.type = 'table' AND m.name IN ({list})"
+        ),
+        other => return Err(UnsupportedBackend(other).into()),
+    };
+    let rows = db
+        .query_all_raw(Statement::from_string(backend, sql))
+        .await?;
+    let mut present: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for row in rows {
+        let table: String = row.try_get("", "table_name")?;
+        let column: String = row.try_get("", "column_name")?;
+        present.entry(table).or_default().insert(column);
+    }
+    Ok(present)
+}
