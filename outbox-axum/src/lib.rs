@@ -72,6 +72,7 @@ pub mod worker;
 pub use context::{defer_flush, deferred, OutboxCtx};
 pub use layer::{
     DefaultOnFlushError, OnFlushError, Outbox, OutboxLayer, RespondWith, ResponseFuture,
+    FLUSH_CULLED, FLUSH_DEFERRED, FLUSH_HEADER,
 };
 pub use tx::{Tx, TxRejection};
 pub use worker::{OutboxWorker, OutboxWorkerBuilder, WorkerError, WorkerHandle};

@@ -85,10 +85,12 @@ async fn flush_false_leaves_rows_for_the_background_drain(backend: DbBackend) {
         .await
         .unwrap();
     let router = app.routes().layer(worker.layer());
-    let (status, _, _) = send(router.clone(), "/bulk/7/b1").await;
+    let (status, _, flush) = send(router.clone(), "/bulk/7/b1").await;
     assert_eq!(status, StatusCode::CREATED);
-    let (status, _, _) = send(router, "/ctx-deferred/8/b2").await;
+    assert_eq!(flush.as_deref(), Some("deferred"), "the client is told");
+    let (status, _, flush) = send(router, "/ctx-deferred/8/b2").await;
     assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(flush.as_deref(), Some("deferred"));
     assert_eq!(app.widgets().await, 2);
     // Not flushed synchronously; the worker, woken by the commit (its poll
     // interval is an hour), delivers them.
@@ -104,8 +106,13 @@ async fn flush_false_leaves_rows_for_the_background_drain(backend: DbBackend) {
 
 async fn nested_deferral_defers_only_the_inner_rows(backend: DbBackend) {
     let app = TestApp::new(backend, "layer_nested").await;
-    let (status, _, _) = send(app.app(), "/nested/7/n").await;
+    let (status, _, flush) = send(app.app(), "/nested/7/n").await;
     assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(
+        flush.as_deref(),
+        Some("deferred"),
+        "one row was not delivered"
+    );
     let deliveries = app.recorder.deliveries();
     assert_eq!(deliveries.len(), 1);
     assert_eq!(deliveries[0].category, OutboxCategory::OrganizationUpdate);
@@ -163,6 +170,59 @@ async fn a_failed_flush_keeps_the_commit_and_says_so(backend: DbBackend) {
     assert_eq!(flush, None);
     assert_eq!(app.widgets().await, 3, "every change committed");
     assert_eq!(app.pending().await, 3, "their rows wait for the drain");
+}
+
+/// A shard an operator paused is not flushed, and the client hears it
+/// (`deferred`: the rows wait for the resume); a culled shard's rows are
+/// dropped and the client hears `culled`; a shard without control, nothing.
+async fn a_paused_or_culled_shard_is_not_flushed_and_the_client_is_told(backend: DbBackend) {
+    use outbox_core::{ControlTarget, ShardKey};
+    let app = TestApp::new(backend, "layer_paused").await;
+    let paused = ControlTarget::Shard(ShardKey::region(support::OutboxScope::OrganizationScope, 7));
+    let culled = ControlTarget::Shard(ShardKey::region(support::OutboxScope::OrganizationScope, 8));
+    app.drainer
+        .pause(paused.clone(), Some("look".into()))
+        .await
+        .unwrap();
+    app.drainer.cull(culled.clone(), None).await.unwrap();
+
+    for name in ["p1", "p2"] {
+        let (status, _, flush) = send(app.app(), &format!("/widgets/7/{name}")).await;
+        assert_eq!(status, StatusCode::CREATED);
+        assert_eq!(flush.as_deref(), Some("deferred"), "{name}");
+    }
+    let (status, _, flush) = send(app.app(), "/widgets/8/c1").await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(flush.as_deref(), Some("culled"));
+    let (_, _, flush) = send(app.app(), "/widgets/9/free").await;
+    assert_eq!(flush, None, "a shard without control is flushed");
+    let delivered: Vec<i64> = app
+        .recorder
+        .deliveries()
+        .iter()
+        .map(|d| d.shard.identifier())
+        .collect();
+    assert_eq!(delivered, vec![9]);
+    assert_eq!(
+        app.pending().await,
+        2,
+        "the paused rows wait; the culled one is gone"
+    );
+
+    app.drainer.resume(&paused).await.unwrap();
+    let (_, _, flush) = send(app.app(), "/widgets/7/p3").await;
+    assert_eq!(flush, None, "resumed: flushed again");
+    assert_eq!(app.pending().await, 0);
+    let objects: usize = app
+        .recorder
+        .deliveries()
+        .iter()
+        .filter(|d| d.shard.identifier() == 7)
+        .count();
+    assert!(
+        objects >= 1,
+        "the kept rows were delivered after the resume"
+    );
 }
 
 async fn the_commit_predicate_is_configurable(backend: DbBackend) {
@@ -304,6 +364,7 @@ async fn a_failed_commit_answers_500_and_delivers_nothing() {
 }
 
 outbox_seaorm::on_both_backends!(
+    a_paused_or_culled_shard_is_not_flushed_and_the_client_is_told,
     success_commits_and_flushes_before_the_response,
     client_and_server_errors_roll_back_everything,
     a_panicking_handler_commits_nothing,

@@ -31,7 +31,8 @@
 //! # Flush failures
 //!
 //! The rows are committed, so nothing is lost: the background drain delivers
-//! them after the shard's backoff. What the client hears is decided by an
+//! them after the shard's backoff (or, for a shard an operator paused, once
+//! the pause is lifted). What the client hears is decided by an
 //! [`OnFlushError`] hook: by default ([`DefaultOnFlushError`]) the handler's
 //! response, with an `outbox-flush: deferred` header; [`RespondWith`] a status
 //! of your choice; `()` the response untouched; or your own closure.
@@ -51,6 +52,21 @@
 //! [`defer_flush`](crate::defer_flush) as a route middleware, leaves every row
 //! of the request to the background drain; [`deferred`](crate::deferred)
 //! defers only the rows written inside it.
+//!
+//! # What the client is told
+//!
+//! A response whose outbox rows were not all delivered before it left
+//! carries [`FLUSH_HEADER`] (`outbox-flush`), whatever the reason:
+//!
+//! | reason | header |
+//! |---|---|
+//! | `flush = false`, rows written inside [`deferred`](crate::deferred) | `deferred` |
+//! | the shard (or its scope) paused by an operator | `deferred` (through the [`OnFlushError`] hook, [`FlushError::Paused`](outbox_core::FlushError::Paused)) |
+//! | a receiver failed, the shard backs off, its bucket was held too long | `deferred` (through the [`OnFlushError`] hook) |
+//! | an operator's cull dropped them | `culled` |
+//!
+//! No header means every row the request wrote was delivered (or it wrote
+//! none).
 //!
 //! # Ordering
 //!
@@ -103,5 +119,7 @@ mod on_flush_error;
 mod service;
 
 pub use future::ResponseFuture;
-pub use on_flush_error::{DefaultOnFlushError, OnFlushError, RespondWith, FLUSH_HEADER};
+pub use on_flush_error::{
+    DefaultOnFlushError, OnFlushError, RespondWith, FLUSH_CULLED, FLUSH_DEFERRED, FLUSH_HEADER,
+};
 pub use service::{Outbox, OutboxLayer};

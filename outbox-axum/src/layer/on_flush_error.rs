@@ -3,12 +3,27 @@ use axum::response::{IntoResponse, Response};
 
 use outbox_core::FlushError;
 
-/// The header set when a flush failed and delivery was left to the drain.
+/// The header that tells a client its request's outbox rows were not all
+/// delivered before the response: [`FLUSH_DEFERRED`] or [`FLUSH_CULLED`].
+/// Absent when everything the request wrote was delivered (or it wrote
+/// nothing).
 pub const FLUSH_HEADER: &str = "outbox-flush";
 
+/// `outbox-flush: deferred`: committed, and left to the background drain,
+/// which delivers it later: the request deferred its flush (`flush = false`,
+/// [`deferred`](crate::deferred)), the shard is paused by an operator, backs
+/// off after a failure, was held by another worker too long, or the
+/// receiver failed.
+pub const FLUSH_DEFERRED: &str = "deferred";
+
+/// `outbox-flush: culled`: committed, and dropped without delivery by an
+/// operator's cull of the shard or its scope.
+pub const FLUSH_CULLED: &str = "culled";
+
 /// Decides what the client hears when the synchronous flush after a commit
-/// fails. The change is committed either way, and the background drain
-/// delivers its rows after the shard's backoff.
+/// fails (or finds the shard paused by an operator). The change is committed
+/// either way, and the background drain delivers its rows after the shard's
+/// backoff (or the pause).
 ///
 /// Implemented for `()` (keep the handler's response as it is), for closures
 /// `Fn(&[FlushError], Response) -> Response`, for [`DefaultOnFlushError`] (the
@@ -44,7 +59,7 @@ impl OnFlushError for DefaultOnFlushError {
     fn on_flush_error(&self, _errors: &[FlushError], mut response: Response) -> Response {
         response
             .headers_mut()
-            .insert(FLUSH_HEADER, HeaderValue::from_static("deferred"));
+            .insert(FLUSH_HEADER, HeaderValue::from_static(FLUSH_DEFERRED));
         response
     }
 }
@@ -63,7 +78,7 @@ impl OnFlushError for RespondWith {
             .into_response();
         response
             .headers_mut()
-            .insert(FLUSH_HEADER, HeaderValue::from_static("deferred"));
+            .insert(FLUSH_HEADER, HeaderValue::from_static(FLUSH_DEFERRED));
         response
     }
 }

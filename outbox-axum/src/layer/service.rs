@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::extract::Request;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::FutureExt;
 use sea_orm::{DatabaseConnection, TransactionOptions};
@@ -14,7 +14,9 @@ use outbox_core::{Category, Drainer, Receivers};
 use outbox_seaorm::{SeaOrmStore, UnsupportedBackend};
 
 use super::future::ResponseFuture;
-use super::on_flush_error::{DefaultOnFlushError, OnFlushError};
+use super::on_flush_error::{
+    DefaultOnFlushError, OnFlushError, FLUSH_CULLED, FLUSH_DEFERRED, FLUSH_HEADER,
+};
 use crate::slot::RequestHandle;
 
 type CommitPredicate = Arc<dyn Fn(&Response) -> bool + Send + Sync>;
@@ -263,16 +265,26 @@ where
     }
 
     let mut response = response;
+    let mut culled = false;
     if !context.is_flush_deferred() {
         let flushed = context.flush(&shared.drainer).await;
+        culled = flushed.report.culled > 0;
         if !flushed.errors.is_empty() {
             for error in &flushed.errors {
-                tracing::warn!(%error, "flush after commit failed; the background drain will deliver");
+                if error.is_operator_control() {
+                    tracing::debug!(%error, "flush after commit skipped; the background drain will deliver");
+                } else {
+                    tracing::warn!(%error, "flush after commit failed; the background drain will deliver");
+                }
             }
             response = shared
                 .on_flush_error
                 .on_flush_error(&flushed.errors, response);
+        } else {
+            mark_undelivered(&mut response, &context, culled);
         }
+    } else {
+        mark_undelivered(&mut response, &context, culled);
     }
     if let Some(waker) = &shared.waker {
         for kind in context.deferred_kinds() {
@@ -280,6 +292,24 @@ where
         }
     }
     Ok(response)
+}
+
+/// Tells the client that rows of its request were not delivered before the
+/// response: `outbox-flush: deferred` when some wait for the background drain
+/// (`flush = false`, [`deferred`](crate::deferred)), `culled` when an
+/// operator's control dropped them. (A failed flush is the
+/// [`OnFlushError`] hook's to report.)
+fn mark_undelivered(response: &mut Response, context: &outbox_core::OutboxContext, culled: bool) {
+    let value = if !context.deferred_kinds().is_empty() {
+        FLUSH_DEFERRED
+    } else if culled {
+        FLUSH_CULLED
+    } else {
+        return;
+    };
+    response
+        .headers_mut()
+        .insert(FLUSH_HEADER, HeaderValue::from_static(value));
 }
 
 async fn roll_back(slot: &tokio::sync::Mutex<tokio::sync::OnceCell<sea_orm::DatabaseTransaction>>) {

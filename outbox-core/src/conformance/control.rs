@@ -44,9 +44,9 @@ pub async fn a_pause_set_in_one_process_holds_in_another_until_resumed<B: Backen
     assert!(
         matches!(
             b.drain_shard(&paused, None).await,
-            Err(FlushError::BackingOff { .. })
+            Err(FlushError::Paused { .. })
         ),
-        "a synchronous flush waits too"
+        "a synchronous flush waits too, and says why"
     );
     assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 2);
     let failing = store.failing_shards(OutboxKind::Region, 10).await.unwrap();

@@ -751,6 +751,13 @@ impl<C: Category> Drainer<C> {
             });
         }
         self.refresh_controls_if_stale().await;
+        if self.controls().action_for(shard) == Some(ControlAction::Pause) {
+            // Left to the background drain, which parks it; the caller hears
+            // why its rows were not delivered.
+            return Err(FlushError::Paused {
+                shard: shard.clone(),
+            });
+        }
         let kind = shard.kind();
         let mut total = DrainReport::default();
         let mut started = Instant::now();

@@ -202,6 +202,15 @@ pub enum FlushError {
         /// How long the flush waited.
         waited: Duration,
     },
+    /// An operator paused the shard (or its scope): nothing was tried, and
+    /// its rows wait until the pause is lifted (see [`crate::control`]).
+    #[error(
+        "outbox shard {shard} is paused by an operator; its rows wait until the pause is lifted"
+    )]
+    Paused {
+        /// The shard.
+        shard: ShardKey,
+    },
     /// The flush's claim expired before it could commit; another worker owns
     /// the shard now and delivers the rows again.
     #[error("outbox flush lost its claim on shard {shard} before committing")]
@@ -215,6 +224,24 @@ pub enum FlushError {
 }
 
 impl FlushError {
+    /// The shard the flush was for.
+    pub fn shard(&self) -> Option<&ShardKey> {
+        match self {
+            FlushError::Delivery { shard, .. }
+            | FlushError::BackingOff { shard, .. }
+            | FlushError::ShardBusy { shard, .. }
+            | FlushError::Paused { shard }
+            | FlushError::ClaimLost { shard } => Some(shard),
+            FlushError::Store(_) => None,
+        }
+    }
+
+    /// Whether the flush stopped because of an operator's control rather
+    /// than a failure (nothing to warn about: the operator asked for it).
+    pub fn is_operator_control(&self) -> bool {
+        matches!(self, FlushError::Paused { .. })
+    }
+
     /// A flush error from the first failure of a report.
     pub(crate) fn from_failure(failure: ShardFailure) -> Self {
         FlushError::Delivery {
