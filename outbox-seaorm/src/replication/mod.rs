@@ -337,10 +337,15 @@ pub async fn deliver_control<M: ControlReplication>(
 pub trait ReplicationReceivers<C: Category>: Sized {
     /// Registers `M`'s category: at delivery, `M` is loaded by id from `db`
     /// and replicated, or its deletion handled when it is gone.
+    ///
+    /// `context` is what the handlers get: the context itself, or an `Arc`
+    /// of it to share one between several models
+    /// (`.replicate::<A>(db.clone(), client.clone()).replicate::<B>(db, client)`
+    /// with `client: Arc<Client>`).
     fn replicate<M: ReplicatedModel<Category = C>>(
         self,
         db: DatabaseConnection,
-        context: Arc<M::Context>,
+        context: impl Into<Arc<M::Context>>,
     ) -> Self;
 }
 
@@ -348,8 +353,9 @@ impl<C: Category> ReplicationReceivers<C> for Receivers<C> {
     fn replicate<M: ReplicatedModel<Category = C>>(
         self,
         db: DatabaseConnection,
-        context: Arc<M::Context>,
+        context: impl Into<Arc<M::Context>>,
     ) -> Self {
+        let context = context.into();
         self.on(M::CATEGORY, move |message: Message<C>| {
             M::deliver(db.clone(), context.clone(), message)
         })
