@@ -16,9 +16,10 @@
 //!   away, and shuts down gracefully.
 //!
 //! The example below also needs `tokio` with the `macros`, `rt-multi-thread`,
-//! `net` and `signal` features (for `#[tokio::main]`, the listener and Ctrl-C):
+//! `net` and `signal` features (for `#[tokio::main]`, the listener and
+//! Ctrl-C), `outbox-migrations` and `sea-orm-migration`:
 //!
-//! ```no_run
+//! ```
 //! outbox_core::registry! {
 //!     OrganizationScope = 0 (shard_field = "organization_id") {
 //!         OrganizationUpdate = 1,
@@ -28,10 +29,12 @@
 //! use outbox_axum::{OutboxWorker, Tx};
 //! use outbox_core::{HandlerError, Message, Receivers};
 //! use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
+//! use sea_orm_migration::MigratorTrait;
 //!
 //! async fn rename(tx: Tx, Path(id): Path<i64>) -> Result<&'static str, axum::http::StatusCode> {
 //!     // ... update the organization with `&tx` ...
-//!     write_region(&tx, OutboxMessage::new(OutboxCategory::OrganizationUpdate, ShardId(id), ObjectId(id)))
+//!     let message = OutboxMessage::new(OutboxCategory::OrganizationUpdate, ShardId(id), ObjectId(id));
+//!     write_region(&tx, message)
 //!         .await
 //!         .map_err(|_| axum::http::StatusCode::INTERNAL_SERVER_ERROR)?;
 //!     Ok("renamed") // committed, then flushed: the receiver has run
@@ -39,23 +42,44 @@
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let db = sea_orm::Database::connect("sqlite://app.sqlite?mode=rwc").await?;
+//!     let url = "sqlite://app.sqlite?mode=rwc";
+//!     # let file = std::env::temp_dir().join(format!("outbox-axum-doc-{}.sqlite", std::process::id()));
+//!     # let url = &format!("sqlite://{}?mode=rwc", file.display());
+//!     let db = outbox_seaorm::sqlite::connect(url).await?; // WAL and a busy timeout
+//!     // The outbox tables (or `outbox_migrations::migrations()` in your own Migrator).
+//!     outbox_migrations::OutboxMigrator::up(&db, None).await?;
 //!     let receivers = Receivers::new().on(OutboxCategory::OrganizationUpdate, |msg: Message<OutboxCategory>| async move {
 //!         println!("replicate organization {}", msg.object_identifier);
 //!         Ok::<_, HandlerError>(())
 //!     });
+//!     // Refuses to start without a receiver per category or without the migrations.
 //!     let worker = OutboxWorker::builder(db.clone(), receivers).spawn().await?;
 //!     let app = Router::new()
 //!         .route("/organizations/{id}", put(rename))
 //!         .layer(worker.layer());
-//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//!     let stopping = worker.stopping(); // cancel it to stop the server and the worker
+//!     tokio::spawn({
+//!         let stopping = stopping.clone();
+//!         async move {
+//!             let _ = tokio::signal::ctrl_c().await;
+//!             stopping.cancel();
+//!         }
+//!     });
+//!     let addr = "127.0.0.1:3000";
+//!     # let addr = "127.0.0.1:0"; stopping.cancel(); // the doctest stops at once
+//!     let listener = tokio::net::TcpListener::bind(addr).await?;
 //!     axum::serve(listener, app)
-//!         .with_graceful_shutdown(async { let _ = tokio::signal::ctrl_c().await; })
+//!         .with_graceful_shutdown(stopping.cancelled_owned())
 //!         .await?;
 //!     worker.shutdown().await;
+//!     # db.close().await?; for s in ["", "-wal", "-shm"] { let _ = std::fs::remove_file(format!("{}{s}", file.display())); }
 //!     Ok(())
 //! }
 //! ```
+//!
+//! `examples/first_hour.rs` is a whole small service (a replicated model, a
+//! webhook category that never coalesces, its own migrator, tests), and the
+//! workspace README's "Your first hour" walks through it.
 //!
 //! Outside HTTP (a job), use the same context API:
 //! [`OutboxContext::scope`](outbox_core::OutboxContext::scope) around the
