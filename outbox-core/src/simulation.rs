@@ -11,7 +11,7 @@
 //! permanently or panic on demand; the clock jumps, past leases and
 //! backoffs; an operator releases quarantined shards.
 //!
-//! After every step the simulator checks the rules of ARCHITECTURE.md that
+//! After every step the simulator checks the outbox's rules (numbered as in `conformance`) that
 //! can be seen from outside: no committed row is lost and no rolled-back row
 //! is delivered (rules 1, 2, 6), a delivery carries the payload of the row it
 //! names (4), no shard is delivered by two workers at once (3), groups of a

@@ -1,6 +1,6 @@
 //! Property tests over the in-memory store: random interleavings of writes,
 //! drains, receiver failures, crashed workers (and the early release of their
-//! claims), store outages and clock jumps keep rules 2–6 of ARCHITECTURE.md.
+//! claims), store outages and clock jumps keep rules 2–6 (numbered as in `outbox_core::conformance`).
 
 #![cfg(feature = "test-utils")]
 #![allow(clippy::unwrap_used, missing_docs)]
