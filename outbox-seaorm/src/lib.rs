@@ -68,6 +68,7 @@ pub mod cli;
 pub mod entity;
 pub mod listener;
 pub mod replication;
+pub mod sqlite;
 pub mod store;
 #[cfg(feature = "test-utils")]
 pub mod testing;
@@ -75,6 +76,9 @@ mod time;
 pub mod transaction;
 pub mod write;
 
+#[cfg(feature = "test-utils")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
+pub use outbox_seaorm_derive::test;
 pub use store::{SeaOrmStore, UnsupportedBackend};
 pub use transaction::{begin_write, write_transaction};
 
