@@ -62,6 +62,8 @@
 //! IMMEDIATE`): a deferred one fails with `SQLITE_BUSY` when another
 //! connection commits between its first read and its first write.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod backfill;
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -1,14 +1,73 @@
 //! Real databases for tests (feature `test-utils`).
 //!
-//! [`TestDatabase::postgres`] gives each test a fresh PostgreSQL database with
-//! the outbox migrations applied. It uses the server at `DATABASE_URL` when set;
-//! otherwise a throwaway cluster under the system temp directory, shared by
-//! every test process of the machine, running `initdb` as the `postgres`
+//! # `#[outbox_seaorm::test]`
+//!
+//! The way to test code that writes outbox rows, in the style of
+//! `#[sqlx::test]`: an `async fn` that takes a [`TestDatabase`] becomes one
+//! test per backend, `name::postgres` and `name::sqlite`, each on a fresh
+//! database, migrated with your application's migrator:
+//!
+//! ```
+//! # outbox_core::registry! { OrderScope = 0 { OrderUpdate = 1 } }
+//! # mod migration {
+//! #     use sea_orm_migration::prelude::*;
+//! #     pub struct Migrator;
+//! #     #[async_trait::async_trait]
+//! #     impl MigratorTrait for Migrator {
+//! #         fn migrations() -> Vec<Box<dyn MigrationTrait>> { outbox_migrations::migrations() }
+//! #     }
+//! # }
+//! use outbox_seaorm::testing::TestDatabase;
+//! use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
+//!
+//! #[outbox_seaorm::test(migrator = migration::Migrator)]
+//! async fn an_order_writes_its_outbox_row(db: TestDatabase) -> Result<(), Box<dyn std::error::Error>> {
+//!     let txn = outbox_seaorm::begin_write(&db.db).await?;
+//!     let message = OutboxMessage::new(OutboxCategory::OrderUpdate, ShardId(1), ObjectId(2));
+//!     write_region(&txn, message).await?;
+//!     txn.commit().await?;
+//!     Ok(())
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! Options, between the parentheses:
+//!
+//! - `migrator = path::to::Migrator`: apply this `MigratorTrait`'s migrations
+//!   (your own, with `outbox_migrations::migrations()` embedded among them)
+//!   instead of the library's `outbox_migrations::OutboxMigrator`, which
+//!   would create the outbox tables a second time;
+//! - `no_migrations`: an empty database;
+//! - `sqlite` or `postgres`: that backend only.
+//!
+//! Each test runs in a multi-thread Tokio runtime of its own and returns `()`
+//! or `Result<(), E>` with `E: Debug`; `#[ignore]` and `#[should_panic]`
+//! below the attribute apply to each generated test. Your test crate needs
+//! only this crate with the feature:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! outbox-seaorm = { version = "0.1", features = ["test-utils"] }
+//! ```
+//!
+//! The same, by hand: [`TestDatabase::options`], then the backend
+//! (`TestDatabase::options().migrator::<Migrator>().sqlite("label").await?`);
+//! [`TestDatabase::sqlite`], [`TestDatabase::postgres`] and
+//! [`TestDatabase::of`] apply the library's migrations.
+//! [`on_both_backends!`](crate::on_both_backends) is the older form the
+//! library's own tests use.
+//!
+//! # Backends
+//!
+//! A PostgreSQL test database lives on the server at `DATABASE_URL` when set;
+//! otherwise on a throwaway cluster under the system temp directory, shared
+//! by every test process of the machine, running `initdb` as the `postgres`
 //! system user when the tests run as root. It never skips: without a server
 //! and without the PostgreSQL binaries it fails with a message that says what
 //! to install.
 //!
-//! [`TestDatabase::sqlite`] gives each test a fresh SQLite file in WAL mode.
+//! A SQLite test database is a fresh file, opened as
+//! [`crate::sqlite::connect`] opens one (WAL, busy timeout, foreign keys).
 //!
 //! [`PgBouncer`] starts Debian's `pgbouncer` in front of a test server, in
 //! session or transaction pooling mode, and stops it when dropped.
@@ -19,7 +78,9 @@
 //! removed) when the last clone of its [`TestDatabase`] drops, and kept when
 //! that happens during a panic: the failing test's output ends with its URL.
 //! (So the last clone should be the test's own: one held by a spawned task
-//! drops outside the panic.)
+//! drops outside the panic.) `#[outbox_seaorm::test]` holds a clone until
+//! the test has passed: a test that panics or returns `Err` keeps its
+//! database.
 //!
 //! The throwaway cluster runs while test processes use it. The first one
 //! starts it (`initdb` only once: the data folder stays for the next run);
