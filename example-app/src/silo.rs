@@ -14,7 +14,7 @@ use outbox_core::{Drainer, Receivers};
 use outbox_seaorm::backfill::Backfill;
 use outbox_seaorm::cli::OutboxCli;
 use outbox_seaorm::SeaOrmStore;
-use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection};
 use sea_orm_migration::MigratorTrait;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -152,24 +152,19 @@ pub async fn open_database(url: &str) -> Result<DatabaseConnection, SiloError> {
             let _ = std::fs::create_dir_all(parent);
         }
     }
-    let mut options = ConnectOptions::new(url.to_owned());
+    // SQLite: WAL, busy timeout and foreign keys on every pooled connection.
+    let mut options = if url.starts_with("sqlite:") {
+        outbox_seaorm::sqlite::options(url)
+    } else {
+        ConnectOptions::new(url)
+    };
     options.max_connections(10).sqlx_logging(false);
-    let db = Database::connect(options)
+    Database::connect(options)
         .await
         .map_err(|source| SiloError::Database {
             url: url.to_owned(),
             source,
-        })?;
-    if db.get_database_backend() == DbBackend::Sqlite {
-        use sea_orm::ConnectionTrait;
-        db.execute_unprepared("PRAGMA journal_mode=WAL")
-            .await
-            .map_err(|source| SiloError::Database {
-                url: url.to_owned(),
-                source,
-            })?;
-    }
-    Ok(db)
+        })
 }
 
 /// Migrates, starts the worker and serves on `listener` until shut down.

@@ -64,6 +64,8 @@
 //! IMMEDIATE`): a deferred one fails with `SQLITE_BUSY` when another
 //! connection commits between its first read and its first write.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod backfill;
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -71,6 +73,7 @@ pub mod entity;
 pub mod listener;
 pub mod replication;
 pub mod schema;
+pub mod sqlite;
 pub mod store;
 #[cfg(feature = "test-utils")]
 pub mod testing;
@@ -78,6 +81,9 @@ mod time;
 pub mod transaction;
 pub mod write;
 
+#[cfg(feature = "test-utils")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
+pub use outbox_seaorm_derive::test;
 pub use schema::{check_schema, SchemaError};
 pub use store::{SeaOrmStore, UnsupportedBackend};
 pub use transaction::{begin_write, write_transaction};

@@ -16,7 +16,7 @@
 //!
 //! ```no_run
 //! # outbox_core::registry! { OrganizationScope = 0 { OrganizationUpdate = 1 } }
-//! use outbox_seaorm::{write_region, OutboxMessage};
+//! use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
 //! use sea_orm::TransactionTrait;
 //!
 //! # async fn run(db: &sea_orm::DatabaseConnection) -> Result<(), Box<dyn std::error::Error>> {
@@ -24,7 +24,7 @@
 //! // ... update the organization with `&txn` ...
 //! let written = write_region(
 //!     &txn,
-//!     OutboxMessage::new(OutboxCategory::OrganizationUpdate, 42, 42)
+//!     OutboxMessage::new(OutboxCategory::OrganizationUpdate, ShardId(42), ObjectId(42))
 //!         .with_payload(serde_json::json!({ "name": "Acme" })),
 //! )
 //! .await?;

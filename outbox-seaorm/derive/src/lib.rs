@@ -403,3 +403,34 @@ fn is_integer(ty: &Type) -> bool {
         _ => false,
     }
 }
+
+mod test_attr;
+
+/// Runs an `async fn name(db: TestDatabase)` as a test on a fresh database,
+/// once per backend: tests `name::postgres` and `name::sqlite`. Used as
+/// `#[outbox_seaorm::test]` (feature `test-utils`); see
+/// `outbox_seaorm::testing` for the guide and a compiled example.
+///
+/// ```ignore
+/// #[outbox_seaorm::test(migrator = crate::Migrator)]
+/// async fn orders_are_written(db: TestDatabase) {
+///     // ...
+/// }
+/// ```
+///
+/// Options, between the parentheses, separated by commas:
+///
+/// - `migrator = path::to::Migrator`: apply this `MigratorTrait`'s
+///   migrations instead of the outbox's own (`OutboxMigrator`), for an
+///   application whose migrator embeds `outbox_migrations::migrations()`;
+/// - `no_migrations`: an empty database;
+/// - `sqlite` or `postgres`: that backend only (both when neither or both
+///   are given).
+///
+/// Each test runs in a multi-thread Tokio runtime of its own. The function
+/// returns `()` or `Result<(), E>` with `E: Debug`; `#[ignore]` and
+/// `#[should_panic]` below the attribute apply to each generated test.
+#[proc_macro_attribute]
+pub fn test(attr: TokenStream, item: TokenStream) -> TokenStream {
+    test_attr::test(attr.into(), item.into()).into()
+}

@@ -1,14 +1,73 @@
 //! Real databases for tests (feature `test-utils`).
 //!
-//! [`TestDatabase::postgres`] gives each test a fresh PostgreSQL database with
-//! the outbox migrations applied. It uses the server at `DATABASE_URL` when set;
-//! otherwise a throwaway cluster under the system temp directory, shared by
-//! every test process of the machine, running `initdb` as the `postgres`
+//! # `#[outbox_seaorm::test]`
+//!
+//! The way to test code that writes outbox rows, in the style of
+//! `#[sqlx::test]`: an `async fn` that takes a [`TestDatabase`] becomes one
+//! test per backend, `name::postgres` and `name::sqlite`, each on a fresh
+//! database, migrated with your application's migrator:
+//!
+//! ```
+//! # outbox_core::registry! { OrderScope = 0 { OrderUpdate = 1 } }
+//! # mod migration {
+//! #     use sea_orm_migration::prelude::*;
+//! #     pub struct Migrator;
+//! #     #[async_trait::async_trait]
+//! #     impl MigratorTrait for Migrator {
+//! #         fn migrations() -> Vec<Box<dyn MigrationTrait>> { outbox_migrations::migrations() }
+//! #     }
+//! # }
+//! use outbox_seaorm::testing::TestDatabase;
+//! use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
+//!
+//! #[outbox_seaorm::test(migrator = migration::Migrator)]
+//! async fn an_order_writes_its_outbox_row(db: TestDatabase) -> Result<(), Box<dyn std::error::Error>> {
+//!     let txn = outbox_seaorm::begin_write(&db.db).await?;
+//!     let message = OutboxMessage::new(OutboxCategory::OrderUpdate, ShardId(1), ObjectId(2));
+//!     write_region(&txn, message).await?;
+//!     txn.commit().await?;
+//!     Ok(())
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! Options, between the parentheses:
+//!
+//! - `migrator = path::to::Migrator`: apply this `MigratorTrait`'s migrations
+//!   (your own, with `outbox_migrations::migrations()` embedded among them)
+//!   instead of the library's `outbox_migrations::OutboxMigrator`, which
+//!   would create the outbox tables a second time;
+//! - `no_migrations`: an empty database;
+//! - `sqlite` or `postgres`: that backend only.
+//!
+//! Each test runs in a multi-thread Tokio runtime of its own and returns `()`
+//! or `Result<(), E>` with `E: Debug`; `#[ignore]` and `#[should_panic]`
+//! below the attribute apply to each generated test. Your test crate needs
+//! only this crate with the feature:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! outbox-seaorm = { version = "0.1", features = ["test-utils"] }
+//! ```
+//!
+//! The same, by hand: [`TestDatabase::options`], then the backend
+//! (`TestDatabase::options().migrator::<Migrator>().sqlite("label").await?`);
+//! [`TestDatabase::sqlite`], [`TestDatabase::postgres`] and
+//! [`TestDatabase::of`] apply the library's migrations.
+//! [`on_both_backends!`](crate::on_both_backends) is the older form the
+//! library's own tests use.
+//!
+//! # Backends
+//!
+//! A PostgreSQL test database lives on the server at `DATABASE_URL` when set;
+//! otherwise on a throwaway cluster under the system temp directory, shared
+//! by every test process of the machine, running `initdb` as the `postgres`
 //! system user when the tests run as root. It never skips: without a server
 //! and without the PostgreSQL binaries it fails with a message that says what
 //! to install.
 //!
-//! [`TestDatabase::sqlite`] gives each test a fresh SQLite file in WAL mode.
+//! A SQLite test database is a fresh file, opened as
+//! [`crate::sqlite::connect`] opens one (WAL, busy timeout, foreign keys).
 //!
 //! [`PgBouncer`] starts Debian's `pgbouncer` in front of a test server, in
 //! session or transaction pooling mode, and stops it when dropped.
@@ -19,7 +78,9 @@
 //! removed) when the last clone of its [`TestDatabase`] drops, and kept when
 //! that happens during a panic: the failing test's output ends with its URL.
 //! (So the last clone should be the test's own: one held by a spawned task
-//! drops outside the panic.)
+//! drops outside the panic.) `#[outbox_seaorm::test]` holds a clone until
+//! the test has passed: a test that panics or returns `Err` keeps its
+//! database.
 //!
 //! The throwaway cluster runs while test processes use it. The first one
 //! starts it (`initdb` only once: the data folder stays for the next run);
@@ -39,7 +100,10 @@
 //! - `OUTBOX_TEST_PG_DIR`: where the cluster lives (default: `outbox-test-pg`
 //!   in the system temp directory).
 
+#[doc(hidden)]
+pub mod __private;
 mod cluster_users;
+mod options;
 mod owned_database;
 mod pgbouncer;
 mod postgres;
@@ -49,8 +113,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
-use sea_orm_migration::MigratorTrait;
 
+pub use options::TestDatabaseOptions;
 use owned_database::OwnedDatabase;
 pub use pgbouncer::{PgBouncer, PoolMode};
 pub use postgres::{
@@ -96,21 +160,57 @@ pub struct TestDatabase {
 }
 
 impl TestDatabase {
-    /// A fresh PostgreSQL database named after `label`.
+    /// Options to create a database with your own migrator, or none:
+    /// `TestDatabase::options().migrator::<Migrator>().sqlite("label")`.
+    /// Without any, the same as the constructors below.
+    pub fn options() -> TestDatabaseOptions {
+        TestDatabaseOptions::new()
+    }
+
+    /// A fresh PostgreSQL database named after `label`, with the outbox
+    /// migrations (`outbox_migrations::OutboxMigrator`) applied.
     ///
     /// # Errors
     ///
     /// [`TestDbError`] when no server can be reached or started.
     pub async fn postgres(label: &str) -> Result<Self, TestDbError> {
-        Self::postgres_on(&admin_url()?, label).await
+        Self::options().postgres(label).await
     }
 
-    /// A fresh PostgreSQL database named after `label` on the server at `admin`.
+    /// A fresh PostgreSQL database named after `label` on the server at
+    /// `admin`, with the outbox migrations applied.
     ///
     /// # Errors
     ///
     /// [`TestDbError`] when the server cannot be reached.
     pub async fn postgres_on(admin: &str, label: &str) -> Result<Self, TestDbError> {
+        Self::options().postgres_on(admin, label).await
+    }
+
+    /// A fresh SQLite database file named after `label`, with the outbox
+    /// migrations applied.
+    ///
+    /// # Errors
+    ///
+    /// [`TestDbError`] when the file cannot be created.
+    pub async fn sqlite(label: &str) -> Result<Self, TestDbError> {
+        Self::options().sqlite(label).await
+    }
+
+    /// A fresh database of `backend`, with the outbox migrations applied.
+    ///
+    /// # Errors
+    ///
+    /// See [`postgres`](Self::postgres) and [`sqlite`](Self::sqlite).
+    pub async fn of(backend: DbBackend, label: &str) -> Result<Self, TestDbError> {
+        Self::options().of(backend, label).await
+    }
+
+    async fn create_postgres(
+        options: TestDatabaseOptions,
+        admin: &str,
+        label: &str,
+    ) -> Result<Self, TestDbError> {
         let admin = admin.to_owned();
         let name = database_name(label);
         let admin_db = connect(&admin, 1).await?;
@@ -125,43 +225,32 @@ impl TestDatabase {
             name,
             url: url.clone(),
         };
-        Self::migrated(url, owned).await
+        Self::migrated(options, url, owned).await
     }
 
-    /// A fresh SQLite database file named after `label`.
-    ///
-    /// # Errors
-    ///
-    /// [`TestDbError`] when the file cannot be created.
-    pub async fn sqlite(label: &str) -> Result<Self, TestDbError> {
-        let dir = std::env::temp_dir().join("outbox-tests-sqlite");
+    async fn create_sqlite(options: TestDatabaseOptions, label: &str) -> Result<Self, TestDbError> {
+        let dir = sqlite_dir();
         std::fs::create_dir_all(&dir)
             .map_err(|e| TestDbError(format!("{}: {e}", dir.display())))?;
         let path: PathBuf = dir.join(format!("{}.sqlite", database_name(label)));
         let url = format!("sqlite://{}?mode=rwc", path.display());
-        let owned = OwnedDatabase::Sqlite { path };
-        let db = connect(&url, 1).await?;
-        db.execute_unprepared("PRAGMA journal_mode=WAL").await?;
-        db.close().await?;
-        Self::migrated(url, owned).await
+        // The first connection creates the file, in WAL mode (see `connect`).
+        Self::migrated(options, url, OwnedDatabase::Sqlite { path }).await
     }
 
-    /// A fresh database of `backend`.
-    ///
-    /// # Errors
-    ///
-    /// See [`postgres`](Self::postgres) and [`sqlite`](Self::sqlite).
-    pub async fn of(backend: DbBackend, label: &str) -> Result<Self, TestDbError> {
-        match backend {
-            DbBackend::Postgres => Self::postgres(label).await,
-            _ => Self::sqlite(label).await,
-        }
-    }
-
-    async fn migrated(url: String, owned: OwnedDatabase) -> Result<Self, TestDbError> {
+    async fn migrated(
+        options: TestDatabaseOptions,
+        url: String,
+        owned: OwnedDatabase,
+    ) -> Result<Self, TestDbError> {
+        // Dropped on every error return below: the database goes with it.
         let owned = Arc::new(owned);
         let db = connect(&url, 10).await?;
-        outbox_migrations::OutboxMigrator::up(&db, None).await?;
+        if let Err(error) = options.migrate(&db).await {
+            // Closed first, so that the file or database goes at once.
+            let _ = db.close().await;
+            return Err(error);
+        }
         Ok(Self { db, url, owned })
     }
 
@@ -184,7 +273,9 @@ impl TestDatabase {
     }
 }
 
-/// Connects with a bounded pool and quiet statement logging.
+/// Connects with a bounded pool and quiet statement logging; SQLite with
+/// [`crate::sqlite::configure`] on every connection (WAL, busy timeout,
+/// foreign keys).
 ///
 /// The pool reaps no idle or old connections: that leaves sqlx without its
 /// maintenance task, which can spin forever when its idle count races below
@@ -195,7 +286,11 @@ impl TestDatabase {
 ///
 /// [`TestDbError`] when it cannot connect.
 pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection, TestDbError> {
-    let mut options = ConnectOptions::new(url.to_owned());
+    let mut options = if url.starts_with("sqlite:") {
+        crate::sqlite::options(url)
+    } else {
+        ConnectOptions::new(url)
+    };
     options
         .max_connections(max_connections)
         .min_connections(0)
@@ -206,6 +301,11 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnecti
     Database::connect(options)
         .await
         .map_err(|e| TestDbError(format!("cannot connect to {url}: {e}")))
+}
+
+/// Where [`TestDatabase::sqlite`] puts its files.
+fn sqlite_dir() -> PathBuf {
+    std::env::temp_dir().join("outbox-tests-sqlite")
 }
 
 fn database_name(label: &str) -> String {
