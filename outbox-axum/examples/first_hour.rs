@@ -291,7 +291,8 @@ fn app(worker: &outbox_axum::WorkerHandle<OutboxCategory>, effects: Arc<Effects>
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt().with_env_filter("info").init();
-    let db = sea_orm::Database::connect("sqlite://first-hour.sqlite?mode=rwc").await?;
+    // WAL (readers do not block the writer) and a busy timeout, on every connection.
+    let db = outbox_seaorm::sqlite::connect("sqlite://first-hour.sqlite?mode=rwc").await?;
     Migrator::up(&db, None).await?;
     let effects = Arc::new(Effects::default());
     let worker = OutboxWorker::builder(db.clone(), receivers(&db, effects.clone()))
@@ -323,6 +324,7 @@ mod tests {
     use super::*;
     use axum::body::Body;
     use axum::http::Request;
+    use outbox_seaorm::testing::TestDatabase;
     use tower::ServiceExt;
 
     async fn call(app: &Router, method: &str, uri: &str, body: serde_json::Value) -> StatusCode {
@@ -332,14 +334,23 @@ mod tests {
             .header("content-type", "application/json")
             .body(Body::from(body.to_string()))
             .unwrap();
-        app.clone().oneshot(request).await.unwrap().status()
+        let response = app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        if status.is_server_error() {
+            use http_body_util::BodyExt;
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            panic!(
+                "{method} {uri}: {status}: {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        status
     }
 
-    #[tokio::test(flavor = "multi_thread")]
-    async fn every_price_change_sends_its_webhook_and_the_index_follows() {
-        let db = outbox_seaorm::testing::TestDatabase::sqlite("first_hour")
-            .await
-            .unwrap();
+    // A fresh database per test, migrated by the app's own Migrator: one
+    // test on PostgreSQL and one on SQLite (`(sqlite)` for SQLite only).
+    #[outbox_seaorm::test(migrator = Migrator)]
+    async fn every_price_change_sends_its_webhook_and_the_index_follows(db: TestDatabase) {
         let effects = Arc::new(Effects::default());
         let worker = OutboxWorker::builder(db.db.clone(), receivers(&db.db, effects.clone()))
             .spawn()
