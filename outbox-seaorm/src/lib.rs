@@ -62,14 +62,18 @@
 //! IMMEDIATE`): a deferred one fails with `SQLITE_BUSY` when another
 //! connection commits between its first read and its first write.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod backfill;
 #[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
 pub mod entity;
 pub mod listener;
 pub mod replication;
 pub mod store;
 #[cfg(feature = "test-utils")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
 pub mod testing;
 mod time;
 pub mod transaction;

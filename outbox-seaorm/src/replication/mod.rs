@@ -50,12 +50,18 @@ use outbox_core::{Category, HandlerError, Message, OutboxKind, Receivers};
 
 use crate::write::{write_control_many, write_region_many, OutboxMessage, WriteError};
 
-/// Implement [`RegionReplication`] next to it, and register the model with
+// The docs of a re-export come first on the derive's page: here, the links
+// that the derive crate, which does not depend on this one, cannot make.
+/// Derives [`ReplicatedModel`] for a region model; implement
+/// [`RegionReplication`] next to it, and register the model with
 /// [`ReplicationReceivers::replicate`].
+///
 pub use outbox_seaorm_derive::ReplicatedRegionModel;
 
-/// Implement [`ControlReplication`] next to it, and register the model with
+/// Derives [`ReplicatedModel`] for a control model; implement
+/// [`ControlReplication`] next to it, and register the model with
 /// [`ReplicationReceivers::replicate`].
+///
 pub use outbox_seaorm_derive::ReplicatedControlModel;
 
 /// The primary-key value type of a model's entity.
