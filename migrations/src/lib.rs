@@ -24,6 +24,8 @@
 //!
 //! # Adding the migrations to your own migrator
 //!
+//! Put them first in your migrator's list, before migrations of your own:
+//!
 //! ```
 //! use sea_orm_migration::prelude::*;
 //!
@@ -33,23 +35,65 @@
 //! impl MigratorTrait for Migrator {
 //!     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
 //!         let mut migrations = outbox_migrations::migrations();
-//!         // migrations.push(Box::new(m20260101_000001_create_my_tables::Migration));
+//!         migrations.push(Box::new(m20260101_000001_create_project::Migration));
 //!         migrations
 //!     }
 //! }
+//!
+//! mod m20260101_000001_create_project {
+//!     use sea_orm_migration::prelude::*;
+//!
+//!     #[derive(DeriveMigrationName)]
+//!     pub struct Migration;
+//!
+//!     #[async_trait::async_trait]
+//!     impl MigrationTrait for Migration {
+//!         async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+//!             manager
+//!                 .get_connection()
+//!                 .execute_unprepared("CREATE TABLE project (id bigint PRIMARY KEY, name text NOT NULL)")
+//!                 .await?;
+//!             Ok(())
+//!         }
+//!     }
+//! }
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), DbErr> {
+//! let db = sea_orm_migration::sea_orm::Database::connect("sqlite::memory:").await?;
+//! Migrator::up(&db, None).await?;
+//!
+//! let schema = SchemaManager::new(&db);
+//! assert!(schema.has_table("region_outbox").await?);
+//! assert!(schema.has_table("control_outbox").await?);
+//! assert!(schema.has_table("project").await?);
+//! assert!(Migrator::get_pending_migrations(&db).await?.is_empty());
+//! # Ok(()) }
 //! ```
 //!
 //! Or run them on their own, tracked in their own table
 //! (`outbox_seaql_migrations`), next to whatever migrator you already have:
 //!
-//! ```no_run
-//! # async fn run(db: &sea_orm_migration::sea_orm::DatabaseConnection) -> Result<(), sea_orm_migration::DbErr> {
-//! use sea_orm_migration::MigratorTrait;
-//! outbox_migrations::OutboxMigrator::up(db, None).await?;
+//! ```
+//! use outbox_migrations::OutboxMigrator;
+//! use sea_orm_migration::{MigratorTrait, SchemaManager};
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), sea_orm_migration::DbErr> {
+//! let db = sea_orm_migration::sea_orm::Database::connect("sqlite::memory:").await?;
+//! OutboxMigrator::up(&db, None).await?;
+//!
+//! let schema = SchemaManager::new(&db);
+//! assert!(schema.has_table("region_outbox").await?);
+//! assert!(schema.has_table("outbox_seaql_migrations").await?); // its own tracking table
+//! assert!(!schema.has_table("seaql_migrations").await?); // your migrator's is left alone
+//! OutboxMigrator::up(&db, None).await?; // a second run does nothing
 //! # Ok(()) }
 //! ```
 //!
 //! [sea-orm-migration]: https://docs.rs/sea-orm-migration
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use sea_orm_migration::prelude::*;
 

@@ -86,6 +86,8 @@
 //! transaction, then [`OutboxContext::flush`](outbox_core::OutboxContext::flush)
 //! after the commit.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod admin;
 mod context;
 pub mod layer;

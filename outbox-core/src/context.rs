@@ -11,7 +11,6 @@
 //! its own:
 //!
 //! ```
-//! # #[cfg(feature = "test-utils")] {
 //! outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
 //! use outbox_core::{context, Drainer, MemoryStore, OutboxContext, Receivers, ShardKey};
 //!
@@ -37,7 +36,6 @@
 //! assert_eq!(outcome.report.deliveries, 1);
 //! assert_eq!(ctx.deferred_kinds().len(), 1, "the deferred row still waits");
 //! # });
-//! # }
 //! ```
 //!
 //! Task-locals do not cross `tokio::spawn`: rows written from a spawned task

@@ -23,7 +23,6 @@
 //! `test-utils`) for fast tests.
 //!
 //! ```
-//! # #[cfg(feature = "test-utils")] {
 //! outbox_core::registry! {
 //!     OrganizationScope = 0 (shard_field = "organization_id") {
 //!         OrganizationUpdate = 1,
@@ -51,18 +50,21 @@
 //! drainer.drain_shard(&shard, Some(id)).await.unwrap();
 //! assert_eq!(*seen.lock().unwrap(), vec![7]);
 //! # });
-//! # }
 //! ```
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backoff;
 pub mod clock;
 pub mod coalesce;
 #[cfg(feature = "test-utils")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
 pub mod conformance;
 pub mod context;
 pub mod control;
 pub mod drain;
 #[cfg(feature = "test-utils")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
 pub mod memory;
 pub mod message;
 pub mod metrics;
@@ -70,9 +72,11 @@ pub mod receiver;
 pub mod registry;
 pub mod shard;
 #[cfg(feature = "test-utils")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
 pub mod simulation;
 pub mod store;
 #[cfg(feature = "test-utils")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
 pub mod testing;
 pub mod trace;
 pub mod worker;
@@ -87,6 +91,7 @@ pub use drain::{
     ScopeBacklog, ShardFailure,
 };
 #[cfg(feature = "test-utils")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
 pub use memory::{MemoryStore, MemoryTransaction};
 pub use message::{Message, PayloadError, StoredRow};
 pub use receiver::{

@@ -23,13 +23,56 @@
 //! minus the outbox rows already pending, across the registered models in
 //! order; `outbox-axum`'s worker runs it once a minute when given one.
 //!
-//! ```no_run
-//! # use outbox_seaorm::backfill::{Backfill, set_target_version};
-//! # async fn run<M: outbox_seaorm::replication::ReplicatedModel>(db: &sea_orm::DatabaseConnection) -> Result<(), sea_orm::DbErr> {
-//! let backfill = Backfill::new().model::<M>();
-//! set_target_version(db, "organization", 2).await?; // let version 2 roll out
-//! let report = backfill.tick(db).await?;
-//! println!("backfilled {} rows", report.backfilled);
+//! ```
+//! # outbox_core::registry! {
+//! #     OrganizationScope = 0 (shard_field = "organization_id", owner_table = "organization") {
+//! #         OrganizationUpdate = 1,
+//! #     }
+//! # }
+//! # mod organization {
+//! #     use outbox_core::HandlerError;
+//! #     use outbox_seaorm::replication::{RegionReplication, ReplicatedRegionModel};
+//! #     use sea_orm::entity::prelude::*;
+//! #     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, ReplicatedRegionModel)]
+//! #     #[sea_orm(table_name = "organization")]
+//! #     #[outbox(category = crate::OutboxCategory::OrganizationUpdate, replication_version = 2, active_model_behavior)]
+//! #     pub struct Model { #[sea_orm(primary_key)] pub id: i64, pub slug: String }
+//! #     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+//! #     pub enum Relation {}
+//! #     #[async_trait::async_trait]
+//! #     impl RegionReplication for Model {
+//! #         async fn handle_async_replication(&self, _: &(), _: i64) -> Result<(), HandlerError> { Ok(()) }
+//! #         async fn handle_async_deletion(_: &(), _: i64, _: i64, _: Option<serde_json::Value>) -> Result<(), HandlerError> { Ok(()) }
+//! #     }
+//! # }
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # use sea_orm::{ConnectionTrait, EntityTrait, Schema, Set};
+//! # use sea_orm_migration::MigratorTrait;
+//! # // A batch reads with a second connection while its transaction is
+//! # // open: a database file with a pool, not `sqlite::memory:`.
+//! # let path = std::env::temp_dir().join(format!("outbox-doc-backfill-{}.sqlite", std::process::id()));
+//! # let mut options = sea_orm::ConnectOptions::new(format!("sqlite://{}?mode=rwc", path.display()));
+//! # options.max_connections(4).sqlx_logging(false);
+//! # let db = sea_orm::Database::connect(options).await?;
+//! # outbox_migrations::OutboxMigrator::up(&db, None).await?;
+//! # db.execute(&Schema::new(db.get_database_backend()).create_table_from_entity(organization::Entity)).await?;
+//! # organization::Entity::insert_many((1..=5).map(|id| organization::ActiveModel { id: Set(id), slug: Set(format!("org-{id}")) }))
+//! #     .exec(&db)
+//! #     .await?; // rows from before the model replicated: no outbox rows
+//! use outbox_seaorm::backfill::{set_target_version, Backfill};
+//!
+//! // `organization::Model` has `#[outbox(replication_version = 2)]`.
+//! let backfill = Backfill::new().model::<organization::Model>();
+//! set_target_version(&db, "organization", 2).await?; // let version 2 roll out
+//! let report = backfill.tick(&db).await?;
+//! assert_eq!(report.backfilled, 5); // the outbox rows of the 5 organizations
+//!
+//! let status = &backfill.status(&db).await?[0];
+//! assert!(status.done && status.rows_remaining == 0);
+//! assert_eq!(backfill.tick(&db).await?.backfilled, 0); // done until the next version
+//! # drop(db);
+//! # let _ = std::fs::remove_file(&path);
 //! # Ok(()) }
 //! ```
 

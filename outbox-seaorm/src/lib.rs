@@ -68,6 +68,7 @@
 
 pub mod backfill;
 #[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
 pub mod entity;
 pub mod listener;
@@ -76,6 +77,7 @@ pub mod schema;
 pub mod sqlite;
 pub mod store;
 #[cfg(feature = "test-utils")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
 pub mod testing;
 mod time;
 pub mod transaction;

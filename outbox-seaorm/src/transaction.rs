@@ -11,10 +11,21 @@
 //! takes the write lock first (waiting up to `busy_timeout` for it), so the
 //! transaction cannot fail that way. PostgreSQL ignores the option.
 //!
-//! ```no_run
-//! # async fn run(db: &sea_orm::DatabaseConnection) -> Result<(), sea_orm::DbErr> {
-//! let txn = outbox_seaorm::begin_write(db).await?;
+//! ```
+//! # outbox_core::registry! {
+//! #     OrganizationScope = 0 (shard_field = "organization_id") { OrganizationUpdate = 1 }
+//! # }
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # use sea_orm_migration::MigratorTrait;
+//! # let db = sea_orm::Database::connect("sqlite::memory:").await?;
+//! # outbox_migrations::OutboxMigrator::up(&db, None).await?;
+//! use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
+//!
+//! let txn = outbox_seaorm::begin_write(&db).await?; // BEGIN IMMEDIATE on SQLite
 //! // ... read, then write models and outbox rows on `&txn` ...
+//! let message = OutboxMessage::new(OutboxCategory::OrganizationUpdate, ShardId(7), ObjectId(7));
+//! write_region(&txn, message).await?;
 //! txn.commit().await?;
 //! # Ok(()) }
 //! ```

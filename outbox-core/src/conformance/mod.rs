@@ -15,12 +15,62 @@
 //!
 //! `MemoryStore` runs it in this crate; `outbox-seaorm` runs it against real
 //! PostgreSQL and SQLite. Tests synchronise on gates, barriers and a
-//! [`ManualClock`](crate::ManualClock), never on sleeps.
+//! [`ManualClock`], never on sleeps.
 //!
-//! ```ignore
-//! // tests/conformance.rs of a store crate:
-//! use my_store::MyBackend;
-//! outbox_core::conformance_tests!(MyBackend::new());
+//! A store crate implements [`Backend`] for its store in a test file, and
+//! [`conformance_tests!`](crate::conformance_tests!) writes one
+//! `#[tokio::test]` per rule. This crate's own `tests/conformance.rs`, for
+//! [`MemoryStore`](crate::MemoryStore):
+//!
+//! ```
+//! use async_trait::async_trait;
+//! use outbox_core::conformance::{Backend, NewRow};
+//! use outbox_core::MemoryStore;
+//!
+//! #[derive(Clone)]
+//! struct MemoryBackend;
+//!
+//! #[async_trait]
+//! impl Backend for MemoryBackend {
+//!     type Store = MemoryStore;
+//!
+//!     async fn fresh(&self, _label: &str) -> MemoryStore {
+//!         MemoryStore::new()
+//!     }
+//!
+//!     async fn write(&self, store: &MemoryStore, rows: &[NewRow]) -> Vec<i64> {
+//!         let mut txn = store.begin();
+//!         let ids = rows
+//!             .iter()
+//!             .map(|row| txn.write(&row.shard, row.category, row.object, row.payload.clone()))
+//!             .collect();
+//!         txn.commit();
+//!         ids
+//!     }
+//!
+//!     async fn write_rolled_back(&self, store: &MemoryStore, rows: &[NewRow]) {
+//!         let mut txn = store.begin();
+//!         for row in rows {
+//!             txn.write(&row.shard, row.category, row.object, row.payload.clone());
+//!         }
+//!         drop(txn); // rolls back
+//!     }
+//!
+//!     async fn reconnect(&self, store: &MemoryStore) -> MemoryStore {
+//!         store.clone() // one process: the same store
+//!     }
+//! }
+//!
+//! outbox_core::conformance_tests!(MemoryBackend);
+//!
+//! // Each rule is also a function to call with a backend:
+//! #[tokio::main]
+//! async fn main() {
+//!     outbox_core::conformance::atomic_write::rolled_back_writes_leave_no_row_and_fire_nothing(
+//!         &MemoryBackend,
+//!     )
+//!     .await;
+//! }
 //! ```
 
 // These are tests: a failed expectation is a panic, with the value in it.
@@ -146,6 +196,7 @@ pub fn v(payload: &Option<Value>) -> i64 {
 /// evaluated in the calling module's scope). The calling crate needs `tokio`
 /// with `macros` and `rt-multi-thread`.
 #[macro_export]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
 macro_rules! conformance_tests {
     ($backend:expr) => {
         $crate::conformance_tests!(@tests $backend;

@@ -34,7 +34,6 @@
 //! # Example
 //!
 //! ```
-//! # #[cfg(feature = "test-utils")] {
 //! outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
 //! use outbox_core::{Drainer, MemoryStore, Message, OutboxKind, Receivers, ShardKey};
 //!
@@ -52,7 +51,6 @@
 //! let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
 //! assert_eq!((report.deliveries, report.rows_deleted), (1, 3));
 //! # });
-//! # }
 //! ```
 
 mod abandoned;

@@ -60,7 +60,6 @@
 //! # Example
 //!
 //! ```
-//! # #[cfg(feature = "test-utils")] {
 //! outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
 //! use opentelemetry::trace::TracerProvider as _;
 //! use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
@@ -91,7 +90,6 @@
 //! let deliver = spans.iter().find(|s| s.name == "outbox.deliver").unwrap();
 //! assert_eq!(deliver.parent_span_id, request.span_context.span_id());
 //! assert_eq!(deliver.span_context.trace_id(), request.span_context.trace_id());
-//! # }
 //! ```
 
 mod delivery;

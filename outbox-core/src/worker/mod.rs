@@ -23,7 +23,6 @@
 //!   tasks of your own can join it with [`WorkerHandle::spawn`].
 //!
 //! ```
-//! # #[cfg(feature = "test-utils")] {
 //! outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
 //! use outbox_core::worker::WorkerBuilder;
 //! use outbox_core::{Drainer, MemoryStore, OutboxKind, Receivers, ShardKey};
@@ -39,7 +38,6 @@
 //! # while !store.rows(OutboxKind::Region).is_empty() { tokio::task::yield_now().await; }
 //! worker.shutdown().await;
 //! # });
-//! # }
 //! ```
 
 mod run;

@@ -1,31 +1,115 @@
-//! Derive macros for `outbox-seaorm`: `ReplicatedRegionModel` and
-//! `ReplicatedControlModel`, used through their re-exports in
-//! `outbox_seaorm::replication` (see there for the guide).
+//! Derive macros for `outbox-seaorm`: [`ReplicatedRegionModel`] and
+//! [`ReplicatedControlModel`]. Use them through their re-exports in
+//! `outbox_seaorm::replication`, whose module documentation is the guide to
+//! replicated models.
 //!
-//! On a SeaORM entity's `Model`:
+//! On a SeaORM entity's `Model`, a derive and an `#[outbox(...)]` attribute
+//! make every save and delete write the model's outbox row in the same
+//! transaction; you implement the handlers (`RegionReplication` or
+//! `ControlReplication`), which the receiver calls with the row's current
+//! state, or with the payload saved at delete time once the row is gone.
 //!
-//! ```ignore
-//! #[derive(Clone, Debug, PartialEq, DeriveEntityModel, ReplicatedRegionModel)]
-//! #[sea_orm(table_name = "project")]
-//! #[outbox(category = OutboxCategory::ProjectUpdate, context = AppState, active_model_behavior)]
-//! pub struct Model {
-//!     #[sea_orm(primary_key)]
-//!     pub id: i64,
-//!     pub organization_id: i64, // inferred shard: the scope's `shard_field`
-//!     pub name: String,
+//! ```
+//! outbox_core::registry! {
+//!     OrganizationScope = 0 (shard_field = "organization_id", owner_table = "organization") {
+//!         OrganizationUpdate = 1,
+//!         ProjectUpdate = 2,
+//!     }
 //! }
+//! use std::sync::{Arc, Mutex};
+//!
+//! /// What the handlers get: a log standing in for the other silo.
+//! #[derive(Default)]
+//! pub struct Replica(Mutex<Vec<(i64, i64)>>);
+//!
+//! mod project {
+//!     use super::{OutboxCategory, Replica};
+//!     use outbox_core::HandlerError;
+//!     use outbox_seaorm::replication::{RegionReplication, ReplicatedRegionModel};
+//!     use sea_orm::entity::prelude::*;
+//!
+//!     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, ReplicatedRegionModel)]
+//!     #[sea_orm(table_name = "project")]
+//!     #[outbox(category = OutboxCategory::ProjectUpdate, context = Replica, active_model_behavior)]
+//!     pub struct Model {
+//!         #[sea_orm(primary_key)]
+//!         pub id: i64,
+//!         pub organization_id: i64, // the shard: the scope's `shard_field`
+//!         pub name: String,
+//!     }
+//!
+//!     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+//!     pub enum Relation {}
+//!
+//!     #[async_trait::async_trait]
+//!     impl RegionReplication for Model {
+//!         async fn handle_async_replication(&self, replica: &Replica, shard: i64) -> Result<(), HandlerError> {
+//!             replica.0.lock().unwrap().push((shard, self.id));
+//!             Ok(())
+//!         }
+//!         async fn handle_async_deletion(
+//!             _: &Replica,
+//!             _id: i64,
+//!             _shard: i64,
+//!             _payload: Option<serde_json::Value>,
+//!         ) -> Result<(), HandlerError> {
+//!             Ok(())
+//!         }
+//!     }
+//! }
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use outbox_core::{Drainer, OutboxKind, Receivers};
+//! use outbox_seaorm::entity::region_outbox;
+//! use outbox_seaorm::replication::ReplicationReceivers;
+//! use outbox_seaorm::SeaOrmStore;
+//! use sea_orm::{ActiveModelTrait, ConnectionTrait, EntityTrait, Schema, Set, TransactionTrait};
+//! use sea_orm_migration::MigratorTrait;
+//!
+//! let db = sea_orm::Database::connect("sqlite::memory:").await?;
+//! outbox_migrations::OutboxMigrator::up(&db, None).await?;
+//! let schema = Schema::new(db.get_database_backend());
+//! db.execute(&schema.create_table_from_entity(project::Entity)).await?;
+//!
+//! // Write: the project and its outbox row commit together.
+//! let txn = db.begin().await?;
+//! project::ActiveModel { id: Set(7), organization_id: Set(3), name: Set("web".into()) }
+//!     .insert(&txn)
+//!     .await?;
+//! txn.commit().await?;
+//! let rows = region_outbox::Entity::find().all(&db).await?;
+//! assert_eq!((rows[0].shard_identifier, rows[0].object_identifier), (3, 7));
+//!
+//! // Deliver: the receiver loads project 7 and calls its handler.
+//! let replica = Arc::new(Replica::default());
+//! let receivers = Receivers::new().replicate::<project::Model>(db.clone(), replica.clone());
+//! Drainer::new(SeaOrmStore::new(db.clone())?, receivers)
+//!     .drain_due(OutboxKind::Region)
+//!     .await?;
+//! assert_eq!(*replica.0.lock().unwrap(), [(3, 7)]);
+//! assert!(region_outbox::Entity::find().all(&db).await?.is_empty());
+//! # Ok(()) }
 //! ```
 //!
-//! `#[outbox(...)]` takes:
-//! - `category = Enum::Variant` (required);
-//! - `shard = field` when the shard cannot be inferred from the registry;
-//! - `context = Type`, what the handlers get (default `()`);
-//! - `replication_version = N` (default 1);
-//! - `active_model_behavior`, to generate the entity's `ActiveModelBehavior`.
+//! # Attributes
+//!
+//! Both derives take the same `#[outbox(...)]` keys, each documented with
+//! its default, its errors and an example on [`ReplicatedRegionModel`]:
+//!
+//! | Attribute | What it sets | Default |
+//! |---|---|---|
+//! | [`category = OutboxCategory::Variant`](derive@ReplicatedRegionModel#category) | the category of the model's outbox rows | none: required |
+//! | [`context = Type`](derive@ReplicatedRegionModel#context) | what the handlers get, `&Type` | `()` |
+//! | [`shard = field`](derive@ReplicatedRegionModel#shard) | the field that holds the shard identifier | inferred from the registry |
+//! | [`replication_version = N`](derive@ReplicatedRegionModel#replication_version) | the coded version, for the backfill | `1` |
+//! | [`active_model_behavior`](derive@ReplicatedRegionModel#active_model_behavior) | generate the entity's `ActiveModelBehavior` | off: you write it |
 //!
 //! With `#[sea_orm::model]` (dense format), SeaORM copies the derives onto the
 //! generated `ModelEx`; the derives skip any struct whose name ends in `Ex`,
 //! so nothing expands twice.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
@@ -35,26 +119,27 @@ use syn::{
     Meta, Path, Type,
 };
 
-/// Derives `ReplicatedModel` for a region model (outbox rows in the region
-/// outbox); implement `RegionReplication` next to it.
+#[doc = include_str!("docs/replicated_region_model.md")]
 #[proc_macro_derive(ReplicatedRegionModel, attributes(outbox))]
 pub fn derive_replicated_region_model(input: TokenStream) -> TokenStream {
     derive(parse_macro_input!(input as DeriveInput), Kind::Region).into()
 }
 
-/// Derives `ReplicatedModel` for a control model (one control-outbox row per
-/// target region); implement `ControlReplication` next to it.
+#[doc = include_str!("docs/replicated_control_model.md")]
 #[proc_macro_derive(ReplicatedControlModel, attributes(outbox))]
 pub fn derive_replicated_control_model(input: TokenStream) -> TokenStream {
     derive(parse_macro_input!(input as DeriveInput), Kind::Control).into()
 }
 
 /// Expands the derive, or reports its error alone: when the attribute asked
-/// for the `ActiveModelBehavior`, a plain one stands in for it, so the user sees
-/// what to fix in `#[outbox(...)]` and not a cascade of errors about the
-/// missing trait.
+/// for the `ActiveModelBehavior` (even if another key of it does not parse),
+/// a plain one stands in for it, so the user sees what to fix in
+/// `#[outbox(...)]` and not a cascade of errors about the missing trait.
 fn derive(input: DeriveInput, kind: Kind) -> TokenStream2 {
-    let wants_behavior = parse_options(&input).is_ok_and(|options| options.active_model_behavior);
+    let wants_behavior = match parse_options(&input) {
+        Ok(options) => options.active_model_behavior,
+        Err(_) => names_active_model_behavior(&input),
+    };
     match expand(input, kind) {
         Ok(tokens) => tokens,
         Err(error) => {
@@ -347,6 +432,21 @@ fn parse_options(input: &DeriveInput) -> syn::Result<Options> {
         })?;
     }
     Ok(options)
+}
+
+/// Whether an `#[outbox(...)]` attribute lists `active_model_behavior`, read
+/// from its tokens: for when another key does not parse.
+fn names_active_model_behavior(input: &DeriveInput) -> bool {
+    input
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident("outbox"))
+        .any(|attr| match &attr.meta {
+            Meta::List(list) => list.tokens.clone().into_iter().any(|token| {
+                matches!(&token, proc_macro2::TokenTree::Ident(ident) if ident == "active_model_behavior")
+            }),
+            _ => false,
+        })
 }
 
 fn table_name(input: &DeriveInput) -> syn::Result<Option<String>> {

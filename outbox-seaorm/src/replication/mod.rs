@@ -5,12 +5,15 @@
 //!
 //! A model takes two parts:
 //!
-//! - `#[derive(ReplicatedRegionModel)]` (or `ReplicatedControlModel`) on the
+//! - [`#[derive(ReplicatedRegionModel)]`](derive@ReplicatedRegionModel) (or
+//!   [`ReplicatedControlModel`](derive@ReplicatedControlModel)) on the
 //!   entity's `Model`, with `#[outbox(category = ...)]`, implements
 //!   [`ReplicatedModel`]: category, replication version, shard and object
 //!   identifiers. The shard field is inferred from the registry (the scope's
 //!   `shard_field`, or the primary key when the table is the scope's
-//!   `owner_table`); `#[outbox(shard = field)]` names it otherwise.
+//!   `owner_table`); `#[outbox(shard = field)]` names it otherwise. Every
+//!   key of `#[outbox(...)]`, with its default, its errors and an example,
+//!   is documented on the derive ([attributes](derive@ReplicatedRegionModel#attributes)).
 //! - You implement [`RegionReplication`] (or [`ControlReplication`]): the
 //!   payload saved with each change, and the two handlers.
 //!
@@ -47,7 +50,19 @@ use outbox_core::{Category, HandlerError, Message, OutboxKind, Receivers};
 
 use crate::write::{write_control_many, write_region_many, OutboxMessage, WriteError};
 
-pub use outbox_seaorm_derive::{ReplicatedControlModel, ReplicatedRegionModel};
+// The docs of a re-export come first on the derive's page: here, the links
+// that the derive crate, which does not depend on this one, cannot make.
+/// Derives [`ReplicatedModel`] for a region model; implement
+/// [`RegionReplication`] next to it, and register the model with
+/// [`ReplicationReceivers::replicate`].
+///
+pub use outbox_seaorm_derive::ReplicatedRegionModel;
+
+/// Derives [`ReplicatedModel`] for a control model; implement
+/// [`ControlReplication`] next to it, and register the model with
+/// [`ReplicationReceivers::replicate`].
+///
+pub use outbox_seaorm_derive::ReplicatedControlModel;
 
 /// The primary-key value type of a model's entity.
 pub type PrimaryKeyValue<M> =
@@ -55,6 +70,11 @@ pub type PrimaryKeyValue<M> =
 
 /// What the replicated-model derives implement: the model's identity in the
 /// outbox.
+///
+/// Implemented by [`ReplicatedRegionModel`](derive@ReplicatedRegionModel)
+/// and [`ReplicatedControlModel`](derive@ReplicatedControlModel) from their
+/// `#[outbox(...)]` attribute, not by hand; its handlers are the other half,
+/// [`RegionReplication`] or [`ControlReplication`], which you implement.
 pub trait ReplicatedModel:
     sea_orm::FromQueryResult + Clone + Send + Sync + Sized + 'static
 {
@@ -101,6 +121,31 @@ pub trait ReplicatedModel:
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The side of a region model that you write: its payload and handlers.
+///
+/// Derive [`ReplicatedRegionModel`](derive@ReplicatedRegionModel) on the
+/// model (it implements the supertrait, [`ReplicatedModel`]), implement this
+/// trait next to it, and register the model with
+/// [`ReplicationReceivers::replicate`]; the derive's documentation has
+/// complete examples. A model of the control silo, replicated to regions,
+/// implements [`ControlReplication`] instead.
+///
+/// # When each method runs
+///
+/// - [`payload_for_update`](Self::payload_for_update): when an outbox row is
+///   written, in the writer's transaction: after a save, and before a delete
+///   while the row still exists.
+/// - [`handle_async_replication`](Self::handle_async_replication): at
+///   delivery, when the row with the message's object identifier exists,
+///   loaded again: it gets the row's current state, not the state at write
+///   time.
+/// - [`handle_async_deletion`](Self::handle_async_deletion): at delivery,
+///   when that row is gone, with its identifier and the payload of the
+///   newest outbox row of the object.
+///
+/// Delivery is at least once and changes of one object coalesce, so both
+/// handlers must be idempotent and need not see every change. A handler's
+/// error stops its shard, which is retried as a whole with backoff; an error
+/// marked [`permanent`](outbox_core::permanent) is not retried.
 #[async_trait]
 pub trait RegionReplication: ReplicatedModel {
     /// Data saved with each change; after a delete it is all the deletion
@@ -110,15 +155,21 @@ pub trait RegionReplication: ReplicatedModel {
         None
     }
 
-    /// The row exists: replicate its current state. Must be idempotent.
+    /// The row exists: replicate its current state. `context` is the
+    /// model's `#[outbox(context = Type)]` (default `()`), as given to
+    /// [`ReplicationReceivers::replicate`]; `shard_identifier` is the
+    /// message's shard (the model's shard field when it was written). Must
+    /// be idempotent.
     async fn handle_async_replication(
         &self,
         context: &Self::Context,
         shard_identifier: i64,
     ) -> Result<(), HandlerError>;
 
-    /// The row is gone: replicate the deletion (a tombstone). Must be
-    /// idempotent.
+    /// The row is gone: replicate the deletion (a tombstone). `identifier`
+    /// is its primary key, and `payload` the newest
+    /// [`payload_for_update`](Self::payload_for_update) written for it (the
+    /// one saved at delete time). Must be idempotent.
     async fn handle_async_deletion(
         context: &Self::Context,
         identifier: i64,
@@ -129,17 +180,34 @@ pub trait RegionReplication: ReplicatedModel {
 
 /// The side of a control model that you write: its target regions, payload
 /// and handlers (which get the target region).
+///
+/// Derive [`ReplicatedControlModel`](derive@ReplicatedControlModel) on the
+/// model (it implements the supertrait, [`ReplicatedModel`]), implement this
+/// trait next to it, and register the model with
+/// [`ReplicationReceivers::replicate`]; the derive's documentation has a
+/// complete example. It is [`RegionReplication`] with regions: each save or
+/// delete writes one control-outbox row per region of
+/// [`outbox_region_names`](Self::outbox_region_names), each region's rows
+/// form a shard of their own, and both handlers get the region of the row
+/// they deliver. The methods run when `RegionReplication`'s do (see
+/// [there](RegionReplication#when-each-method-runs)), with the same rules:
+/// at least once, coalesced, idempotent handlers.
 #[async_trait]
 pub trait ControlReplication: ReplicatedModel {
-    /// The regions this row replicates to (one outbox row each).
+    /// The regions this row replicates to (one outbox row each; none for an
+    /// empty list). Called on the connection or transaction of the save or
+    /// delete, so it can query it.
     async fn outbox_region_names<C: ConnectionTrait>(&self, db: &C) -> Result<Vec<String>, DbErr>;
 
-    /// Data saved with each change. Default: none.
+    /// Data saved with each change; after a delete it is all the deletion
+    /// handler gets. Default: none.
     fn payload_for_update(&self) -> Option<Value> {
         None
     }
 
-    /// The row exists: replicate it to `region_name`. Must be idempotent.
+    /// The row exists: replicate it to `region_name`. `context` is the
+    /// model's `#[outbox(context = Type)]` (default `()`). Must be
+    /// idempotent.
     async fn handle_async_replication(
         &self,
         context: &Self::Context,
@@ -147,7 +215,8 @@ pub trait ControlReplication: ReplicatedModel {
         shard_identifier: i64,
     ) -> Result<(), HandlerError>;
 
-    /// The row is gone: replicate the deletion to `region_name`.
+    /// The row is gone: replicate the deletion to `region_name`, with the
+    /// newest payload written for it. Must be idempotent.
     async fn handle_async_deletion(
         context: &Self::Context,
         region_name: &str,
@@ -334,6 +403,40 @@ pub async fn deliver_control<M: ControlReplication>(
 }
 
 /// Registers replicated models on [`Receivers`].
+///
+/// ```
+/// # outbox_core::registry! {
+/// #     OrganizationScope = 0 (shard_field = "organization_id") { ProjectUpdate = 2 }
+/// # }
+/// # mod project {
+/// #     use outbox_core::HandlerError;
+/// #     use outbox_seaorm::replication::{RegionReplication, ReplicatedRegionModel};
+/// #     use sea_orm::entity::prelude::*;
+/// #     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, ReplicatedRegionModel)]
+/// #     #[sea_orm(table_name = "project")]
+/// #     #[outbox(category = crate::OutboxCategory::ProjectUpdate, active_model_behavior)]
+/// #     pub struct Model { #[sea_orm(primary_key)] pub id: i64, pub organization_id: i64 }
+/// #     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+/// #     pub enum Relation {}
+/// #     #[async_trait::async_trait]
+/// #     impl RegionReplication for Model {
+/// #         async fn handle_async_replication(&self, _: &(), _: i64) -> Result<(), HandlerError> { Ok(()) }
+/// #         async fn handle_async_deletion(_: &(), _: i64, _: i64, _: Option<serde_json::Value>) -> Result<(), HandlerError> { Ok(()) }
+/// #     }
+/// # }
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let db = sea_orm::Database::connect("sqlite::memory:").await?;
+/// use std::sync::Arc;
+///
+/// use outbox_core::Receivers;
+/// use outbox_seaorm::replication::ReplicationReceivers;
+///
+/// // `project::Model` derives `ReplicatedRegionModel` with no `context`: `()`.
+/// let receivers = Receivers::new().replicate::<project::Model>(db.clone(), Arc::new(()));
+/// receivers.ensure_complete()?; // every category of the registry has a receiver
+/// # Ok(()) }
+/// ```
 pub trait ReplicationReceivers<C: Category>: Sized {
     /// Registers `M`'s category: at delivery, `M` is loaded by id from `db`
     /// and replicated, or its deletion handled when it is gone.

@@ -44,10 +44,14 @@ pub struct UnsupportedBackend(pub DbBackend);
 /// The store for a SeaORM connection: [`PgStore`] or [`SqliteStore`], chosen
 /// by its backend. Cheap to clone (the connection is a pool).
 ///
-/// ```no_run
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let db = sea_orm::Database::connect("sqlite://outbox.sqlite?mode=rwc").await?;
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use sea_orm_migration::MigratorTrait;
+/// let db = sea_orm::Database::connect("sqlite::memory:").await?;
+/// outbox_migrations::OutboxMigrator::up(&db, None).await?;
 /// let store = outbox_seaorm::SeaOrmStore::new(db)?;
+/// assert!(matches!(store, outbox_seaorm::SeaOrmStore::Sqlite(_)));
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
