@@ -4,7 +4,7 @@
 //! transaction, and [`SeaOrmStore`], the PostgreSQL and SQLite storage that
 //! `outbox_core::Drainer` delivers from.
 //!
-//! ```no_run
+//! ```
 //! outbox_core::registry! {
 //!     OrganizationScope = 0 (shard_field = "organization_id") {
 //!         OrganizationUpdate = 1,
@@ -12,16 +12,21 @@
 //! }
 //! use outbox_core::{Drainer, Message, Receivers};
 //! use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
-//! use sea_orm::TransactionTrait;
 //! use sea_orm_migration::MigratorTrait;
 //!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let db = sea_orm::Database::connect("sqlite://outbox.sqlite?mode=rwc").await?;
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let url = "sqlite://outbox.sqlite?mode=rwc";
+//! # let file = std::env::temp_dir().join(format!("outbox-seaorm-doc-{}.sqlite", std::process::id()));
+//! # let url = &format!("sqlite://{}?mode=rwc", file.display());
+//! let db = outbox_seaorm::sqlite::connect(url).await?; // WAL, busy timeout
 //! outbox_migrations::OutboxMigrator::up(&db, None).await?;
+//! outbox_seaorm::check_schema(&db).await?; // every outbox migration has run
 //!
 //! // Write: the outbox row commits or rolls back with your change.
-//! let txn = db.begin().await?;
-//! let row = write_region(&txn, OutboxMessage::new(OutboxCategory::OrganizationUpdate, ShardId(7), ObjectId(7))).await?;
+//! let txn = outbox_seaorm::begin_write(&db).await?;
+//! let message = OutboxMessage::new(OutboxCategory::OrganizationUpdate, ShardId(7), ObjectId(7));
+//! let row = write_region(&txn, message).await?;
 //! txn.commit().await?;
 //!
 //! // Deliver: flush the shard now, or let a background drain pick it up.
@@ -30,7 +35,9 @@
 //!     Ok::<_, outbox_core::HandlerError>(())
 //! });
 //! let drainer = Drainer::new(SeaOrmStore::new(db.clone())?, receivers);
-//! drainer.drain_shard(&row.shard, Some(row.id)).await?;
+//! let report = drainer.drain_shard(&row.shard, Some(row.id)).await?;
+//! assert_eq!(report.deliveries, 1);
+//! # db.close().await?; for s in ["", "-wal", "-shm"] { let _ = std::fs::remove_file(format!("{}{s}", file.display())); }
 //! # Ok(()) }
 //! ```
 //!
@@ -52,17 +59,22 @@
 //! - `cli` (feature `cli`): an embeddable command line for operators
 //!   (shards, dead letters, pause/cull/resume, drain, backfill), to mount in
 //!   your own clap parser.
-//! - `testing` (feature `test-utils`): fresh PostgreSQL and SQLite databases
-//!   per test, a throwaway PostgreSQL cluster, `on_both_backends!`.
+//! - [`sqlite`]: [`sqlite::connect`], SQLite as the outbox needs it (WAL,
+//!   busy timeout, foreign keys, on every pooled connection), and why.
+//! - `testing` (feature `test-utils`): `#[outbox_seaorm::test]`, a fresh
+//!   PostgreSQL and SQLite database per test migrated by your own migrator
+//!   (in the style of `#[sqlx::test]`), `TestDatabase`, a throwaway
+//!   PostgreSQL cluster, PgBouncer.
 //!
 //! # SQLite notes
 //!
 //! Timestamps are stored as fixed-width UTC text and compared as text; write
-//! outbox rows only through this crate's functions. Use WAL mode
-//! (`journal_mode=WAL`) when several connections write, and begin
-//! transactions that read then write with [`begin_write`] (`BEGIN
-//! IMMEDIATE`): a deferred one fails with `SQLITE_BUSY` when another
-//! connection commits between its first read and its first write.
+//! outbox rows only through this crate's functions. Open the database with
+//! [`sqlite::connect`] (WAL mode, so that readers and the drain's commits do
+//! not block each other), and begin transactions that read then write with
+//! [`begin_write`] (`BEGIN IMMEDIATE`): a deferred one fails with
+//! `SQLITE_BUSY` when another connection commits between its first read and
+//! its first write.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
