@@ -49,12 +49,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # use sea_orm::{ConnectionTrait, EntityTrait, Schema, Set};
 //! # use sea_orm_migration::MigratorTrait;
-//! # // A batch reads with a second connection while its transaction is
-//! # // open: a database file with a pool, not `sqlite::memory:`.
-//! # let path = std::env::temp_dir().join(format!("outbox-doc-backfill-{}.sqlite", std::process::id()));
-//! # let mut options = sea_orm::ConnectOptions::new(format!("sqlite://{}?mode=rwc", path.display()));
-//! # options.max_connections(4).sqlx_logging(false);
-//! # let db = sea_orm::Database::connect(options).await?;
+//! # let db = sea_orm::Database::connect("sqlite::memory:").await?; // one connection
 //! # outbox_migrations::OutboxMigrator::up(&db, None).await?;
 //! # db.execute(&Schema::new(db.get_database_backend()).create_table_from_entity(organization::Entity)).await?;
 //! # organization::Entity::insert_many((1..=5).map(|id| organization::ActiveModel { id: Set(id), slug: Set(format!("org-{id}")) }))
@@ -71,8 +66,6 @@
 //! let status = &backfill.status(&db).await?[0];
 //! assert!(status.done && status.rows_remaining == 0);
 //! assert_eq!(backfill.tick(&db).await?.backfilled, 0); // done until the next version
-//! # drop(db);
-//! # let _ = std::fs::remove_file(&path);
 //! # Ok(()) }
 //! ```
 
@@ -157,8 +150,10 @@ pub trait BackfillTarget: Send + Sync {
     fn table(&self) -> &'static str;
     /// The coded replication version.
     fn coded_version(&self) -> u32;
-    /// The highest primary key, if the table has rows.
-    async fn max_id(&self, db: &DatabaseConnection) -> Result<Option<i64>, DbErr>;
+    /// The highest primary key, if the table has rows, read in the batch's
+    /// transaction (which holds a connection: reading on the pool instead
+    /// would wait forever for a second one on a pool of one).
+    async fn max_id(&self, txn: &sea_orm::DatabaseTransaction) -> Result<Option<i64>, DbErr>;
     /// Rows with a primary key at or above `low`.
     async fn count_from(&self, db: &DatabaseConnection, low: i64) -> Result<u64, DbErr>;
     /// Writes the outbox rows of the next `limit` rows with ids from `low` on
@@ -202,7 +197,7 @@ impl<M: ReplicatedModel> BackfillTarget for ModelBackfill<M> {
         M::REPLICATION_VERSION
     }
 
-    async fn max_id(&self, db: &DatabaseConnection) -> Result<Option<i64>, DbErr> {
+    async fn max_id(&self, db: &sea_orm::DatabaseTransaction) -> Result<Option<i64>, DbErr> {
         let sql = format!(
             "SELECT max(\"{}\") AS max_id FROM \"{}\"",
             key_name::<M>()?,
@@ -468,7 +463,7 @@ impl Backfill {
             Some((_, version)) if version < goal => (0, goal),
             Some(cursor) => cursor,
         };
-        let Some(max_id) = target.max_id(db).await? else {
+        let Some(max_id) = target.max_id(&txn).await? else {
             write_cursor(&txn, target.table(), 0, version + 1).await?;
             txn.commit().await?;
             return Ok(Step::Batch {

@@ -177,6 +177,21 @@ async fn drain(db: &TestDatabase) {
         .unwrap();
 }
 
+/// A pool of one connection (SeaORM's default for SQLite): each batch reads
+/// and writes in its own transaction only, never waiting for a second
+/// connection the batch itself holds.
+async fn a_pool_of_one_connection_backfills(backend: DbBackend) {
+    let db = database(backend, "backfill_one_connection").await;
+    set_target_version(&db.db, "widget", 1).await.unwrap();
+    let one = db.connect_again(1).await.unwrap();
+    let backfill = Backfill::new().model::<widget_v1::Model>().batch_size(10);
+    let report = backfill.tick(&one).await.unwrap();
+    assert_eq!(report.backfilled, ROWS as u64);
+    let status = backfill.status(&one).await.unwrap();
+    assert!(status[0].done, "{status:?}");
+    one.close().await.unwrap();
+}
+
 async fn an_unset_option_backfills_nothing(backend: DbBackend) {
     let db = database(backend, "backfill_unset").await;
     let backfill = Backfill::new().model::<widget_v2::Model>();
@@ -345,6 +360,7 @@ async fn batches_survive_other_writers_committing_meanwhile(backend: DbBackend) 
 }
 
 outbox_seaorm::on_both_backends!(
+    a_pool_of_one_connection_backfills,
     batches_survive_other_writers_committing_meanwhile,
     an_unset_option_backfills_nothing,
     each_version_backfills_every_row_exactly_once,
