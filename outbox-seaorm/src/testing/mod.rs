@@ -350,9 +350,10 @@ pub use sea_orm::DbBackend;
 /// `sqlite`. The calling crate needs `tokio` (with `macros` and
 /// `rt-multi-thread`).
 ///
-/// ```ignore
+/// ```
 /// async fn commits(backend: outbox_seaorm::testing::DbBackend) { /* ... */ }
 /// outbox_seaorm::on_both_backends!(commits);
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! on_both_backends {
