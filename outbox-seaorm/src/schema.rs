@@ -37,7 +37,7 @@ use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 use crate::UnsupportedBackend;
 
 /// What one outbox migration creates: the tables and columns the library
-/// reads and writes.
+/// reads and writes (a table may be listed more than once).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MigrationSchema {
     /// The migration's name, as sea-orm-migration records it.
@@ -46,21 +46,9 @@ pub struct MigrationSchema {
     pub tables: &'static [(&'static str, &'static [&'static str])],
 }
 
+/// The columns the outbox tables and the dead letters share.
 const OUTBOX_COLUMNS: &[&str] = &[
     "id",
-    "shard_scope",
-    "shard_identifier",
-    "category",
-    "object_identifier",
-    "payload",
-    "scheduled_from",
-    "scheduled_for",
-    "date_added",
-];
-
-const CONTROL_OUTBOX_COLUMNS: &[&str] = &[
-    "id",
-    "region_name",
     "shard_scope",
     "shard_identifier",
     "category",
@@ -79,7 +67,8 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
         migration: "m20261121_000001_create_outbox_tables",
         tables: &[
             ("region_outbox", OUTBOX_COLUMNS),
-            ("control_outbox", CONTROL_OUTBOX_COLUMNS),
+            ("control_outbox", OUTBOX_COLUMNS),
+            ("control_outbox", &["region_name"]),
         ],
     },
     MigrationSchema {
@@ -94,24 +83,13 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
     },
     MigrationSchema {
         migration: "m20261121_000003_create_dead_letter_table",
-        tables: &[(
-            "outbox_dead_letter",
-            &[
-                "kind",
-                "id",
-                "region_name",
-                "shard_scope",
-                "shard_identifier",
-                "category",
-                "object_identifier",
-                "payload",
-                "scheduled_from",
-                "scheduled_for",
-                "date_added",
-                "error",
-                "dead_lettered_at",
-            ],
-        )],
+        tables: &[
+            ("outbox_dead_letter", OUTBOX_COLUMNS),
+            (
+                "outbox_dead_letter",
+                &["kind", "region_name", "error", "dead_lettered_at"],
+            ),
+        ],
     },
     MigrationSchema {
         migration: "m20261123_000004_bucket_claims",

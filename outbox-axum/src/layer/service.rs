@@ -265,26 +265,23 @@ where
     }
 
     let mut response = response;
-    let mut culled = false;
+    let (mut culled, mut errors) = (false, Vec::new());
     if !context.is_flush_deferred() {
         let flushed = context.flush(&shared.drainer).await;
         culled = flushed.report.culled > 0;
-        if !flushed.errors.is_empty() {
-            for error in &flushed.errors {
-                if error.is_operator_control() {
-                    tracing::debug!(%error, "flush after commit skipped; the background drain will deliver");
-                } else {
-                    tracing::warn!(%error, "flush after commit failed; the background drain will deliver");
-                }
-            }
-            response = shared
-                .on_flush_error
-                .on_flush_error(&flushed.errors, response);
+        errors = flushed.errors;
+    }
+    for error in &errors {
+        if error.is_operator_control() {
+            tracing::debug!(%error, "flush after commit skipped; the background drain will deliver");
         } else {
-            mark_undelivered(&mut response, &context, culled);
+            tracing::warn!(%error, "flush after commit failed; the background drain will deliver");
         }
-    } else {
+    }
+    if errors.is_empty() {
         mark_undelivered(&mut response, &context, culled);
+    } else {
+        response = shared.on_flush_error.on_flush_error(&errors, response);
     }
     if let Some(waker) = &shared.waker {
         for kind in context.deferred_kinds() {

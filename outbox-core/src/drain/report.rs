@@ -224,18 +224,6 @@ pub enum FlushError {
 }
 
 impl FlushError {
-    /// The shard the flush was for.
-    pub fn shard(&self) -> Option<&ShardKey> {
-        match self {
-            FlushError::Delivery { shard, .. }
-            | FlushError::BackingOff { shard, .. }
-            | FlushError::ShardBusy { shard, .. }
-            | FlushError::Paused { shard }
-            | FlushError::ClaimLost { shard } => Some(shard),
-            FlushError::Store(_) => None,
-        }
-    }
-
     /// Whether the flush stopped because of an operator's control rather
     /// than a failure (nothing to warn about: the operator asked for it).
     pub fn is_operator_control(&self) -> bool {
