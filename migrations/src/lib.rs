@@ -18,7 +18,10 @@
 //!   read by every worker (see `outbox_core::control`);
 //! - a nullable `traceparent` on the outbox tables and the dead letters: the
 //!   W3C trace context of the span that wrote each row, which its delivery
-//!   continues (see `outbox_core::trace`).
+//!   continues (see `outbox_core::trace`);
+//! - `message_id` on the outbox tables and the dead letters: the UUID v7 of
+//!   each message, assigned when it is written, that receivers record to
+//!   apply it once (see [`MessageIds`]; rows already there get one).
 //!
 //! Both PostgreSQL and SQLite are supported.
 //!
@@ -103,6 +106,7 @@ mod m20261121_000003_create_dead_letter_table;
 mod m20261123_000004_bucket_claims;
 mod m20261123_000005_runtime_controls;
 mod m20261123_000006_trace_context;
+mod m20261123_000007_message_ids;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
 pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
@@ -110,6 +114,7 @@ pub use m20261121_000003_create_dead_letter_table::Migration as CreateDeadLetter
 pub use m20261123_000004_bucket_claims::Migration as BucketClaims;
 pub use m20261123_000005_runtime_controls::Migration as RuntimeControls;
 pub use m20261123_000006_trace_context::Migration as TraceContext;
+pub use m20261123_000007_message_ids::Migration as MessageIds;
 
 /// The outbox migrations, in order, to append to your own `MigratorTrait::migrations`.
 pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
@@ -120,6 +125,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(BucketClaims),
         Box::new(RuntimeControls),
         Box::new(TraceContext),
+        Box::new(MessageIds),
     ]
 }
 

@@ -107,6 +107,7 @@ mod tests {
         let now = Utc::now();
         StoredRow {
             id,
+            message_id: uuid::Uuid::now_v7(),
             shard: ShardKey::from_raw(OutboxKind::Region, 0, 1, None),
             category,
             object_identifier: object,

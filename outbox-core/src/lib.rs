@@ -105,6 +105,8 @@ pub use store::{
     ShardState, Store, StoreAdmin, StoreError,
 };
 pub use trace::TraceParent;
+/// The UUID crate of [`Message::message_id`], for receivers that store it.
+pub use uuid;
 
 /// The `retry_at` of a quarantined shard (and the `scheduled_for` of its
 /// rows): 9999-01-01, a time no clock reaches. A receiver's

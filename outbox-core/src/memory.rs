@@ -199,6 +199,7 @@ impl MemoryStore {
         state.next_id += 1;
         StoredRow {
             id: state.next_id,
+            message_id: uuid::Uuid::now_v7(),
             shard: shard.clone(),
             category,
             object_identifier,

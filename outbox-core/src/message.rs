@@ -3,6 +3,7 @@
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use uuid::Uuid;
 
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey};
@@ -14,6 +15,10 @@ use crate::trace::TraceParent;
 pub struct StoredRow {
     /// Primary key; order within the shard.
     pub id: i64,
+    /// The message id: a UUID v7 assigned when the row was written, kept
+    /// by dead-lettering and replay (see [`derived_message_id`] for rows
+    /// written without one).
+    pub message_id: Uuid,
     /// The row's shard.
     pub shard: ShardKey,
     /// The stored category value.
@@ -39,6 +44,12 @@ pub struct StoredRow {
 pub struct Message<C> {
     /// The id of the delivered row: the highest id of its group in this read.
     pub id: i64,
+    /// The message id of the delivered row (a UUID v7 assigned when it was
+    /// written): the same on every delivery of that row, so a receiver
+    /// that records it (an inbox, a broker's de-duplication) applies each
+    /// message once. Coalescing keeps the id of the row that won: a newer
+    /// row of the group is a new message, with its own id.
+    pub message_id: Uuid,
     /// The lowest id of the group that this delivery acknowledges.
     pub first_id: i64,
     /// How many rows this delivery acknowledges (1 when nothing was coalesced).
@@ -131,4 +142,34 @@ pub enum PayloadError {
         /// The decoding error.
         source: serde_json::Error,
     },
+}
+
+/// The message id of a row stored without one: written by hand, by a
+/// binary older than the `message_id` column during a rolling deploy, or by
+/// bulk SQL. Derived from what identifies the row, so every delivery of the
+/// row carries the same id: a UUID v8 whose first 48 bits are the row's
+/// `date_added` in Unix milliseconds (so it sorts by time like a v7 id),
+/// then the outbox table and the row id.
+///
+/// ```
+/// use chrono::{TimeZone, Utc};
+/// use outbox_core::message::derived_message_id;
+/// use outbox_core::OutboxKind;
+///
+/// let added = Utc.with_ymd_and_hms(2026, 11, 24, 9, 0, 0).unwrap();
+/// let id = derived_message_id(OutboxKind::Region, 42, added);
+/// assert_eq!(id, derived_message_id(OutboxKind::Region, 42, added));
+/// assert_ne!(id, derived_message_id(OutboxKind::Control, 42, added));
+/// assert_eq!(id.get_version_num(), 8);
+/// ```
+pub fn derived_message_id(kind: OutboxKind, id: i64, date_added: DateTime<Utc>) -> Uuid {
+    let millis = u64::try_from(date_added.timestamp_millis()).unwrap_or(0);
+    let mut bytes = [0u8; 16];
+    bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
+    bytes[6] = match kind {
+        OutboxKind::Region => 1,
+        OutboxKind::Control => 2,
+    };
+    bytes[8..].copy_from_slice(&id.to_be_bytes());
+    Uuid::new_v8(bytes)
 }

@@ -102,7 +102,6 @@ fn the_delivery_continues_the_writers_trace_with_messaging_attributes() {
         ("messaging.operation.type", Value::from("process")),
         ("messaging.operation.name", Value::from("deliver")),
         ("messaging.destination.name", Value::from("OrgUpdate")),
-        ("messaging.message.id", Value::from("1")),
         ("outbox.kind", Value::from("region")),
         ("outbox.shard.scope", Value::from("OrgScope")),
         ("outbox.shard.identifier", Value::I64(7)),
@@ -110,6 +109,10 @@ fn the_delivery_continues_the_writers_trace_with_messaging_attributes() {
     ] {
         assert_eq!(attribute(deliver, key), Some(value), "{key}");
     }
+    // The message id, a UUID v7 assigned at write time.
+    let message_id = attribute(deliver, "messaging.message.id").expect("a message id");
+    let message_id: outbox_core::uuid::Uuid = message_id.as_str().parse().unwrap();
+    assert_eq!(message_id.get_version_num(), 7);
     // One message: no batch count (the conventions set it on batches only).
     assert_eq!(attribute(deliver, "messaging.batch.message_count"), None);
     assert_eq!(attribute(deliver, "error.type"), None);

@@ -138,6 +138,14 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ("outbox_dead_letter", &["traceparent"]),
         ],
     },
+    MigrationSchema {
+        migration: "m20261123_000007_message_ids",
+        tables: &[
+            ("region_outbox", &["message_id"]),
+            ("control_outbox", &["message_id"]),
+            ("outbox_dead_letter", &["message_id"]),
+        ],
+    },
 ];
 
 /// How to run the migrations, for the error messages.

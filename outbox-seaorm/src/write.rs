@@ -37,11 +37,12 @@ use chrono::Utc;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
 use serde::Serialize;
 
+use outbox_core::uuid::Uuid;
 use outbox_core::{Category, OutboxKind, Scope, ShardKey};
 
 use crate::time;
 
-/// Rows per insert statement (10–11 columns each, 5–6 of them bound per row,
+/// Rows per insert statement (11–12 columns each, 6–7 of them bound per row,
 /// within every backend's parameter limit).
 const ROWS_PER_STATEMENT: usize = 1000;
 
@@ -152,6 +153,8 @@ impl<C: Category> OutboxMessage<C> {
 pub struct WrittenRow {
     /// The row id.
     pub id: i64,
+    /// The message id (UUID v7) the row's deliveries carry.
+    pub message_id: Uuid,
     /// Its shard: what a flush after commit drains.
     pub shard: ShardKey,
     /// Its category name.
@@ -355,7 +358,9 @@ async fn insert<C: Category, Db: ConnectionTrait>(
     let traceparent = outbox_core::TraceParent::current();
     let mut written = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        let (sql, values) = insert_statement(backend, kind, chunk, now, traceparent);
+        // In VALUES order, like the row ids: each row keeps its own.
+        let message_ids: Vec<Uuid> = chunk.iter().map(|_| Uuid::now_v7()).collect();
+        let (sql, values) = insert_statement(backend, kind, chunk, &message_ids, now, traceparent);
         let results = db
             .query_all_raw(Statement::from_sql_and_values(backend, &sql, values))
             .await?;
@@ -368,7 +373,7 @@ async fn insert<C: Category, Db: ConnectionTrait>(
         if ids.len() != chunk.len() {
             return Err(WriteError::Database(DbErr::RecordNotInserted));
         }
-        for (id, (region, message)) in ids.into_iter().zip(chunk) {
+        for ((id, message_id), (region, message)) in ids.into_iter().zip(message_ids).zip(chunk) {
             let shard = match region {
                 Some(region) => message.control_shard(region),
                 None => message.region_shard(),
@@ -378,6 +383,7 @@ async fn insert<C: Category, Db: ConnectionTrait>(
                 .increment(1);
             written.push(WrittenRow {
                 id,
+                message_id,
                 shard,
                 category: message.category.name(),
             });
@@ -398,13 +404,14 @@ fn insert_statement<C: Category>(
     backend: DbBackend,
     kind: OutboxKind,
     rows: &[(Option<String>, OutboxMessage<C>)],
+    message_ids: &[Uuid],
     now: chrono::DateTime<Utc>,
     traceparent: Option<outbox_core::TraceParent>,
 ) -> (String, Vec<Value>) {
     let control = kind == OutboxKind::Control;
     let mut sql = format!(
         "INSERT INTO {} ({}shard_scope, shard_identifier, category, object_identifier, payload, \
-         scheduled_from, scheduled_for, date_added, traceparent) VALUES ",
+         scheduled_from, scheduled_for, date_added, traceparent, message_id) VALUES ",
         table(kind),
         if control { "region_name, " } else { "" }
     );
@@ -413,7 +420,7 @@ fn insert_statement<C: Category>(
         time::bind(backend, outbox_core::the_past()),
         Value::String(traceparent.map(|parent| parent.to_string())),
     ];
-    for (i, (region, message)) in rows.iter().enumerate() {
+    for (i, ((region, message), message_id)) in rows.iter().zip(message_ids).enumerate() {
         if i > 0 {
             sql.push_str(", ");
         }
@@ -427,6 +434,10 @@ fn insert_statement<C: Category>(
             DbBackend::Sqlite => Value::String(message.payload.as_ref().map(|p| p.to_string())),
             _ => Value::Json(message.payload.clone().map(Box::new)),
         };
+        let message_id = match backend {
+            DbBackend::Sqlite => Value::from(message_id.to_string()),
+            _ => Value::from(*message_id),
+        };
         for value in [
             Value::from(message.category.scope().value()),
             Value::from(message.shard_identifier.0),
@@ -437,7 +448,9 @@ fn insert_statement<C: Category>(
             values.push(value);
             sql.push_str(&format!("${}, ", values.len()));
         }
-        sql.push_str("$1, $2, $1, $3)");
+        // The timestamps and the trace context are shared by the rows.
+        values.push(message_id);
+        sql.push_str(&format!("$1, $2, $1, $3, ${})", values.len()));
     }
     sql.push_str(" RETURNING id");
     (sql, values)

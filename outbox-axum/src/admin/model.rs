@@ -304,6 +304,8 @@ pub struct Retried {
 pub struct DeadLetterView {
     /// Its id (kept when replayed).
     pub id: i64,
+    /// Its message id (kept when replayed): what its receiver records.
+    pub message_id: outbox_core::uuid::Uuid,
     /// Its shard.
     pub shard: ShardRef,
     /// Its category's value.
@@ -324,6 +326,7 @@ impl From<&DeadLetterRow> for DeadLetterView {
     fn from(dead: &DeadLetterRow) -> Self {
         Self {
             id: dead.row.id,
+            message_id: dead.row.message_id,
             shard: ShardRef::of(&dead.row.shard),
             category: dead.row.category,
             object_identifier: dead.row.object_identifier,

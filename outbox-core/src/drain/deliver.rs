@@ -317,6 +317,7 @@ async fn deliver_group<C: Category>(
         scheduled_from: newest.scheduled_from,
         synchronous,
         traceparent: newest.traceparent,
+        message_id: newest.message_id,
     };
     let span = trace::delivery_span(category, group, synchronous);
     let timeout = drainer.config().delivery_timeout;

@@ -28,7 +28,7 @@ pub(crate) fn delivery_span<C: Category>(
         messaging.operation.type = "process",
         messaging.operation.name = "deliver",
         messaging.destination.name = category.name(),
-        messaging.message.id = %newest.id,
+        messaging.message.id = %newest.message_id,
         messaging.batch.message_count = Empty,
         outbox.kind = newest.shard.kind().as_str(),
         outbox.shard.scope = category.scope().name(),

@@ -36,7 +36,7 @@
 //! | `messaging.operation.type` | `process` |
 //! | `messaging.operation.name` | `deliver` |
 //! | `messaging.destination.name` | the category's name, e.g. `OrganizationUpdate` |
-//! | `messaging.message.id` | the id of the delivered row, as text |
+//! | `messaging.message.id` | the message id of the delivered row (a UUID) |
 //! | `messaging.batch.message_count` | rows acknowledged by the delivery, when more than one (coalesced); absent for one, as the conventions ask |
 //! | `outbox.kind` | `region` or `control` |
 //! | `outbox.shard.scope` | the scope's name |

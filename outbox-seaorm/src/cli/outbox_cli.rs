@@ -219,6 +219,7 @@ impl<C: Category> OutboxCli<C> {
                 .iter()
                 .map(|dead| DeadLetterView {
                     id: dead.row.id,
+                    message_id: dead.row.message_id,
                     shard: shard_view::<C>(&dead.row.shard),
                     category: dead.row.category,
                     category_name: category_name::<C>(dead.row.category),

@@ -161,6 +161,8 @@ impl fmt::Display for ShardsOutput {
 pub struct DeadLetterView {
     /// Its id (kept when replayed).
     pub id: i64,
+    /// Its message id (kept when replayed): what its receiver records.
+    pub message_id: outbox_core::uuid::Uuid,
     /// Its shard.
     pub shard: TargetView,
     /// Its category's value.
@@ -211,8 +213,9 @@ impl fmt::Display for DeadLettersOutput {
             };
             writeln!(
                 f,
-                "  #{} {} {category} object {}, dead since {}: {}",
+                "  #{} (message {}) {} {category} object {}, dead since {}: {}",
                 dead.id,
+                dead.message_id,
                 dead.shard,
                 dead.object_identifier,
                 time(&dead.dead_lettered_at),

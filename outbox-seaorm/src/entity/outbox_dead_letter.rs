@@ -37,6 +37,10 @@ pub struct Model {
     /// The W3C `traceparent` of the span that wrote the row, if any (see
     /// `outbox_core::trace`; a value that does not parse is ignored).
     pub traceparent: Option<String>,
+    /// The message id (UUID v7) assigned when the row was written; null
+    /// for a row written without one (see
+    /// `outbox_core::message::derived_message_id`).
+    pub message_id: Option<Uuid>,
     /// Why it was dead-lettered.
     pub error: String,
     /// When.

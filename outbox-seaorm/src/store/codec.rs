@@ -11,6 +11,7 @@ use outbox_core::{
 };
 
 use crate::time;
+use outbox_core::uuid::Uuid;
 
 /// Longest error text kept in a shard's state (characters beyond are cut).
 const MAX_ERROR_LEN: usize = 2000;
@@ -80,17 +81,42 @@ pub(super) fn stored_row(
     let Some(id) = get::<Option<i64>>(row, "id", OP)? else {
         return Ok(None);
     };
+    let date_added = time::get(row, backend, "date_added")?;
+    let message_id = message_id(row, backend)?
+        .unwrap_or_else(|| outbox_core::message::derived_message_id(shard.kind(), id, date_added));
     Ok(Some(StoredRow {
         id,
+        message_id,
         shard: shard.clone(),
         category: get(row, "category", OP)?,
         object_identifier: get(row, "object_identifier", OP)?,
         payload: get(row, "payload", OP)?,
         scheduled_from: time::get(row, backend, "scheduled_from")?,
         scheduled_for: time::get(row, backend, "scheduled_for")?,
-        date_added: time::get(row, backend, "date_added")?,
+        date_added,
         traceparent: traceparent(get(row, "traceparent", OP)?),
     }))
+}
+
+/// The stored `message_id`: `uuid` on PostgreSQL, its hyphenated text on
+/// SQLite; `None` when null (a row written without one) and, like a
+/// `traceparent`, when SQLite's text is not a UUID (written by something
+/// else): such a row is delivered all the same, with its derived id.
+fn message_id(row: &QueryResult, backend: DbBackend) -> Result<Option<Uuid>, StoreError> {
+    const OP: &str = "read a message id";
+    match backend {
+        DbBackend::Sqlite => {
+            let stored: Option<String> = get(row, "message_id", OP)?;
+            Ok(stored.and_then(|text| match Uuid::parse_str(&text) {
+                Ok(id) => Some(id),
+                Err(error) => {
+                    tracing::warn!(%error, stored = %text, "outbox row's message_id is not a UUID; its derived id is used");
+                    None
+                }
+            }))
+        }
+        _ => get(row, "message_id", OP),
+    }
 }
 
 /// The trace context of a stored `traceparent`: a value that does not parse

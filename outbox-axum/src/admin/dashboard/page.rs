@@ -485,6 +485,7 @@ fn dead_letters(data: &Data, now: DateTime<Utc>) -> Markup {
                                 td {
                                     details {
                                         summary { "show" }
+                                        p { "message id " code.message-id { (dead.row.message_id) } }
                                         pre { (dead.row.payload.as_ref().map_or_else(|| "null".to_owned(), |p| serde_json::to_string_pretty(p).unwrap_or_default())) }
                                     }
                                 }

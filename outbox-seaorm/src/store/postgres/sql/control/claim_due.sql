@@ -23,7 +23,7 @@ WITH held AS MATERIALIZED (
     -- Whole rows: most of them are leased, and fetching the leased ones
     -- again by id costs more than carrying the others.
     SELECT o.id, o.region_name, o.shard_scope, o.shard_identifier, o.category,
-           o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added, o.traceparent,
+           o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added, o.traceparent, o.message_id,
            ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int
                AS bucket
     FROM control_outbox o
@@ -76,7 +76,7 @@ WITH held AS MATERIALIZED (
 -- Shards without a backoff state: all their rows are due since 2016, so
 -- their candidates are a prefix of their rows in id order.
 SELECT o.id, o.region_name, o.shard_scope, o.shard_identifier, o.category,
-       o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added, o.traceparent,
+       o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added, o.traceparent, o.message_id,
        NULL::int AS attempts, NULL::bigint AS last_backoff_ms,
        NULL::timestamptz AS retry_at, NULL::text AS last_error, NULL::timestamptz AS failed_at
 FROM taken o
@@ -86,7 +86,7 @@ UNION ALL
 -- Shards with one: their rescheduled rows sort after newer due ones, so they
 -- are read in id order; none while the backoff runs (only the state).
 SELECT o.id, s.region_name, s.shard_scope, s.shard_identifier, o.category,
-       o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added, o.traceparent,
+       o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added, o.traceparent, o.message_id,
        s.attempts, s.last_backoff_ms, s.retry_at, s.last_error, s.failed_at
 FROM states s
 LEFT JOIN LATERAL (

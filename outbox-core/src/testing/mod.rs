@@ -104,6 +104,8 @@ pub struct Delivery<C> {
     pub synchronous: bool,
     /// The trace context of the span that wrote the delivered row.
     pub traceparent: Option<crate::trace::TraceParent>,
+    /// The message id of the delivered row.
+    pub message_id: uuid::Uuid,
 }
 
 type Rule<C> = Arc<dyn Fn(&crate::Message<C>) -> bool + Send + Sync>;
@@ -342,6 +344,7 @@ impl<C: Category> Recorder<C> {
             payload: message.payload.clone(),
             synchronous: message.synchronous,
             traceparent: message.traceparent,
+            message_id: message.message_id,
         });
         self.inner.delivered.notify_waiters();
         Ok(())
