@@ -21,7 +21,9 @@
 //!   continues (see `outbox_core::trace`);
 //! - `message_id` on the outbox tables and the dead letters: the UUID v7 of
 //!   each message, assigned when it is written, that receivers record to
-//!   apply it once (see [`MessageIds`]; rows already there get one).
+//!   apply it once (see [`MessageIds`]; rows already there get one);
+//! - `outbox_inbox`, the message ids each consumer has applied, recorded in
+//!   the transaction that applied them (see `outbox_seaorm::inbox`).
 //!
 //! Both PostgreSQL and SQLite are supported.
 //!
@@ -107,6 +109,7 @@ mod m20261123_000004_bucket_claims;
 mod m20261123_000005_runtime_controls;
 mod m20261123_000006_trace_context;
 mod m20261123_000007_message_ids;
+mod m20261123_000008_inbox;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
 pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
@@ -115,6 +118,7 @@ pub use m20261123_000004_bucket_claims::Migration as BucketClaims;
 pub use m20261123_000005_runtime_controls::Migration as RuntimeControls;
 pub use m20261123_000006_trace_context::Migration as TraceContext;
 pub use m20261123_000007_message_ids::Migration as MessageIds;
+pub use m20261123_000008_inbox::Migration as Inbox;
 
 /// The outbox migrations, in order, to append to your own `MigratorTrait::migrations`.
 pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
@@ -126,6 +130,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(RuntimeControls),
         Box::new(TraceContext),
         Box::new(MessageIds),
+        Box::new(Inbox),
     ]
 }
 

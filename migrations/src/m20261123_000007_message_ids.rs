@@ -50,7 +50,8 @@ fn backend(manager: &SchemaManager<'_>) -> Result<DbBackend, DbErr> {
 /// A v7 id whose time is `millis` since the Unix epoch.
 fn v7_at(millis: i64) -> Uuid {
     let millis = <u64 as std::convert::TryFrom<i64>>::try_from(millis).unwrap_or(0);
-    let nanos = <u32 as std::convert::TryFrom<u64>>::try_from((millis % 1000) * 1_000_000).unwrap_or(0);
+    let nanos =
+        <u32 as std::convert::TryFrom<u64>>::try_from((millis % 1000) * 1_000_000).unwrap_or(0);
     Uuid::new_v7(Timestamp::from_unix(NoContext, millis / 1000, nanos))
 }
 

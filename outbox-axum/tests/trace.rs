@@ -271,7 +271,10 @@ async fn the_request_and_the_handler_share_one_trace(backend: DbBackend) {
             "messaging.destination.name",
             Value::from("OrganizationUpdate"),
         ),
-        ("messaging.message.id", Value::from(message.message_id.to_string())),
+        (
+            "messaging.message.id",
+            Value::from(message.message_id.to_string()),
+        ),
         ("outbox.kind", Value::from("region")),
         ("outbox.shard.scope", Value::from("OrganizationScope")),
         ("outbox.shard.identifier", Value::I64(7)),

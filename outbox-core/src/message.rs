@@ -144,6 +144,46 @@ pub enum PayloadError {
     },
 }
 
+tokio::task_local! {
+    /// The message id of the message whose handler runs on this task.
+    static DELIVERED: Uuid;
+}
+
+/// The message id of the message whose receiver is running on this task,
+/// if any: for code a few calls below a receiver that has no [`Message`]
+/// at hand, such as an RPC client that forwards the id to the service that
+/// applies the change (which records it in its inbox), or a replication
+/// handler. `None` outside a delivery, and in tasks a receiver spawns.
+///
+/// ```
+/// # outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
+/// use outbox_core::{message::current_message_id, MemoryStore, Drainer, Message, Receivers, ShardKey};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let store = MemoryStore::new();
+/// let shard = ShardKey::region(OutboxScope::OrgScope, 7);
+/// let id = store.write(&shard, OutboxCategory::OrgUpdate, 70, None);
+/// let receivers = Receivers::new().on(OutboxCategory::OrgUpdate, |message: Message<OutboxCategory>| async move {
+///     assert_eq!(current_message_id(), Some(message.message_id));
+///     Ok::<_, outbox_core::HandlerError>(())
+/// });
+/// Drainer::new(store, receivers).drain_shard(&shard, Some(id)).await.unwrap();
+/// assert_eq!(current_message_id(), None);
+/// # }
+/// ```
+pub fn current_message_id() -> Option<Uuid> {
+    DELIVERED.try_with(|id| *id).ok()
+}
+
+/// Runs `future` (a receiver's call) with `message_id` as the current one.
+pub(crate) async fn with_message_id<F: std::future::Future>(
+    message_id: Uuid,
+    future: F,
+) -> F::Output {
+    DELIVERED.scope(message_id, future).await
+}
+
 /// The message id of a row stored without one: written by hand, by a
 /// binary older than the `message_id` column during a rolling deploy, or by
 /// bulk SQL. Derived from what identifies the row, so every delivery of the

@@ -56,6 +56,12 @@ pub const DEAD_LETTERED: &str = "outbox.dead_lettered";
 /// Counter: claims of cancelled rounds ended before their lease ran out
 /// (tags: kind). See `Drainer::release_abandoned`.
 pub const ABANDONED_CLAIMS_RELEASED: &str = "outbox.abandoned_claims_released";
+/// Counter: redeliveries an inbox recognised and skipped: the message had
+/// been applied, then its delivery did not reach the outbox delete (tags:
+/// consumer). See `outbox_seaorm::inbox`.
+pub const INBOX_DUPLICATES: &str = "outbox.inbox.duplicates";
+/// Counter: inbox rows deleted after their retention (no tags).
+pub const INBOX_PRUNED: &str = "outbox.inbox.pruned";
 /// Gauge: rows pending in the outbox table (tags: kind).
 pub const BACKLOG_DEPTH: &str = "outbox.backlog.depth";
 /// Gauge, seconds: how long the oldest pending row has waited, 0 when none

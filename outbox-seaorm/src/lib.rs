@@ -83,6 +83,7 @@ pub mod backfill;
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
 pub mod entity;
+pub mod inbox;
 pub mod listener;
 pub mod replication;
 pub mod schema;

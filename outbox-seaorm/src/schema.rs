@@ -146,6 +146,10 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ("outbox_dead_letter", &["message_id"]),
         ],
     },
+    MigrationSchema {
+        migration: "m20261123_000008_inbox",
+        tables: &[("outbox_inbox", &["consumer", "message_id", "received_at"])],
+    },
 ];
 
 /// How to run the migrations, for the error messages.

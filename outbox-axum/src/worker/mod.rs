@@ -40,9 +40,10 @@ use tokio_util::sync::CancellationToken;
 use outbox_core::worker::{Waker, WorkerBuilder};
 use outbox_core::{
     Category, Clock, DeadLetterPolicy, DrainConfig, Drainer, IncompleteReceivers, OutboxKind,
-    Receivers,
+    Receivers, SystemClock,
 };
 use outbox_seaorm::backfill::Backfill;
+use outbox_seaorm::inbox;
 use outbox_seaorm::listener::{PgNotifier, PgWakeSource};
 use outbox_seaorm::{check_schema, SchemaError, SeaOrmStore, UnsupportedBackend};
 
@@ -95,6 +96,7 @@ pub struct OutboxWorkerBuilder<C: Category> {
     backfill: Option<Arc<Backfill>>,
     backfill_interval: Duration,
     dead_letters: DeadLetterPolicy,
+    inbox_retention: Option<Duration>,
 }
 
 /// The background drain.
@@ -121,6 +123,7 @@ impl OutboxWorker {
             backfill: None,
             backfill_interval: DEFAULT_BACKFILL_INTERVAL,
             dead_letters: DeadLetterPolicy::new(),
+            inbox_retention: None,
         }
     }
 }
@@ -203,6 +206,19 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         self
     }
 
+    /// Prunes the inbox of this worker's database
+    /// ([`outbox_seaorm::inbox`]): rows older than `retention` are deleted
+    /// at start and then every tenth of `retention` (at most hourly, at
+    /// least every second), on the drain's clock. Default: no pruning (the
+    /// table grows by one row per message applied). Use
+    /// [`outbox_seaorm::inbox::DEFAULT_RETENTION`] (7 days) unless shards
+    /// may stay undelivered longer: a message redelivered after its inbox
+    /// row was pruned is applied again.
+    pub fn inbox_retention(mut self, retention: Duration) -> Self {
+        self.inbox_retention = Some(retention);
+        self
+    }
+
     /// The clock of the drain (tests). Default: the system clock.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
@@ -233,9 +249,8 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         let mut drainer = Drainer::new(store, self.receivers)
             .with_config(self.config)
             .with_dead_letters(self.dead_letters);
-        if let Some(clock) = self.clock {
-            drainer = drainer.with_shared_clock(clock);
-        }
+        let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        drainer = drainer.with_shared_clock(clock.clone());
         let waker = Waker::new().with_notifier(PgNotifier::new(self.db.clone()));
         let mut worker = WorkerBuilder::new(drainer)
             .kinds(self.kinds)
@@ -258,6 +273,10 @@ impl<C: Category> OutboxWorkerBuilder<C> {
             let (db, backfill, waker) = (self.db.clone(), backfill.clone(), handle.waker().clone());
             let interval = self.backfill_interval;
             handle.spawn(move |stop| backfill_loop(db, backfill, interval, waker, stop));
+        }
+        if let Some(retention) = self.inbox_retention {
+            let db = self.db.clone();
+            handle.spawn(move |stop| prune_loop(db, retention, clock, stop));
         }
         Ok(WorkerHandle {
             db: self.db,
@@ -327,6 +346,29 @@ impl<C: Category> WorkerHandle<C> {
     /// requests in flight flush first.
     pub async fn shutdown(self) {
         self.inner.shutdown().await;
+    }
+}
+
+/// Prunes the inbox every tenth of `retention` (between 1 s and 1 h).
+async fn prune_loop(
+    db: DatabaseConnection,
+    retention: Duration,
+    clock: Arc<dyn Clock>,
+    stop: CancellationToken,
+) {
+    let interval = (retention / 10).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+    loop {
+        match inbox::prune_older_than(&db, retention, clock.as_ref()).await {
+            Ok(0) => {}
+            Ok(pruned) => tracing::debug!(pruned, "outbox inbox pruned"),
+            Err(error) => {
+                tracing::warn!(%error, "outbox inbox pruning failed; retrying at the next interval")
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = stop.cancelled() => return,
+        }
     }
 }
 
