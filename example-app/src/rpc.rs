@@ -3,16 +3,53 @@
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use outbox_axum::Tx;
+use outbox_core::uuid::Uuid;
 use outbox_core::HandlerError;
+use outbox_seaorm::inbox::{Inbox, Received};
 use serde::Serialize;
 
 use crate::error::ApiError;
 
 /// The header that carries the shared secret.
 pub const SECRET_HEADER: &str = "x-silo-secret";
+
+/// The header that carries the id of the outbox message an RPC applies
+/// (sent by [`RpcClient`] from within a receiver): the silo that applies it
+/// records it in its inbox ([`first_delivery`]), so a message redelivered
+/// after a crash between its RPC and the outbox delete is applied once.
+pub const MESSAGE_ID_HEADER: &str = "outbox-message-id";
+
+/// The inbox consumer of the RPC routes (one per silo database).
+const RPC_CONSUMER: &str = "rpc";
+
+/// Whether this RPC applies its outbox message for the first time: records
+/// the message id of [`MESSAGE_ID_HEADER`] in the request's transaction, so
+/// it commits with the change or not at all. `false` when an earlier call
+/// applied it: answer success without applying it again. A call without the
+/// header (made by hand) is applied.
+///
+/// # Errors
+///
+/// 400 when the header is not a UUID; the database's error otherwise.
+pub async fn first_delivery(tx: &Tx, headers: &HeaderMap) -> Result<bool, ApiError> {
+    let Some(value) = headers.get(MESSAGE_ID_HEADER) else {
+        return Ok(true);
+    };
+    let id = value
+        .to_str()
+        .ok()
+        .and_then(|text| text.parse::<Uuid>().ok())
+        .ok_or_else(|| ApiError::bad_request(format!("{MESSAGE_ID_HEADER} is not a UUID")))?;
+    let received = Inbox::new(RPC_CONSUMER).receive(tx, id).await?;
+    if received == Received::Duplicate {
+        tracing::info!(message_id = %id, "outbox message applied before: skipped");
+    }
+    Ok(received == Received::First)
+}
 
 /// A call to another silo failed. The outbox retries it with backoff, unless
 /// the other silo rejected the request itself ([`RpcError::is_permanent`]).
@@ -96,8 +133,12 @@ impl RpcClient {
         builder: reqwest::RequestBuilder,
         url: String,
     ) -> Result<(), HandlerError> {
+        let mut builder = builder.header(SECRET_HEADER, &self.secret);
+        // Called from a receiver: the other silo applies the message once.
+        if let Some(id) = outbox_core::message::current_message_id() {
+            builder = builder.header(MESSAGE_ID_HEADER, id.to_string());
+        }
         let response = builder
-            .header(SECRET_HEADER, &self.secret)
             .send()
             .await
             .map_err(|source| RpcError::Transport {

@@ -615,6 +615,67 @@ async fn rpc_without_the_secret_is_refused_and_changes_nothing(backend: DbBacken
     app.shutdown().await;
 }
 
+/// The RPCs of receivers carry their message id, which the silo that
+/// applies them records in its inbox in the same transaction: a call
+/// redelivered with an id already applied is answered with success and
+/// applies nothing; a malformed id is refused.
+async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(backend: DbBackend) {
+    let app = Deployment::start(backend).await;
+    app.create_org("us", "inboxed", "I0").await;
+    // Delivered to Control at response time: the mapping and the audit event.
+    let control = app.control.as_ref().unwrap();
+    let recorded = control
+        .db
+        .query_one_raw(sea_orm::Statement::from_string(
+            control.db.get_database_backend(),
+            "SELECT count(*) AS n FROM outbox_inbox WHERE consumer = 'rpc'",
+        ))
+        .await
+        .unwrap()
+        .unwrap()
+        .try_get::<i64>("", "n")
+        .unwrap();
+    assert_eq!(recorded, 2, "one inbox row per message applied");
+
+    let message_id = outbox_core::uuid::Uuid::now_v7().to_string();
+    let audit = |sequence: i64, message_id: String| {
+        app.http
+            .post(app.control_url("/rpc/audit-logs"))
+            .header(example_app::rpc::SECRET_HEADER, SECRET)
+            .header(example_app::rpc::MESSAGE_ID_HEADER, message_id)
+            .json(&json!({
+                "region": "us",
+                "region_sequence": sequence,
+                "organization_id": 4242,
+                "action": "organization.update",
+                "detail": format!("call {sequence}"),
+                "occurred_at": "2026-11-23T00:00:00Z",
+            }))
+            .send()
+    };
+    // The second call carries the same message id (a redelivery): applied
+    // once, even though its body would insert a row of its own.
+    for sequence in [900_001, 900_002] {
+        let response = audit(sequence, message_id.clone()).await.unwrap();
+        let status = response.status();
+        assert_eq!(status, StatusCode::NO_CONTENT, "{}", response.text().await.unwrap());
+    }
+    let response = audit(900_003, "not-a-uuid".to_owned()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let (status, events) = app
+        .get(app.control_url("/api/0/audit-logs?organization_id=4242"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let details: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["detail"].as_str().unwrap())
+        .collect();
+    assert_eq!(details, ["call 900001"]);
+    app.shutdown().await;
+}
+
 /// A body that stalls half-way holds no connection and ends with 408 at the
 /// body timeout; an oversized body gets 413, a body that is not JSON 415.
 async fn stalled_oversized_and_mistyped_bodies_get_408_413_415(backend: DbBackend) {
@@ -1043,6 +1104,11 @@ mod sqlite {
     async fn bad_requests_get_json_errors() {
         super::bad_requests_get_json_errors(DbBackend::Sqlite).await;
     }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing() {
+        super::rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(DbBackend::Sqlite)
+            .await;
+    }
 }
 
 /// The replication suite on PostgreSQL.
@@ -1062,6 +1128,12 @@ mod postgres {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn organizations_of_two_regions_never_share_an_id() {
         super::organizations_of_two_regions_never_share_an_id(DbBackend::Postgres).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing() {
+        super::rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(DbBackend::Postgres)
+            .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

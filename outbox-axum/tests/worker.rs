@@ -412,7 +412,49 @@ async fn a_receiver_that_writes_outboxes_cascades_without_deadlock(backend: DbBa
     assert_eq!(app.recorder.deliveries().len(), 3);
 }
 
+/// With an inbox retention, the worker prunes the inbox at start (and
+/// periodically), on its clock: rows older than the retention go, younger
+/// ones stay.
+async fn the_worker_prunes_the_inbox(backend: DbBackend) {
+    use outbox_core::uuid::Uuid;
+    use outbox_core::ManualClock;
+    use outbox_seaorm::inbox::Inbox;
+
+    let db = TestDatabase::of(backend, "worker_prunes_inbox")
+        .await
+        .unwrap();
+    let clock = ManualClock::new(chrono::Utc::now());
+    let inbox = Inbox::new("replica").with_clock(Arc::new(clock.clone()));
+    let (old, recent) = (Uuid::now_v7(), Uuid::now_v7());
+    inbox.receive(&db.db, old).await.unwrap();
+    clock.advance(Duration::from_secs(2 * 3600));
+    inbox.receive(&db.db, recent).await.unwrap();
+    clock.advance(Duration::from_secs(1800));
+
+    let receivers = Receivers::new()
+        .discard(OutboxCategory::OrganizationUpdate)
+        .discard(OutboxCategory::OrganizationAudit);
+    let worker = OutboxWorker::builder(db.db.clone(), receivers)
+        .clock(clock)
+        .inbox_retention(Duration::from_secs(3600))
+        .spawn()
+        .await
+        .unwrap();
+    // Until the first pruning, at start, has removed the old row.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while inbox.contains(&db.db, old).await.unwrap() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the inbox was never pruned"
+        );
+        tokio::task::yield_now().await;
+    }
+    assert!(inbox.contains(&db.db, recent).await.unwrap());
+    worker.shutdown().await;
+}
+
 outbox_seaorm::on_both_backends!(
+    the_worker_prunes_the_inbox,
     the_worker_refuses_to_start_without_the_migrations,
     polling_finds_rows_nobody_announced,
     a_job_outside_http_uses_the_same_context,

@@ -1,7 +1,7 @@
 //! The region silo's HTTP API.
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{delete, get, post, put};
 use axum::{middleware, Json, Router};
 use outbox_axum::{OutboxCtx, Tx};
@@ -349,9 +349,13 @@ async fn get_user_replica(
 
 async fn upsert_user_replica(
     tx: Tx,
+    headers: HeaderMap,
     ApiPath(id): ApiPath<i64>,
     ApiJson(user): ApiJson<UserReplica>,
 ) -> Result<StatusCode, ApiError> {
+    if !crate::rpc::first_delivery(&tx, &headers).await? {
+        return Ok(StatusCode::NO_CONTENT);
+    }
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
@@ -363,7 +367,14 @@ async fn upsert_user_replica(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn delete_user_replica(tx: Tx, ApiPath(id): ApiPath<i64>) -> Result<StatusCode, ApiError> {
+async fn delete_user_replica(
+    tx: Tx,
+    headers: HeaderMap,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<StatusCode, ApiError> {
+    if !crate::rpc::first_delivery(&tx, &headers).await? {
+        return Ok(StatusCode::NO_CONTENT);
+    }
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
