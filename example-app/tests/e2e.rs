@@ -658,7 +658,12 @@ async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(backend: D
     for sequence in [900_001, 900_002] {
         let response = audit(sequence, message_id.clone()).await.unwrap();
         let status = response.status();
-        assert_eq!(status, StatusCode::NO_CONTENT, "{}", response.text().await.unwrap());
+        assert_eq!(
+            status,
+            StatusCode::NO_CONTENT,
+            "{}",
+            response.text().await.unwrap()
+        );
     }
     let response = audit(900_003, "not-a-uuid".to_owned()).await.unwrap();
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);

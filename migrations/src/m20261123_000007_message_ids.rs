@@ -7,8 +7,8 @@ use uuid::{NoContext, Timestamp, Uuid};
 
 /// The message id of each row: a UUID v7, assigned when the row is written,
 /// on `region_outbox`, `control_outbox` and `outbox_dead_letter` (a dead
-/// letter and its replay keep it). `uuid` on PostgreSQL, its hyphenated text
-/// on SQLite.
+/// letter and its replay keep it). `uuid` on PostgreSQL, its 16 bytes
+/// (`blob`, what sqlx reads as a `Uuid`) on SQLite.
 ///
 /// Safe on tables that hold rows: the column is added nullable and without a
 /// default, which rewrites no row (PostgreSQL takes its lock for an instant),
@@ -97,12 +97,8 @@ async fn fill(
                 values.push(id.into());
                 format!("id = ${}", values.len())
             };
-            values.push(v7_at(millis).to_string().into());
-            let id_value = match backend {
-                DbBackend::Postgres => format!("CAST(${} AS uuid)", values.len()),
-                _ => format!("${}", values.len()),
-            };
-            cases.push_str(&format!(" WHEN {condition} THEN {id_value}"));
+            values.push(v7_at(millis).into());
+            cases.push_str(&format!(" WHEN {condition} THEN ${}", values.len()));
             keys.push(condition);
         }
         let update = format!(
@@ -124,7 +120,7 @@ impl MigrationTrait for Migration {
         let db = manager.get_connection();
         let column_type = match backend {
             DbBackend::Postgres => "uuid",
-            _ => "text",
+            _ => "blob",
         };
         for (table, key) in TABLES {
             db.execute_unprepared(&format!(

@@ -25,9 +25,9 @@ impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let (uuid, timestamp) = match manager.get_database_backend() {
             DbBackend::Postgres => ("uuid", "timestamptz"),
-            // Hyphenated UUID text; fixed-width UTC timestamps, like the
-            // outbox tables'.
-            DbBackend::Sqlite => ("text", "text"),
+            // A UUID's 16 bytes, as sqlx writes it; fixed-width UTC
+            // timestamps, like the outbox tables'.
+            DbBackend::Sqlite => ("blob", "text"),
             other => {
                 return Err(DbErr::Migration(format!(
                     "the outbox tables support PostgreSQL and SQLite, not {other:?}"

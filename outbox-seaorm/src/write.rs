@@ -434,10 +434,8 @@ fn insert_statement<C: Category>(
             DbBackend::Sqlite => Value::String(message.payload.as_ref().map(|p| p.to_string())),
             _ => Value::Json(message.payload.clone().map(Box::new)),
         };
-        let message_id = match backend {
-            DbBackend::Sqlite => Value::from(message_id.to_string()),
-            _ => Value::from(*message_id),
-        };
+        // `uuid` on PostgreSQL, its 16 bytes on SQLite.
+        let message_id = Value::from(*message_id);
         for value in [
             Value::from(message.category.scope().value()),
             Value::from(message.shard_identifier.0),

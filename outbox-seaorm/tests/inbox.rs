@@ -261,10 +261,7 @@ async fn inbox_rows_are_pruned_after_their_retention(backend: DbBackend) {
     let rows = 12_001;
     let (id, at) = match backend {
         DbBackend::Postgres => ("md5(i::text)::uuid", "now() - interval '30 days'"),
-        _ => (
-            "printf('%08x-0000-7000-8000-%012x', i, i)",
-            "'2000-01-01T00:00:00.000000+00:00'",
-        ),
+        _ => ("randomblob(16)", "'2000-01-01T00:00:00.000000+00:00'"),
     };
     t.db.execute_unprepared(&format!(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {rows}) \

@@ -19,22 +19,15 @@ use outbox_seaorm::{
 use sea_orm::{ConnectionTrait, Statement};
 use sea_orm_migration::MigratorTrait;
 
-/// The stored message ids of `table` in id order, as text (`None` for null).
+/// The stored message ids of `table` in id order (`None` for null).
 async fn stored_ids(t: &TestDatabase, table: &str) -> Vec<Option<Uuid>> {
     let backend = t.db.get_database_backend();
-    let select = match backend {
-        DbBackend::Postgres => format!("SELECT message_id::text AS m FROM {table} ORDER BY id"),
-        _ => format!("SELECT message_id AS m FROM {table} ORDER BY id"),
-    };
+    let select = format!("SELECT message_id FROM {table} ORDER BY id");
     t.db.query_all_raw(Statement::from_string(backend, select))
         .await
         .unwrap()
         .iter()
-        .map(|row| {
-            row.try_get::<Option<String>>("", "m")
-                .unwrap()
-                .map(|text| text.parse().unwrap())
-        })
+        .map(|row| row.try_get::<Option<Uuid>>("", "message_id").unwrap())
         .collect()
 }
 

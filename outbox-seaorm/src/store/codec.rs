@@ -98,21 +98,27 @@ pub(super) fn stored_row(
     }))
 }
 
-/// The stored `message_id`: `uuid` on PostgreSQL, its hyphenated text on
-/// SQLite; `None` when null (a row written without one) and, like a
-/// `traceparent`, when SQLite's text is not a UUID (written by something
-/// else): such a row is delivered all the same, with its derived id.
+/// The stored `message_id`: `uuid` on PostgreSQL, its 16 bytes on SQLite
+/// (a hyphenated text written by hand is read too); `None` when null (a row
+/// written without one) and, like a `traceparent`, when SQLite's value is
+/// not a UUID (written by something else): such a row is delivered all the
+/// same, with its derived id, instead of failing the claim of every shard.
 fn message_id(row: &QueryResult, backend: DbBackend) -> Result<Option<Uuid>, StoreError> {
     const OP: &str = "read a message id";
     match backend {
         DbBackend::Sqlite => {
-            let stored: Option<String> = get(row, "message_id", OP)?;
-            Ok(stored.and_then(|text| match Uuid::parse_str(&text) {
-                Ok(id) => Some(id),
-                Err(error) => {
-                    tracing::warn!(%error, stored = %text, "outbox row's message_id is not a UUID; its derived id is used");
-                    None
+            let stored: Option<Vec<u8>> = get(row, "message_id", OP)?;
+            Ok(stored.and_then(|bytes| {
+                let parsed = Uuid::from_slice(&bytes)
+                    .ok()
+                    .or_else(|| Uuid::try_parse_ascii(&bytes).ok());
+                if parsed.is_none() {
+                    tracing::warn!(
+                        stored = %String::from_utf8_lossy(&bytes),
+                        "outbox row's message_id is not a UUID; its derived id is used"
+                    );
                 }
+                parsed
             }))
         }
         _ => get(row, "message_id", OP),
