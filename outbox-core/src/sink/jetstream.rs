@@ -107,7 +107,7 @@
 //! second: the first publish that succeeds after the stream appears makes
 //! the others due at once. The error message says which subject had no
 //! stream. Errors that no retry can fix are permanent
-//! ([`permanent`](crate::permanent)): the message is quarantined, or
+//! ([`permanent`]): the message is quarantined, or
 //! dead-lettered where its scope allows, until an operator releases it.
 //!
 //! # The duplicate window
@@ -381,7 +381,8 @@ impl JetStreamSink {
             messaging.destination.name = tracing::field::Empty,
             messaging.message.id = %message.message_id,
         ),
-        err
+        // DEBUG: the drain logs a failed delivery itself, at WARN.
+        err(level = "debug")
     )]
     pub async fn publish<C: Category>(
         &self,
@@ -608,7 +609,7 @@ pub enum JetStreamError {
 impl JetStreamError {
     /// Whether retrying cannot help: [`InvalidSubject`](Self::InvalidSubject)
     /// and [`TooLarge`](Self::TooLarge). [`JetStreamSink::receiver`]
-    /// returns those as [`permanent`](crate::permanent) errors.
+    /// returns those as [`permanent`] errors.
     pub fn is_permanent(&self) -> bool {
         matches!(self, Self::InvalidSubject(_) | Self::TooLarge { .. })
     }

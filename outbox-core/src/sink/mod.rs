@@ -17,7 +17,7 @@
 //! consumer of the broker holds no shard, and consumers can be added later
 //! and replay what the broker kept.
 //!
-//! - [`jetstream`] (feature `nats`): NATS JetStream, one subject per shard,
+//! - `jetstream` (feature `nats`): NATS JetStream, one subject per shard,
 //!   the message id as `Nats-Msg-Id` so that the stream's duplicate window
 //!   drops redeliveries.
 

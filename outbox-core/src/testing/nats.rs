@@ -341,3 +341,30 @@ fn tail(log: &Path) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_server_says_how_to_install_it() {
+        let text = NatsServerError::NotInstalled.to_string();
+        assert!(text.contains("apt-get install -y nats-server"), "{text}");
+    }
+
+    #[test]
+    fn a_dropped_server_is_gone_with_its_folder() {
+        let mut server = NatsServer::start().unwrap();
+        assert!(server.is_running());
+        let (dir, port) = (server.dir.clone(), server.port());
+        server.restart().unwrap();
+        assert_eq!(server.port(), port, "the same port after a restart");
+        let pid = server.process.as_ref().map(Child::id).unwrap();
+        drop(server);
+        assert!(!dir.exists(), "{} removed", dir.display());
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "nats-server {pid} still runs"
+        );
+    }
+}
