@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs what is missing
-# (PostgreSQL server binaries, PgBouncer, Chromium and chromedriver), then
+# (PostgreSQL server binaries, PgBouncer, Chromium and chromedriver,
+# nats-server), then
 # tests each crate of the workspace on its own, `cargo test -p <crate>
 # --locked`, against real PostgreSQL (a throwaway cluster, unless
 # DATABASE_URL is set) and SQLite.
@@ -35,6 +36,10 @@ if ! have_pgbouncer; then missing+=(pgbouncer); fi
 # which it starts and stops itself.
 if ! command -v chromium >/dev/null 2>&1; then missing+=(chromium); fi
 if ! command -v chromedriver >/dev/null 2>&1; then missing+=(chromium-driver); fi
+# The JetStream sink's tests start Debian's nats-server (with -js) themselves.
+if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; then
+  missing+=(nats-server)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "not found: ${missing[*]}: installing" >&2
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi

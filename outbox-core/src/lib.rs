@@ -74,6 +74,7 @@ pub mod shard;
 #[cfg(feature = "test-utils")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
 pub mod simulation;
+pub mod sink;
 pub mod store;
 #[cfg(feature = "test-utils")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
