@@ -142,7 +142,10 @@ async fn nothing_is_deleted_until_jetstream_stores_it() {
     );
 
     server.restart().await.unwrap();
-    drainer.retry_now(&[shard.clone()]).await.unwrap();
+    drainer
+        .retry_now(std::slice::from_ref(&shard))
+        .await
+        .unwrap();
     // The client reconnects on its own; until then the shard backs off.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while store.pending_count(OutboxKind::Region).await.unwrap() > 0 {
@@ -151,7 +154,10 @@ async fn nothing_is_deleted_until_jetstream_stores_it() {
             "never delivered after the restart"
         );
         if drainer.drain_shard(&shard, None).await.is_err() {
-            drainer.retry_now(&[shard.clone()]).await.unwrap();
+            drainer
+                .retry_now(std::slice::from_ref(&shard))
+                .await
+                .unwrap();
         }
     }
     let messages = read_stream(&context, "OUTBOX").await.unwrap();

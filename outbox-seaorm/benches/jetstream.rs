@@ -20,6 +20,10 @@ use outbox_seaorm::testing::{start_cluster_at, stop_cluster_at, TestDatabase};
 use outbox_seaorm::SeaOrmStore;
 use sea_orm::DatabaseConnection;
 
+#[allow(
+    dead_code,
+    reason = "shared with benches/drain.rs, which uses all of it"
+)]
 mod support;
 use support::{drain_all, fill, median, rate, OutboxCategory};
 

@@ -73,7 +73,6 @@
 //!
 //! The body is the payload's JSON, or empty for a message without payload.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use async_nats::header::HeaderMap;
@@ -82,7 +81,7 @@ use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::publish::PublishAck;
 
 use crate::message::Message;
-use crate::receiver::{permanent, HandlerError};
+use crate::receiver::{permanent, HandlerError, HandlerFuture};
 use crate::registry::{Category, Scope};
 use crate::shard::OutboxKind;
 
@@ -289,13 +288,7 @@ impl JetStreamSink {
     /// publishes each message and returns once it is stored.
     pub fn receiver<C: Category>(
         &self,
-    ) -> impl Fn(
-        Message<C>,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send>>
-           + Send
-           + Sync
-           + Clone
-           + 'static {
+    ) -> impl Fn(Message<C>) -> HandlerFuture + Send + Sync + Clone + 'static {
         let sink = self.clone();
         move |message: Message<C>| {
             let sink = sink.clone();

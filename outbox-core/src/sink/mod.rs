@@ -8,7 +8,7 @@
 //! What the broker adds is fan-out and replay: any number of consumers, each
 //! at its own pace, from any position.
 //!
-//! - [`jetstream`] (feature `nats`): NATS JetStream, with the message id as
+//! - `jetstream` (feature `nats`): NATS JetStream, with the message id as
 //!   `Nats-Msg-Id`, so that JetStream's duplicate window drops redeliveries.
 
 #[cfg(feature = "nats")]
