@@ -437,6 +437,11 @@ async fn dead_letters_are_listed_replayed_and_discarded(backend: DbBackend) {
             .map(|d| {
                 assert_eq!(d["payload"], json!({ "v": organization }));
                 assert!(!d["error"].as_str().unwrap().is_empty());
+                // The message id it was written with (a v7 UUID), what its
+                // receiver records.
+                let message_id: outbox_core::uuid::Uuid =
+                    d["message_id"].as_str().unwrap().parse().unwrap();
+                assert_eq!(message_id.get_version_num(), 7);
                 d["id"].as_i64().unwrap()
             })
             .unwrap()

@@ -152,7 +152,10 @@ async fn a_row_without_an_id_gets_the_same_derived_id_each_time(backend: DbBacke
     let shard = update(5).region_shard();
     for _ in 0..rows.len() {
         assert!(drainer.drain_shard(&shard, None).await.is_err());
-        drainer.retry_now(&[shard.clone()]).await.unwrap();
+        drainer
+            .retry_now(std::slice::from_ref(&shard))
+            .await
+            .unwrap();
     }
     drainer.drain_shard(&shard, None).await.unwrap();
     assert_eq!(
