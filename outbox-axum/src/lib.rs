@@ -81,6 +81,11 @@
 //! webhook category that never coalesces, its own migrator, tests), and the
 //! workspace README's "Your first hour" walks through it.
 //!
+//! To publish categories to NATS JetStream for other services, register
+//! `outbox_core::sink::jetstream::JetStreamSink` as their receiver (feature
+//! `nats` of this crate or of `outbox-core`); the worker then deletes each
+//! message's rows only once JetStream has stored it.
+//!
 //! Outside HTTP (a job), use the same context API:
 //! [`OutboxContext::scope`](outbox_core::OutboxContext::scope) around the
 //! transaction, then [`OutboxContext::flush`](outbox_core::OutboxContext::flush)

@@ -18,6 +18,9 @@
 //! - Each row keeps the W3C `traceparent` of the span that wrote it, and its
 //!   delivery span (`outbox.deliver`) continues that trace, with
 //!   OpenTelemetry's messaging attributes ([`trace`]).
+//! - [`sink`]s are receivers that forward messages to a broker for other
+//!   services to consume: `sink::jetstream` (feature `nats`) publishes to
+//!   NATS JetStream, one subject per shard, de-duplicated by message id.
 //!
 //! Databases live in `outbox-seaorm`; this crate ships `MemoryStore` (feature
 //! `test-utils`) for fast tests.

@@ -56,6 +56,11 @@ pub const DEAD_LETTERED: &str = "outbox.dead_lettered";
 /// Counter: claims of cancelled rounds ended before their lease ran out
 /// (tags: kind). See `Drainer::release_abandoned`.
 pub const ABANDONED_CLAIMS_RELEASED: &str = "outbox.abandoned_claims_released";
+/// Counter: messages a sink published that the broker reported as
+/// duplicates of one it had stored (a redelivery after a crash or a lost
+/// acknowledgement, dropped by the broker; tags: sink = `jetstream`,
+/// category, kind). See [`crate::sink`].
+pub const SINK_DUPLICATES: &str = "outbox.sink.duplicates";
 /// Counter: redeliveries an inbox recognised and skipped: the message had
 /// been applied, then its delivery did not reach the outbox delete (tags:
 /// consumer). See `outbox_seaorm::inbox`.

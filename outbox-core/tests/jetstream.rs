@@ -1,185 +1,493 @@
-//! The JetStream sink against a real `nats-server` (started by the test):
-//! subjects and headers, the acknowledgement awaited before the rows go,
-//! duplicates dropped by message id, and subjects that cannot be built.
+//! The JetStream sink against a real `nats-server` (Debian's, started by
+//! `outbox_core::testing::nats::NatsServer`), drained from `MemoryStore`:
+//! subjects and headers, order, acknowledgements awaited before the rows
+//! go, duplicates dropped by the stream, and the typed errors.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::time::Duration;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use async_nats::jetstream;
-use outbox_core::conformance::{OutboxCategory, OutboxScope};
-use outbox_core::sink::jetstream::{JetStreamSink, CATEGORY_HEADER, OBJECT_HEADER, ROW_ID_HEADER};
+use outbox_core::sink::jetstream::{
+    async_nats, InvalidSubject, JetStreamError, JetStreamSink, SubjectPart, CATEGORY_HEADER,
+    COALESCED_HEADER, DATE_ADDED_HEADER, MESSAGE_ID_HEADER, OBJECT_HEADER, ROW_ID_HEADER,
+    SHARD_HEADER, TRACEPARENT_HEADER,
+};
 use outbox_core::testing::nats::{read_stream, NatsServer};
-use outbox_core::{Drainer, MemoryStore, Message, OutboxKind, Receivers, ShardKey, StoreAdmin};
+use outbox_core::{
+    quarantined_until, BackoffPolicy, DeliveryError, DrainConfig, DrainReport, Drainer,
+    HandlerError, MemoryStore, Message, OutboxKind, Receivers, ShardKey,
+};
 use serde_json::json;
 
-async fn stream(server: &NatsServer) -> jetstream::Context {
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let context = jetstream::ContextBuilder::new()
-        .ack_timeout(Duration::from_secs(2))
-        .build(client);
-    context
-        .get_or_create_stream(jetstream::stream::Config {
-            name: "OUTBOX".into(),
-            subjects: vec!["outbox.>".into()],
-            storage: jetstream::stream::StorageType::File,
-            duplicate_window: Duration::from_secs(600),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    context
-}
-
-fn receivers(sink: &JetStreamSink) -> Receivers<OutboxCategory> {
-    Receivers::new()
-        .on(OutboxCategory::OrganizationUpdate, sink.receiver())
-        .on(OutboxCategory::OrganizationMemberUpdate, sink.receiver())
-        .on(OutboxCategory::OrganizationWebhook, sink.receiver())
-        .on(OutboxCategory::AuditLogEvent, sink.receiver())
-}
-
-fn header(message: &jetstream::message::StreamMessage, name: &str) -> String {
-    message.headers.get(name).unwrap().to_string()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn messages_reach_their_shards_subject_with_their_id_once() {
-    let server = NatsServer::start().await.unwrap();
-    let context = stream(&server).await;
-    let sink = JetStreamSink::new(context.clone(), "outbox").unwrap();
-    let store = MemoryStore::new();
-    let region = ShardKey::region(OutboxScope::OrganizationScope, 7);
-    let control = ShardKey::control("us", OutboxScope::OrganizationScope, 8);
-    store.write(
-        &region,
-        OutboxCategory::OrganizationUpdate,
-        70,
-        Some(json!({ "name": "A" })),
-    );
-    store.write(&region, OutboxCategory::OrganizationUpdate, 71, None);
-    store.write(&control, OutboxCategory::OrganizationUpdate, 80, None);
-    let rows = store.rows(OutboxKind::Region);
-    let drainer = Drainer::new(store.clone(), receivers(&sink));
-    drainer.drain_due(OutboxKind::Region).await.unwrap();
-    drainer.drain_due(OutboxKind::Control).await.unwrap();
-    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
-
-    let messages = read_stream(&context, "OUTBOX").await.unwrap();
-    let seen: Vec<(String, String, String, String)> = messages
-        .iter()
-        .map(|m| {
-            (
-                m.subject.to_string(),
-                header(m, "Nats-Msg-Id"),
-                header(m, OBJECT_HEADER),
-                String::from_utf8(m.payload.to_vec()).unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(seen[0].0, "outbox.region.OrganizationScope.7");
-    assert_eq!(seen[0].1, rows[0].message_id.to_string());
-    assert_eq!(
-        (seen[0].2.as_str(), seen[0].3.as_str()),
-        ("70", r#"{"name":"A"}"#)
-    );
-    assert_eq!(seen[1].1, rows[1].message_id.to_string());
-    assert_eq!((seen[1].2.as_str(), seen[1].3.as_str()), ("71", ""));
-    assert_eq!(seen[2].0, "outbox.control.us.OrganizationScope.8");
-    assert_eq!(header(&messages[0], CATEGORY_HEADER), "OrganizationUpdate");
-    assert_eq!(header(&messages[0], ROW_ID_HEADER), rows[0].id.to_string());
-
-    // Published again (a redelivery after a crash before the delete):
-    // acknowledged as a duplicate, not stored twice.
-    let again = store.write(&region, OutboxCategory::OrganizationUpdate, 72, None);
-    let message_id = store.rows(OutboxKind::Region)[0].message_id;
-    let first: std::sync::Arc<std::sync::Mutex<Option<Message<OutboxCategory>>>> =
-        Default::default();
-    let keep = first.clone();
-    let capture = Receivers::new().on(
-        OutboxCategory::OrganizationUpdate,
-        move |message: Message<OutboxCategory>| {
-            *keep.lock().unwrap() = Some(message);
-            async { Ok::<_, outbox_core::HandlerError>(()) }
-        },
-    );
-    Drainer::new(store.clone(), capture)
-        .drain_shard(&region, Some(again))
-        .await
-        .unwrap();
-    let message = first.lock().unwrap().take().unwrap();
-    assert_eq!(message.message_id, message_id);
-    assert!(!sink.publish(&message).await.unwrap().duplicate);
-    assert!(sink.publish(&message).await.unwrap().duplicate);
-    assert_eq!(read_stream(&context, "OUTBOX").await.unwrap().len(), 4);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nothing_is_deleted_until_jetstream_stores_it() {
-    let mut server = NatsServer::start().await.unwrap();
-    let context = stream(&server).await;
-    let sink = JetStreamSink::new(context.clone(), "outbox").unwrap();
-    let store = MemoryStore::new();
-    let shard = ShardKey::region(OutboxScope::OrganizationScope, 1);
-    store.write(
-        &shard,
-        OutboxCategory::OrganizationWebhook,
-        1,
-        Some(json!(1)),
-    );
-    let drainer = Drainer::new(store.clone(), receivers(&sink));
-
-    server.kill().await.unwrap();
-    let error = drainer.drain_shard(&shard, None).await.unwrap_err();
-    assert!(
-        error.to_string().contains("not stored by JetStream"),
-        "{error}"
-    );
-    assert_eq!(
-        store.pending_count(OutboxKind::Region).await.unwrap(),
-        1,
-        "kept"
-    );
-
-    server.restart().await.unwrap();
-    drainer
-        .retry_now(std::slice::from_ref(&shard))
-        .await
-        .unwrap();
-    // The client reconnects on its own; until then the shard backs off.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while store.pending_count(OutboxKind::Region).await.unwrap() > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never delivered after the restart"
-        );
-        if drainer.drain_shard(&shard, None).await.is_err() {
-            drainer
-                .retry_now(std::slice::from_ref(&shard))
-                .await
-                .unwrap();
-        }
+outbox_core::registry! {
+    ShopScope = 0 (shard_field = "shop_id") {
+        PriceChanged = 1 (no_coalesce),
+        ProductUpdate = 2,
     }
-    let messages = read_stream(&context, "OUTBOX").await.unwrap();
-    assert_eq!(messages.len(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_region_that_is_not_a_subject_token_quarantines_its_shard() {
-    let server = NatsServer::start().await.unwrap();
-    let context = stream(&server).await;
-    assert!(JetStreamSink::new(context.clone(), "out.box").is_err());
-    let sink = JetStreamSink::new(context.clone(), "outbox").unwrap();
+const STREAM: &str = "OUTBOX";
+/// The longest wait for one message when reading the stream back.
+const READ_WAIT: Duration = Duration::from_secs(10);
+
+fn shop(id: i64) -> ShardKey {
+    ShardKey::region(OutboxScope::ShopScope, id)
+}
+
+/// Every span of this test binary goes to the returned exporter, under a
+/// global subscriber installed by the first call: a thread's own subscriber
+/// would race with the other tests for `tracing`'s per-callsite cache.
+/// Every test calls it (through [`jetstream`]), so every test publishes the
+/// same way.
+fn exported_spans() -> opentelemetry_sdk::trace::InMemorySpanExporter {
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    static EXPORTER: std::sync::OnceLock<InMemorySpanExporter> = std::sync::OnceLock::new();
+    EXPORTER
+        .get_or_init(|| {
+            let exporter = InMemorySpanExporter::default();
+            let provider = SdkTracerProvider::builder()
+                .with_simple_exporter(exporter.clone())
+                .build();
+            let subscriber = tracing_subscriber::registry()
+                .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("outbox-test")));
+            tracing::subscriber::set_global_default(subscriber).unwrap();
+            exporter
+        })
+        .clone()
+}
+
+/// A JetStream context on `server` whose acknowledgements time out after
+/// 500 ms (5 s by default), so that a stopped server fails a delivery fast;
+/// with the tests' subscriber installed.
+async fn jetstream(server: &NatsServer) -> async_nats::jetstream::Context {
+    exported_spans();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    async_nats::jetstream::ContextBuilder::new()
+        .timeout(Duration::from_millis(500))
+        .build(client)
+}
+
+/// The sink, with its stream created.
+async fn sink_with_stream(server: &NatsServer) -> JetStreamSink {
+    let jetstream = jetstream(server).await;
+    let sink = JetStreamSink::new(jetstream.clone());
+    jetstream
+        .create_stream(sink.stream_config(STREAM))
+        .await
+        .unwrap();
+    sink
+}
+
+fn drainer(store: &MemoryStore, receivers: Receivers<OutboxCategory>) -> Drainer<OutboxCategory> {
+    Drainer::new(store.clone(), receivers).with_config(
+        // Retries within tens of milliseconds: the tests wait on conditions,
+        // not on a backoff of seconds.
+        DrainConfig::default().backoff(BackoffPolicy::new(
+            Duration::from_millis(10),
+            Duration::from_millis(50),
+        )),
+    )
+}
+
+fn both(sink: &JetStreamSink) -> Receivers<OutboxCategory> {
+    Receivers::new()
+        .on(OutboxCategory::PriceChanged, sink.receiver())
+        .on(OutboxCategory::ProductUpdate, sink.receiver())
+}
+
+fn header<'a>(message: &'a async_nats::Message, name: &str) -> Option<&'a str> {
+    message
+        .headers
+        .as_ref()
+        .and_then(|headers| headers.get(name))
+        .map(|value| value.as_str())
+}
+
+/// Drains round after round until the outbox is empty or `deadline` passes;
+/// the last round's report.
+async fn drain_until_empty(
+    drainer: &Drainer<OutboxCategory>,
+    store: &MemoryStore,
+    deadline: Duration,
+) -> DrainReport {
+    let started = Instant::now();
+    loop {
+        let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+        if store.rows(OutboxKind::Region).is_empty() || started.elapsed() > deadline {
+            return report;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await; // poll interval
+    }
+}
+
+#[tokio::test]
+async fn each_message_goes_to_its_shards_subject_with_its_id_and_headers() {
+    let server = NatsServer::start().unwrap();
+    let sink = sink_with_stream(&server).await;
     let store = MemoryStore::new();
-    let shard = ShardKey::control("us.east", OutboxScope::OrganizationScope, 1);
-    store.write(&shard, OutboxCategory::OrganizationUpdate, 1, None);
-    let drainer = Drainer::new(store.clone(), receivers(&sink));
-    let error = drainer.drain_shard(&shard, None).await.unwrap_err();
+    let with_payload = store.write(
+        &shop(42),
+        OutboxCategory::PriceChanged,
+        7,
+        Some(json!({ "cents": 990 })),
+    );
+    let without_payload = store.write(&shop(-3), OutboxCategory::ProductUpdate, 8, None);
+    let written = store.rows(OutboxKind::Region);
+
+    drainer(&store, both(&sink))
+        .drain_due(OutboxKind::Region)
+        .await
+        .unwrap();
+    assert!(store.rows(OutboxKind::Region).is_empty());
+
+    let messages = read_stream(sink.context(), STREAM, READ_WAIT)
+        .await
+        .unwrap();
+    assert_eq!(messages.len(), 2);
+    let first = messages
+        .iter()
+        .find(|m| header(m, ROW_ID_HEADER) == Some(&with_payload.to_string()))
+        .unwrap();
+    assert_eq!(first.subject.as_str(), "outbox.PriceChanged.region.42");
+    assert_eq!(
+        header(first, MESSAGE_ID_HEADER),
+        Some(written[0].message_id.to_string().as_str())
+    );
+    assert_eq!(header(first, CATEGORY_HEADER), Some("PriceChanged"));
+    assert_eq!(header(first, OBJECT_HEADER), Some("7"));
+    assert_eq!(header(first, SHARD_HEADER), Some("region:0/42"));
+    assert_eq!(header(first, COALESCED_HEADER), Some("1"));
+    let added =
+        chrono::DateTime::parse_from_rfc3339(header(first, DATE_ADDED_HEADER).unwrap()).unwrap();
+    assert_eq!(
+        added.timestamp_micros(),
+        written[0].date_added.timestamp_micros()
+    );
+    // The context of the publish span (see the trace test below).
+    let traceparent = header(first, TRACEPARENT_HEADER).unwrap();
     assert!(
-        error.to_string().contains("cannot be a NATS subject token"),
+        traceparent.parse::<outbox_core::TraceParent>().is_ok(),
+        "{traceparent}"
+    );
+    assert_eq!(first.payload.as_ref(), br#"{"cents":990}"#);
+
+    let second = messages
+        .iter()
+        .find(|m| header(m, ROW_ID_HEADER) == Some(&without_payload.to_string()))
+        .unwrap();
+    assert_eq!(second.subject.as_str(), "outbox.ProductUpdate.region.-3");
+    assert!(second.payload.is_empty(), "no payload: an empty body");
+}
+
+#[tokio::test]
+async fn control_outbox_subjects_carry_the_region_and_a_prefix_may_have_several_tokens() {
+    let server = NatsServer::start().unwrap();
+    let jetstream = jetstream(&server).await;
+    let sink = JetStreamSink::new(jetstream.clone())
+        .with_prefix("acme.outbox")
+        .unwrap();
+    assert_eq!(sink.wildcard(), "acme.outbox.>");
+    jetstream
+        .create_stream(sink.stream_config(STREAM))
+        .await
+        .unwrap();
+    let store = MemoryStore::new();
+    let shard = ShardKey::control("us", OutboxScope::ShopScope, 9);
+    store.write(&shard, OutboxCategory::PriceChanged, 1, Some(json!(1)));
+    drainer(&store, both(&sink))
+        .drain_due(OutboxKind::Control)
+        .await
+        .unwrap();
+    let messages = read_stream(&jetstream, STREAM, READ_WAIT).await.unwrap();
+    assert_eq!(messages.len(), 1);
+    assert_eq!(
+        messages[0].subject.as_str(),
+        "acme.outbox.PriceChanged.control.us.9"
+    );
+    assert_eq!(header(&messages[0], SHARD_HEADER), Some("control[us]:0/9"));
+
+    for bad in ["", "acme..outbox", "acme.*", "out>box", "acme outbox"] {
+        let error = JetStreamSink::new(jetstream.clone())
+            .with_prefix(bad)
+            .unwrap_err();
+        assert_eq!(error.part, SubjectPart::Prefix, "{bad:?}");
+    }
+}
+
+#[tokio::test]
+async fn each_shard_arrives_in_order_and_whole() {
+    let server = NatsServer::start().unwrap();
+    let sink = sink_with_stream(&server).await;
+    let store = MemoryStore::new();
+    let mut written = Vec::new();
+    for n in 0..300i64 {
+        let shard = n % 7;
+        let sequence = n / 7;
+        written.push(store.write(
+            &shop(shard),
+            OutboxCategory::PriceChanged,
+            n,
+            Some(json!({ "shard": shard, "sequence": sequence })),
+        ));
+    }
+    let report = drain_until_empty(
+        &drainer(&store, both(&sink)),
+        &store,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+
+    let messages = read_stream(sink.context(), STREAM, READ_WAIT)
+        .await
+        .unwrap();
+    let mut next = [0i64; 7];
+    for message in &messages {
+        let body: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
+        let shard = body["shard"].as_i64().unwrap();
+        let sequence = body["sequence"].as_i64().unwrap();
+        assert_eq!(
+            message.subject.as_str(),
+            format!("outbox.PriceChanged.region.{shard}")
+        );
+        assert_eq!(sequence, next[shard as usize], "shard {shard} out of order");
+        next[shard as usize] += 1;
+    }
+    assert_eq!(messages.len(), written.len());
+}
+
+#[tokio::test]
+async fn rows_stay_until_jetstream_acknowledges_and_nothing_is_lost_across_a_restart() {
+    let mut server = NatsServer::start().unwrap();
+    let sink = sink_with_stream(&server).await;
+    let store = MemoryStore::new();
+    for n in 0..20i64 {
+        store.write(
+            &shop(n % 4),
+            OutboxCategory::PriceChanged,
+            n,
+            Some(json!({ "n": n })),
+        );
+    }
+    let written: Vec<_> = store
+        .rows(OutboxKind::Region)
+        .into_iter()
+        .map(|row| row.message_id.to_string())
+        .collect();
+    let drainer = drainer(&store, both(&sink));
+
+    server.kill();
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(
+        report.deliveries, 0,
+        "nothing counts as delivered unacknowledged"
+    );
+    assert_eq!(
+        report.failures.len(),
+        4,
+        "every shard failed its first message"
+    );
+    for failure in &report.failures {
+        let DeliveryError::Handler(error) = &failure.error else {
+            panic!("{:?}", failure.error);
+        };
+        let error = error.downcast_ref::<JetStreamError>().unwrap();
+        assert!(
+            matches!(
+                error,
+                JetStreamError::Timeout { .. } | JetStreamError::Publish { .. }
+            ),
+            "{error}"
+        );
+        assert!(!error.is_permanent());
+        assert!(!outbox_core::is_permanent(error));
+    }
+    assert_eq!(store.rows(OutboxKind::Region).len(), 20, "every row stays");
+
+    server.start_again().unwrap();
+    let report = drain_until_empty(&drainer, &store, Duration::from_secs(30)).await;
+    assert!(
+        store.rows(OutboxKind::Region).is_empty(),
+        "still pending after the restart: {:?}",
+        report.failures
+    );
+    let messages = read_stream(sink.context(), STREAM, READ_WAIT)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = messages
+        .iter()
+        .map(|m| header(m, MESSAGE_ID_HEADER).unwrap())
+        .collect();
+    let unique: HashSet<&str> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), ids.len(), "no message twice");
+    let expected: HashSet<&str> = written.iter().map(String::as_str).collect();
+    assert_eq!(unique, expected, "every message, once");
+}
+
+#[tokio::test]
+async fn a_message_published_again_is_dropped_by_the_duplicate_window() {
+    let server = NatsServer::start().unwrap();
+    let sink = sink_with_stream(&server).await;
+    let store = MemoryStore::new();
+    store.write(&shop(1), OutboxCategory::PriceChanged, 1, Some(json!(1)));
+    store.write(&shop(1), OutboxCategory::PriceChanged, 2, Some(json!(2)));
+
+    // Publishes, then fails the first delivery: what a crash between the
+    // acknowledgement and the outbox delete looks like to the stream.
+    let acks = Arc::new(Mutex::new(Vec::new()));
+    let receivers = Receivers::new()
+        .on(OutboxCategory::PriceChanged, {
+            let (sink, acks) = (sink.clone(), acks.clone());
+            move |message: Message<OutboxCategory>| {
+                let (sink, acks) = (sink.clone(), acks.clone());
+                async move {
+                    let ack = sink.publish(&message).await?;
+                    let mut acks = acks.lock().unwrap();
+                    acks.push((message.object_identifier, ack.sequence, ack.duplicate));
+                    if acks.len() == 1 {
+                        return Err(HandlerError::from("crashed before the delete"));
+                    }
+                    Ok(())
+                }
+            }
+        })
+        .discard(OutboxCategory::ProductUpdate);
+    let drainer = drainer(&store, receivers);
+    drain_until_empty(&drainer, &store, Duration::from_secs(10)).await;
+    assert!(store.rows(OutboxKind::Region).is_empty());
+
+    assert_eq!(
+        *acks.lock().unwrap(),
+        vec![(1, 1, false), (1, 1, true), (2, 2, false)],
+        "the second publish of object 1 is acknowledged as the first one's duplicate"
+    );
+    let messages = read_stream(sink.context(), STREAM, READ_WAIT)
+        .await
+        .unwrap();
+    let objects: Vec<&str> = messages
+        .iter()
+        .map(|m| header(m, OBJECT_HEADER).unwrap())
+        .collect();
+    assert_eq!(objects, ["1", "2"], "stored once each, in order");
+}
+
+#[tokio::test]
+async fn a_region_that_is_no_subject_token_quarantines_with_a_typed_error() {
+    let server = NatsServer::start().unwrap();
+    let sink = sink_with_stream(&server).await;
+    let store = MemoryStore::new();
+    let shard = ShardKey::control("eu.west", OutboxScope::ShopScope, 5);
+    store.write(&shard, OutboxCategory::PriceChanged, 1, None);
+    let report = drainer(&store, both(&sink))
+        .drain_due(OutboxKind::Control)
+        .await
+        .unwrap();
+    assert_eq!(report.failures.len(), 1);
+    let failure = &report.failures[0];
+    let DeliveryError::Handler(error) = &failure.error else {
+        panic!("{:?}", failure.error);
+    };
+    assert!(outbox_core::is_permanent(error.as_ref()), "{error}");
+    assert_eq!(
+        failure.retry_at,
+        quarantined_until(),
+        "quarantined, not retried"
+    );
+    let source = std::error::Error::source(error.as_ref()).unwrap();
+    let Some(JetStreamError::InvalidSubject(InvalidSubject { part, value, .. })) =
+        source.downcast_ref::<JetStreamError>()
+    else {
+        panic!("{source:?}");
+    };
+    assert_eq!((*part, value.as_str()), (SubjectPart::Region, "eu.west"));
+    assert!(error.to_string().contains("rename the region"), "{error}");
+    assert_eq!(store.rows(OutboxKind::Control).len(), 1, "the row stays");
+}
+
+#[tokio::test]
+async fn no_stream_for_the_subject_is_a_transient_error_naming_it() {
+    let server = NatsServer::start().unwrap();
+    let jetstream = jetstream(&server).await;
+    let sink = JetStreamSink::new(jetstream.clone());
+    let store = MemoryStore::new();
+    store.write(&shop(3), OutboxCategory::PriceChanged, 1, None);
+    let drainer = drainer(&store, both(&sink));
+
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    let DeliveryError::Handler(error) = &report.failures[0].error else {
+        panic!("{:?}", report.failures);
+    };
+    let error = error.downcast_ref::<JetStreamError>().unwrap();
+    assert!(matches!(error, JetStreamError::NoStream { .. }), "{error}");
+    assert!(!error.is_permanent());
+    assert!(
+        error.to_string().contains("outbox.PriceChanged.region.3"),
         "{error}"
     );
-    let failing = store.failing_shards(OutboxKind::Control, 10).await.unwrap();
-    assert!(failing[0].state.is_quarantined(), "{failing:?}");
-    assert!(read_stream(&context, "OUTBOX").await.unwrap().is_empty());
+
+    // The stream appears (a deploy that created it late): the retry succeeds.
+    jetstream
+        .create_stream(sink.stream_config(STREAM))
+        .await
+        .unwrap();
+    drain_until_empty(&drainer, &store, Duration::from_secs(10)).await;
+    assert!(store.rows(OutboxKind::Region).is_empty());
+    assert_eq!(
+        read_stream(&jetstream, STREAM, READ_WAIT)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn the_traceparent_header_continues_the_writers_trace() {
+    use outbox_core::TraceParent;
+
+    let exporter = exported_spans();
+    let server = NatsServer::start().unwrap();
+    let sink = sink_with_stream(&server).await;
+    let store = MemoryStore::new();
+    let written = tracing::info_span!("request").in_scope(|| {
+        store.write(&shop(1), OutboxCategory::PriceChanged, 1, None);
+        TraceParent::current().unwrap()
+    });
+    drainer(&store, both(&sink))
+        .drain_due(OutboxKind::Region)
+        .await
+        .unwrap();
+    let messages = read_stream(sink.context(), STREAM, READ_WAIT)
+        .await
+        .unwrap();
+    let sent: TraceParent = header(&messages[0], TRACEPARENT_HEADER)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(sent.trace_id(), written.trace_id(), "the writer's trace");
+
+    let spans = exporter.get_finished_spans().unwrap();
+    let ours = |name: &str| {
+        spans
+            .iter()
+            .find(|span| span.name == name && span.span_context.trace_id() == written.trace_id())
+            .unwrap_or_else(|| panic!("no span {name} in the writer's trace"))
+            .clone()
+    };
+    let (publish, deliver) = (ours("outbox.jetstream.publish"), ours("outbox.deliver"));
+    assert_eq!(
+        sent.span_id(),
+        publish.span_context.span_id(),
+        "the publish span's context"
+    );
+    assert_eq!(
+        publish.parent_span_id,
+        deliver.span_context.span_id(),
+        "the publish runs in the delivery span"
+    );
 }

@@ -1,317 +1,749 @@
-//! Delivers messages to NATS JetStream.
+//! Delivers outbox messages to NATS JetStream (feature `nats`).
 //!
-//! ```no_run
-//! # outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1, OrgWebhook = 2 (no_coalesce) } }
-//! use outbox_core::sink::jetstream::JetStreamSink;
-//! use outbox_core::Receivers;
+//! [`JetStreamSink`] is a receiver: register it for the categories to
+//! publish, and the drain publishes each of their messages to a JetStream
+//! subject, awaits JetStream's acknowledgement (the message is stored), and
+//! only then deletes the outbox rows.
 //!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let client = async_nats::connect("127.0.0.1:4222").await?;
-//! let jetstream = async_nats::jetstream::new(client);
-//! // A stream over the sink's subjects (or create it with your tooling).
-//! jetstream
-//!     .get_or_create_stream(async_nats::jetstream::stream::Config {
-//!         name: "OUTBOX".into(),
-//!         subjects: vec!["outbox.>".into()],
-//!         duplicate_window: std::time::Duration::from_secs(600),
-//!         ..Default::default()
-//!     })
+//! ```
+//! outbox_core::registry! {
+//!     ShopScope = 0 (shard_field = "shop_id") {
+//!         PriceChanged = 1 (no_coalesce),
+//!     }
+//! }
+//! use outbox_core::sink::jetstream::{async_nats, JetStreamSink, MESSAGE_ID_HEADER};
+//! use outbox_core::{Drainer, MemoryStore, OutboxKind, Receivers, ShardKey};
+//! use futures::StreamExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let server = outbox_core::testing::nats::NatsServer::start()?;
+//! # let url = server.url();
+//! let jetstream = async_nats::jetstream::new(async_nats::connect(url).await?);
+//! let sink = JetStreamSink::new(jetstream.clone()); // subjects `outbox.…`
+//! // A stream over every subject of the sink: file storage, a 10-minute
+//! // duplicate window (or create one with your own tooling).
+//! jetstream.get_or_create_stream(sink.stream_config("OUTBOX")).await?;
+//!
+//! let receivers = Receivers::new().on(OutboxCategory::PriceChanged, sink.receiver());
+//! receivers.ensure_complete()?;
+//!
+//! // (An in-memory outbox here; `OutboxWorker` drains the database.)
+//! let store = MemoryStore::new();
+//! let shop = ShardKey::region(OutboxScope::ShopScope, 42);
+//! store.write(&shop, OutboxCategory::PriceChanged, 7, Some(serde_json::json!({ "cents": 990 })));
+//! Drainer::new(store.clone(), receivers).drain_due(OutboxKind::Region).await?;
+//! assert!(store.rows(OutboxKind::Region).is_empty()); // stored, then deleted
+//!
+//! // What a consumer reads: one subject per shard, the message id as `Nats-Msg-Id`.
+//! let stream = jetstream.get_stream("OUTBOX").await?;
+//! let mut messages = stream
+//!     .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
+//!     .await?
+//!     .messages()
 //!     .await?;
-//! let sink = JetStreamSink::new(jetstream, "outbox")?;
-//! let receivers = Receivers::new()
-//!     .on(OutboxCategory::OrgUpdate, sink.receiver())
-//!     .on(OutboxCategory::OrgWebhook, sink.receiver());
-//! # let _ = receivers;
+//! let message = messages.next().await.ok_or("no message")??;
+//! assert_eq!(message.subject.as_str(), "outbox.PriceChanged.region.42");
+//! assert_eq!(message.payload.as_ref(), br#"{"cents":990}"#);
+//! assert!(message.headers.as_ref().and_then(|h| h.get(MESSAGE_ID_HEADER)).is_some());
 //! # Ok(()) }
 //! ```
 //!
 //! # Subjects and order
 //!
-//! One subject per shard: `{prefix}.region.{scope}.{shard}` for the region
-//! outbox, `{prefix}.control.{region}.{scope}.{shard}` for the control
-//! outbox (e.g. `outbox.region.OrgScope.42`). Each message is published
-//! only after the previous one of its shard was stored: the drain delivers a
-//! shard one message at a time, and the sink returns only once JetStream has
-//! acknowledged the publish. So a shard's messages are in the stream in
-//! shard order, and a consumer that filters on a shard's subject (or on
-//! `{prefix}.region.OrgScope.*`, one ordered consumer per shard group) reads
-//! them in that order, while shards go on in parallel. Pipelining publishes
-//! (sending the next before the previous is acknowledged) would be faster,
-//! but a failed publish in the middle would put its successors first.
+//! **One subject per shard**: `{prefix}.{category}.region.{shard}` for the
+//! region outbox and `{prefix}.{category}.control.{region}.{shard}` for the
+//! control outbox, where `{category}` is the category's name and `{shard}`
+//! the shard identifier (the scope is the category's): e.g.
+//! `outbox.PriceChanged.region.42`. The prefix (default [`DEFAULT_PREFIX`])
+//! may have several tokens (`acme.outbox`).
 //!
-//! # No loss, no duplicates
+//! What keeps a shard's order is the drain, not the subject: it delivers a
+//! shard one message at a time and waits for the receiver, and the sink
+//! returns only once JetStream has acknowledged the publish. So a message is
+//! published only after every earlier message of its shard is stored, and a
+//! shard's messages are in the stream in shard order, whatever subjects they
+//! go to. Publishing a shard's messages without waiting for each
+//! acknowledgement (pipelined "ordered publish") would be faster, but when
+//! one publish in the middle fails, the ones after it are already stored,
+//! ahead of it: order would hold only while nothing fails.
 //!
-//! The outbox rows are deleted only after the acknowledgement: a publish
-//! that fails or times out (JetStream down, no stream for the subject yet)
-//! is a transient error, and the shard backs off and tries again, forever;
-//! a message larger than the server's `max_payload` is a permanent one
-//! (quarantine, or the dead letters where its scope allows). A process that
-//! dies between the acknowledgement and the delete publishes the message
-//! again: it carries the message id (`Nats-Msg-Id`,
-//! [`Message::message_id`](crate::Message::message_id)), and JetStream drops
-//! it when it comes within the stream's **duplicate window** (2 minutes by
-//! default). Make the window longer than the longest time between a publish
-//! and its redelivery: the claim lease (3 s) plus the backoff of a failing
-//! shard, which a failing publish does not lengthen (the message that failed
-//! was never stored). A message redelivered after the window (its shard
-//! quarantined for longer, say) reaches the stream twice; consumers that
-//! must not see it twice record `Nats-Msg-Id` in an inbox
-//! (`outbox_seaorm::inbox`).
+//! The subject per shard is for the consumers. A consumer that filters on
+//! one shard (`outbox.PriceChanged.region.42`), or on a set of them with
+//! wildcards or a server-side subject mapping that partitions on the shard
+//! token, gets those shards in order while other consumers take the other
+//! shards in parallel; with one subject per category, every consumer that
+//! keeps order would have to read the whole category. JetStream's
+//! per-subject limits (`max_messages_per_subject`) and the last message per
+//! subject also apply per shard. The cost is one subject per shard in the
+//! stream's subject index, which grows with the number of distinct shards
+//! the stream holds messages of.
 //!
-//! # Headers
+//! A region name that cannot be a subject token (empty, or with `.`, `*`,
+//! `>`, whitespace or control characters) fails the message with
+//! [`InvalidSubject`], a permanent error (see below).
+//!
+//! # Acknowledgements, errors and duplicates
+//!
+//! The sink awaits the publish acknowledgement (the `PubAck`) inside the
+//! receiver, so the drain deletes the rows only after JetStream stored the
+//! message. An acknowledgement that says `duplicate` (the stream had
+//! already stored that `Nats-Msg-Id`) is a success: the message is there.
+//! It is counted in [`SINK_DUPLICATES`](crate::metrics::SINK_DUPLICATES).
+//!
+//! | failure | error | what the drain does |
+//! |---|---|---|
+//! | no stream stores the subject (NATS answers "no responders"), JetStream off | [`JetStreamError::NoStream`] | transient: backoff, retry |
+//! | no acknowledgement within the context's timeout (5 s by default) | [`JetStreamError::Timeout`] | transient |
+//! | connection lost, stream full, any other JetStream error | [`JetStreamError::Publish`] | transient |
+//! | message larger than the server's `max_payload` or the stream's `max_message_size` | [`JetStreamError::TooLarge`] | permanent |
+//! | a region name that cannot be a subject token | [`JetStreamError::InvalidSubject`] | permanent |
+//!
+//! A missing stream is transient, not permanent: it is what a deploy that
+//! starts the workers before the stream is created looks like, and a
+//! permanent error would quarantine every shard that has a message, each to
+//! be released by hand. As a transient error it holds the shards with
+//! backoff, and the drain's outage handling probes one of them about once a
+//! second: the first publish that succeeds after the stream appears makes
+//! the others due at once. The error message says which subject had no
+//! stream. Errors that no retry can fix are permanent
+//! ([`permanent`]): the message is quarantined, or
+//! dead-lettered where its scope allows, until an operator releases it.
+//!
+//! # The duplicate window
+//!
+//! A message is published again when the process that published it dies
+//! between JetStream's acknowledgement and the outbox delete (the rows stay
+//! claimed until the claim's lease, 3 s by default, runs out, and the next
+//! worker to take the shard publishes them again), and when an
+//! acknowledgement is lost (a timeout or a dropped connection after the
+//! server stored the message: the shard backs off, 1 s doubling by default,
+//! and retries). Both copies carry the same `Nats-Msg-Id`, and JetStream
+//! drops the second when it comes within the stream's **duplicate window**
+//! of the first. So make the window longer than the longest time between a
+//! publish and its repeat: the lease, plus the time until a worker runs
+//! again after a crash (a restart, a deploy), plus the shard's backoff at
+//! the time. [`JetStreamSink::stream_config`] sets
+//! [`DEFAULT_DUPLICATE_WINDOW`], 10 minutes (JetStream's own default is 2);
+//! the server keeps the message ids of the window in memory.
+//!
+//! A message published again after the window (its shard held longer than
+//! that by an outage or a quarantine) is stored twice, with the same
+//! `Nats-Msg-Id`: consumers that must not apply a message twice record that
+//! id where they apply it, e.g. with `outbox_seaorm::inbox::Inbox` keyed by
+//! the header's UUID.
+//!
+//! # Headers and body
 //!
 //! | header | value |
 //! |---|---|
-//! | `Nats-Msg-Id` | the message id (a UUID v7) |
-//! | `Outbox-Category` | the category name |
-//! | `Outbox-Object` | the object identifier |
-//! | `Outbox-Shard` | the shard, as `region:0/42` or `control[us]:0/42` |
-//! | `Outbox-Row-Id` | the delivered row's id |
-//! | `Outbox-Coalesced` | how many rows the message stands for |
-//! | `Outbox-Date-Added` | when the oldest of them was written (RFC 3339) |
-//! | `traceparent` | the W3C trace context of the writer, if any |
+//! | `Nats-Msg-Id` ([`MESSAGE_ID_HEADER`]) | the message id, a UUID v7 (hyphenated, lowercase) |
+//! | `Outbox-Category` ([`CATEGORY_HEADER`]) | the category's name |
+//! | `Outbox-Object` ([`OBJECT_HEADER`]) | the object identifier |
+//! | `Outbox-Shard` ([`SHARD_HEADER`]) | the shard: `region:0/42`, or `control[us]:0/42` (kind, region, scope value, identifier) |
+//! | `Outbox-Row-Id` ([`ROW_ID_HEADER`]) | the delivered row's id (in its outbox table) |
+//! | `Outbox-Coalesced` ([`COALESCED_HEADER`]) | how many rows the message stands for (1 without coalescing) |
+//! | `Outbox-Date-Added` ([`DATE_ADDED_HEADER`]) | when the oldest of them was written, RFC 3339 in UTC |
+//! | `traceparent` ([`TRACEPARENT_HEADER`]) | W3C trace context, when there is one (see below) |
 //!
-//! The body is the payload's JSON, or empty for a message without payload.
+//! The body is the payload's JSON text; a message without a payload has an
+//! empty body (a payload of JSON `null` is `null`).
+//!
+//! `traceparent` is the context of the publish span (`outbox.jetstream.publish`,
+//! a child of the delivery span, which continues the trace of the span that
+//! wrote the row) when a `tracing-opentelemetry` layer is installed, so a
+//! consumer that continues it joins the writer's trace; without one, the
+//! `traceparent` the row stored, if any.
 
+use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_nats::header::HeaderMap;
-use async_nats::jetstream::context::PublishErrorKind;
-use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::publish::PublishAck;
+use async_nats::jetstream::{stream, Context};
+use chrono::SecondsFormat;
+use uuid::Uuid;
 
 use crate::message::Message;
 use crate::receiver::{permanent, HandlerError, HandlerFuture};
-use crate::registry::{Category, Scope};
-use crate::shard::OutboxKind;
+use crate::registry::Category;
+use crate::shard::{OutboxKind, ShardKey};
+use crate::trace::TraceParent;
 
-/// Header: the category name.
+/// The `async-nats` crate the sink is built on: use it to connect and to
+/// create streams, so that the versions match.
+pub use async_nats;
+
+/// The subject prefix of [`JetStreamSink::new`]: `outbox`.
+pub const DEFAULT_PREFIX: &str = "outbox";
+
+/// The duplicate window of [`JetStreamSink::stream_config`]: 10 minutes.
+/// See [the module documentation](self#the-duplicate-window).
+pub const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
+
+/// Header: the message id, by which JetStream drops duplicates
+/// (`Nats-Msg-Id`).
+pub const MESSAGE_ID_HEADER: &str = "Nats-Msg-Id";
+/// Header: the category's name.
 pub const CATEGORY_HEADER: &str = "Outbox-Category";
 /// Header: the object identifier.
 pub const OBJECT_HEADER: &str = "Outbox-Object";
-/// Header: the shard (`region:0/42`, `control[us]:0/42`: kind, region, scope value, identifier).
+/// Header: the shard, as [`ShardKey`]'s `Display` writes it (`region:0/42`,
+/// `control[us]:0/42`).
 pub const SHARD_HEADER: &str = "Outbox-Shard";
-/// Header: the id of the delivered row.
+/// Header: the id of the delivered outbox row.
 pub const ROW_ID_HEADER: &str = "Outbox-Row-Id";
-/// Header: how many rows the message stands for (coalescing).
+/// Header: how many outbox rows the message stands for.
 pub const COALESCED_HEADER: &str = "Outbox-Coalesced";
-/// Header: when the oldest row of the message was written.
+/// Header: when the oldest of those rows was written (RFC 3339, UTC).
 pub const DATE_ADDED_HEADER: &str = "Outbox-Date-Added";
-/// Header: the W3C trace context of the span that wrote the row.
+/// Header: the W3C trace context (`traceparent`).
 pub const TRACEPARENT_HEADER: &str = "traceparent";
 
-/// Publishes outbox messages to JetStream, one subject per shard (see the
-/// [module docs](self)). Cheap to clone.
-#[derive(Clone, Debug)]
+/// A receiver that publishes messages to NATS JetStream, one subject per
+/// shard, and returns once JetStream has stored them. See the [module
+/// documentation](self) for the subjects, the order, the errors and the
+/// duplicate window.
+///
+/// Clones share the connection.
+#[derive(Clone)]
 pub struct JetStreamSink {
-    context: async_nats::jetstream::Context,
+    context: Context,
     prefix: Arc<str>,
 }
 
-/// A subject the sink cannot build: a token that NATS does not allow.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("`{token}` cannot be a NATS subject token ({what}): it must be non-empty, without `.`, `*`, `>` or whitespace")]
-pub struct SubjectError {
-    /// The token.
-    pub token: String,
-    /// What it is (the prefix, a region name, a scope name).
-    pub what: &'static str,
-}
-
-/// A publish that JetStream did not acknowledge.
-#[derive(Debug, thiserror::Error)]
-pub enum SinkError {
-    /// The subject cannot be built (a region name that is not a subject
-    /// token): permanent, since retrying cannot fix it.
-    #[error(transparent)]
-    Subject(#[from] SubjectError),
-    /// The message does not fit the server's `max_payload`: permanent.
-    #[error(
-        "outbox message {message_id} to `{subject}` is larger than the server accepts: {source}"
-    )]
-    TooLarge {
-        /// The message id.
-        message_id: uuid::Uuid,
-        /// The subject.
-        subject: String,
-        /// The client's error.
-        source: async_nats::jetstream::context::PublishError,
-    },
-    /// The publish was not acknowledged: JetStream unreachable, no stream
-    /// for the subject, a timeout. Transient: the shard backs off and the
-    /// message is published again, with the same `Nats-Msg-Id`.
-    #[error("outbox message {message_id} to `{subject}` was not stored by JetStream: {source}")]
-    NotStored {
-        /// The message id.
-        message_id: uuid::Uuid,
-        /// The subject.
-        subject: String,
-        /// The client's error.
-        source: async_nats::jetstream::context::PublishError,
-    },
-}
-
-impl SinkError {
-    /// Whether retrying cannot succeed.
-    pub fn is_permanent(&self) -> bool {
-        matches!(self, SinkError::Subject(_) | SinkError::TooLarge { .. })
+impl fmt::Debug for JetStreamSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JetStreamSink")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
     }
-
-    /// As a receiver's error: [`permanent`] when [`is_permanent`](Self::is_permanent).
-    pub fn into_handler_error(self) -> HandlerError {
-        if self.is_permanent() {
-            permanent(self)
-        } else {
-            self.into()
-        }
-    }
-}
-
-/// Checks a subject token.
-fn token(text: &str, what: &'static str) -> Result<(), SubjectError> {
-    let invalid = text.is_empty()
-        || text
-            .chars()
-            .any(|c| c == '.' || c == '*' || c == '>' || c.is_whitespace() || c.is_control());
-    if invalid {
-        return Err(SubjectError {
-            token: text.to_owned(),
-            what,
-        });
-    }
-    Ok(())
 }
 
 impl JetStreamSink {
-    /// A sink publishing under `prefix` (one token, e.g. `"outbox"`) on
-    /// `context`. Its acknowledgement timeout is the context's (5 s by
-    /// default; `async_nats::jetstream::ContextBuilder::ack_timeout`); keep
-    /// it below the drain's delivery timeout.
-    ///
-    /// # Errors
-    ///
-    /// [`SubjectError`] when `prefix` is not a subject token.
-    pub fn new(
-        context: async_nats::jetstream::Context,
-        prefix: impl Into<String>,
-    ) -> Result<Self, SubjectError> {
-        let prefix = prefix.into();
-        token(&prefix, "the prefix")?;
-        Ok(Self {
+    /// A sink publishing through `context` under the subject prefix
+    /// [`DEFAULT_PREFIX`] (`outbox`). The context's timeout (5 s unless
+    /// set with `ContextBuilder::timeout`) bounds the wait for each
+    /// acknowledgement; keep it below the drain's delivery timeout (10 s).
+    pub fn new(context: Context) -> Self {
+        Self {
             context,
-            prefix: prefix.into(),
-        })
+            prefix: Arc::from(DEFAULT_PREFIX),
+        }
     }
 
-    /// The subject of `message`'s shard.
+    /// The same sink under another subject prefix: one or more tokens
+    /// separated by `.` (`acme.outbox`).
     ///
     /// # Errors
     ///
-    /// [`SubjectError`] when its region name is not a subject token.
-    pub fn subject<C: Category>(&self, message: &Message<C>) -> Result<String, SubjectError> {
-        let scope = message.scope().name();
-        token(scope, "a scope name")?;
-        let shard = message.shard_identifier();
-        Ok(match message.kind() {
-            OutboxKind::Region => format!("{}.region.{scope}.{shard}", self.prefix),
+    /// [`InvalidSubject`] when a token is empty or holds `*`, `>`,
+    /// whitespace or a control character.
+    pub fn with_prefix(self, prefix: impl Into<String>) -> Result<Self, InvalidSubject> {
+        let prefix = prefix.into();
+        for token in prefix.split('.') {
+            check_token(SubjectPart::Prefix, token).map_err(|reason| InvalidSubject {
+                part: SubjectPart::Prefix,
+                value: prefix.clone(),
+                reason,
+            })?;
+        }
+        Ok(Self {
+            context: self.context,
+            prefix: Arc::from(prefix),
+        })
+    }
+
+    /// The subject prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The JetStream context the sink publishes through.
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
+    /// The wildcard that covers every subject of the sink: `{prefix}.>`.
+    pub fn wildcard(&self) -> String {
+        format!("{}.>", self.prefix)
+    }
+
+    /// A stream configuration that stores every subject of the sink: named
+    /// `name`, subjects [`wildcard`](Self::wildcard), file storage, and a
+    /// duplicate window of [`DEFAULT_DUPLICATE_WINDOW`]. Set retention
+    /// limits (`max_age`, `max_bytes`) to taste before creating it.
+    pub fn stream_config(&self, name: impl Into<String>) -> stream::Config {
+        stream::Config {
+            name: name.into(),
+            subjects: vec![self.wildcard()],
+            storage: stream::StorageType::File,
+            duplicate_window: DEFAULT_DUPLICATE_WINDOW,
+            ..Default::default()
+        }
+    }
+
+    /// The subject of messages of `category` in `shard`:
+    /// `{prefix}.{category}.region.{identifier}`, or
+    /// `{prefix}.{category}.control.{region}.{identifier}`.
+    ///
+    /// ```
+    /// # outbox_core::registry! { ShopScope = 0 { PriceChanged = 1 } }
+    /// use outbox_core::sink::jetstream::{async_nats, JetStreamSink, SubjectPart};
+    /// use outbox_core::ShardKey;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let server = outbox_core::testing::nats::NatsServer::start().unwrap();
+    /// # let url = server.url();
+    /// let client = async_nats::connect(url).await.unwrap();
+    /// let sink = JetStreamSink::new(async_nats::jetstream::new(client));
+    /// let shop = ShardKey::region(OutboxScope::ShopScope, 42);
+    /// assert_eq!(
+    ///     sink.subject_for(OutboxCategory::PriceChanged, &shop).unwrap(),
+    ///     "outbox.PriceChanged.region.42"
+    /// );
+    /// let eu = ShardKey::control("eu", OutboxScope::ShopScope, -1);
+    /// assert_eq!(
+    ///     sink.subject_for(OutboxCategory::PriceChanged, &eu).unwrap(),
+    ///     "outbox.PriceChanged.control.eu.-1"
+    /// );
+    /// let dotted = ShardKey::control("eu.west", OutboxScope::ShopScope, 7);
+    /// let error = sink.subject_for(OutboxCategory::PriceChanged, &dotted).unwrap_err();
+    /// assert_eq!(error.part, SubjectPart::Region);
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidSubject`] when the shard's region name cannot be a subject
+    /// token.
+    pub fn subject_for<C: Category>(
+        &self,
+        category: C,
+        shard: &ShardKey,
+    ) -> Result<String, InvalidSubject> {
+        let category = category.name();
+        // A registry name is a Rust identifier, always a valid token; checked
+        // all the same, so that the subject is valid whatever its source.
+        check_token(SubjectPart::Category, category).map_err(|reason| InvalidSubject {
+            part: SubjectPart::Category,
+            value: category.to_owned(),
+            reason,
+        })?;
+        let identifier = shard.identifier();
+        match shard.kind() {
+            OutboxKind::Region => Ok(format!("{}.{category}.region.{identifier}", self.prefix)),
             OutboxKind::Control => {
-                let region = message.region_name().unwrap_or_default();
-                token(region, "a region name")?;
-                format!("{}.control.{region}.{scope}.{shard}", self.prefix)
+                let region = shard.region_name().unwrap_or_default();
+                check_token(SubjectPart::Region, region).map_err(|reason| InvalidSubject {
+                    part: SubjectPart::Region,
+                    value: region.to_owned(),
+                    reason,
+                })?;
+                Ok(format!(
+                    "{}.{category}.control.{region}.{identifier}",
+                    self.prefix
+                ))
             }
-        })
+        }
     }
 
-    /// Publishes `message` and waits for JetStream to store it; the
-    /// acknowledgement says whether it was a duplicate (dropped within the
-    /// duplicate window).
+    /// The subject of `message`: see [`subject_for`](Self::subject_for).
     ///
     /// # Errors
     ///
-    /// [`SinkError`]; nothing was stored unless a duplicate of it was.
+    /// As [`subject_for`](Self::subject_for).
+    pub fn subject<C: Category>(&self, message: &Message<C>) -> Result<String, InvalidSubject> {
+        self.subject_for(message.category, &message.shard)
+    }
+
+    /// Publishes `message` to its subject with the sink's headers and
+    /// waits for JetStream's acknowledgement: `Ok` means the stream stored
+    /// it, now or before (`ack.duplicate`).
+    ///
+    /// For receivers that publish and do more, or publish only some
+    /// messages; [`receiver`](Self::receiver) is this call as a receiver.
+    ///
+    /// # Errors
+    ///
+    /// [`JetStreamError`]; [`JetStreamError::is_permanent`] says whether a
+    /// retry can help.
+    #[tracing::instrument(
+        name = "outbox.jetstream.publish",
+        skip_all,
+        fields(
+            otel.kind = "producer",
+            messaging.system = "nats",
+            messaging.operation.type = "send",
+            messaging.destination.name = tracing::field::Empty,
+            messaging.message.id = %message.message_id,
+        ),
+        // DEBUG: the drain logs a failed delivery itself, at WARN.
+        err(level = "debug")
+    )]
     pub async fn publish<C: Category>(
         &self,
         message: &Message<C>,
-    ) -> Result<PublishAck, SinkError> {
+    ) -> Result<PublishAck, JetStreamError> {
         let subject = self.subject(message)?;
-        let message_id = message.message_id;
-        let mut headers = HeaderMap::new();
-        headers.insert(async_nats::header::NATS_MESSAGE_ID, message_id.to_string());
-        headers.insert(CATEGORY_HEADER, message.category.name());
-        headers.insert(OBJECT_HEADER, message.object_identifier.to_string());
-        headers.insert(SHARD_HEADER, message.shard.to_string());
-        headers.insert(ROW_ID_HEADER, message.id.to_string());
-        headers.insert(COALESCED_HEADER, message.coalesced.to_string());
-        headers.insert(DATE_ADDED_HEADER, message.date_added.to_rfc3339());
-        if let Some(parent) = message.traceparent {
-            headers.insert(TRACEPARENT_HEADER, parent.to_string());
-        }
-        let payload = message
-            .payload
-            .as_ref()
-            .map(|payload| payload.to_string().into_bytes())
-            .unwrap_or_default();
-        let error = |source: async_nats::jetstream::context::PublishError| {
-            if source.kind() == PublishErrorKind::MaxPayloadExceeded {
-                SinkError::TooLarge {
-                    message_id,
-                    subject: subject.clone(),
-                    source,
-                }
-            } else {
-                SinkError::NotStored {
-                    message_id,
-                    subject: subject.clone(),
-                    source,
-                }
-            }
+        tracing::Span::current().record("messaging.destination.name", subject.as_str());
+        let payload = match &message.payload {
+            Some(payload) => payload.to_string().into_bytes(),
+            None => Vec::new(),
         };
-        let ack = self
+        let headers = headers(message);
+        let message_id = message.message_id;
+        let failed =
+            |source: PublishError| JetStreamError::from_publish(&subject, message_id, source);
+        let acknowledgement = self
             .context
-            .send_publish(
-                subject.clone(),
-                PublishMessage::build()
-                    .payload(payload.into())
-                    .headers(headers),
+            .publish_with_headers(subject.clone(), headers, payload.into())
+            .await
+            .map_err(failed)?
+            .await
+            .map_err(failed)?;
+        if acknowledgement.duplicate {
+            tracing::debug!(
+                subject,
+                %message_id,
+                sequence = acknowledgement.sequence,
+                "JetStream already had this message id: a redelivery, dropped by the stream"
+            );
+            metrics::counter!(
+                crate::metrics::SINK_DUPLICATES,
+                "sink" => "jetstream",
+                "category" => message.category.name(),
+                "kind" => message.kind().as_str(),
             )
-            .await
-            .map_err(error)?
-            .await
-            .map_err(error)?;
-        if ack.duplicate {
-            tracing::debug!(%message_id, %subject, "JetStream dropped a duplicate of an outbox message");
+            .increment(1);
         }
-        Ok(ack)
+        Ok(acknowledgement)
     }
 
-    /// A receiver (for [`Receivers::on`](crate::Receivers::on)) that
-    /// publishes each message and returns once it is stored.
+    /// The sink as a receiver, for [`Receivers::on`](crate::Receivers::on):
+    /// it [`publish`](Self::publish)es each message and fails the delivery
+    /// when the publish fails, as a permanent error when
+    /// [`JetStreamError::is_permanent`].
     pub fn receiver<C: Category>(
         &self,
-    ) -> impl Fn(Message<C>) -> HandlerFuture + Send + Sync + Clone + 'static {
+    ) -> impl Fn(Message<C>) -> HandlerFuture + Clone + Send + Sync + 'static {
         let sink = self.clone();
         move |message: Message<C>| {
             let sink = sink.clone();
             Box::pin(async move {
-                sink.publish(&message)
-                    .await
-                    .map(drop)
-                    .map_err(SinkError::into_handler_error)
+                match sink.publish(&message).await {
+                    Ok(_) => Ok(()),
+                    Err(error) if error.is_permanent() => Err(permanent(error)),
+                    Err(error) => Err(HandlerError::from(error)),
+                }
             })
         }
     }
+}
+
+/// The headers of `message` (see the module documentation).
+fn headers<C: Category>(message: &Message<C>) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(MESSAGE_ID_HEADER, message.message_id.to_string());
+    headers.insert(CATEGORY_HEADER, message.category.name());
+    headers.insert(OBJECT_HEADER, message.object_identifier.to_string());
+    // Region names with a line break never get here: the subject refused them.
+    headers.insert(SHARD_HEADER, message.shard.to_string());
+    headers.insert(ROW_ID_HEADER, message.id.to_string());
+    headers.insert(COALESCED_HEADER, message.coalesced.to_string());
+    headers.insert(
+        DATE_ADDED_HEADER,
+        message
+            .date_added
+            .to_rfc3339_opts(SecondsFormat::Micros, true),
+    );
+    if let Some(traceparent) = TraceParent::current().or(message.traceparent) {
+        headers.insert(TRACEPARENT_HEADER, traceparent.to_string());
+    }
+    headers
+}
+
+/// Which part of a subject is not a valid token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SubjectPart {
+    /// The sink's prefix ([`JetStreamSink::with_prefix`]).
+    Prefix,
+    /// The category's name.
+    Category,
+    /// The region name of a control-outbox shard.
+    Region,
+}
+
+impl fmt::Display for SubjectPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SubjectPart::Prefix => "subject prefix",
+            SubjectPart::Category => "category name",
+            SubjectPart::Region => "region name",
+        })
+    }
+}
+
+/// A value that cannot be (part of) a NATS subject: a token is empty, or
+/// holds `.` (within one token), `*`, `>`, whitespace or a control
+/// character.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the {part} {value:?} cannot be used in a NATS subject: {reason}; subject tokens must be \
+     non-empty, without `.`, `*`, `>`, whitespace or control characters{fix}",
+    fix = fix_for(.part)
+)]
+#[non_exhaustive]
+pub struct InvalidSubject {
+    /// The part of the subject.
+    pub part: SubjectPart,
+    /// The value that was refused.
+    pub value: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+/// What to do about an [`InvalidSubject`], by part.
+fn fix_for(part: &SubjectPart) -> &'static str {
+    match part {
+        SubjectPart::Prefix => " (a prefix may join several tokens with `.`)",
+        SubjectPart::Category => "",
+        SubjectPart::Region => {
+            ": rename the region, or publish this category with a receiver of your own (the \
+             message is not retried: it is quarantined, or dead-lettered where its scope allows)"
+        }
+    }
+}
+
+/// Why `token` cannot be one subject token, if it cannot.
+fn check_token(part: SubjectPart, token: &str) -> Result<(), &'static str> {
+    if token.is_empty() {
+        return Err(match part {
+            SubjectPart::Prefix => "it is empty or has an empty token",
+            _ => "it is empty",
+        });
+    }
+    for c in token.chars() {
+        match c {
+            '.' => return Err("it contains `.`, the token separator"),
+            '*' | '>' => return Err("it contains a wildcard (`*` or `>`)"),
+            c if c.is_whitespace() => return Err("it contains whitespace"),
+            c if c.is_control() => return Err("it contains a control character"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A message the sink could not publish.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JetStreamError {
+    /// The message's subject cannot be built. Permanent.
+    #[error(transparent)]
+    InvalidSubject(#[from] InvalidSubject),
+    /// No stream stores the subject: NATS answered "no responders" to the
+    /// publish. Transient: the stream may be created later.
+    #[error(
+        "no JetStream stream stores subject `{subject}` (NATS answered \"no responders\" to \
+         message {message_id}): create a stream whose subjects include it \
+         (`JetStreamSink::stream_config` makes one for every subject of the sink), and check \
+         that the server runs with JetStream enabled; the shard backs off and retries"
+    )]
+    NoStream {
+        /// The subject.
+        subject: String,
+        /// The message id.
+        message_id: Uuid,
+    },
+    /// JetStream did not acknowledge the publish in time (the context's
+    /// timeout). Transient: the message may have been stored or not; the
+    /// retry carries the same `Nats-Msg-Id`.
+    #[error(
+        "JetStream did not acknowledge message {message_id} on `{subject}` in time; it may have \
+         been stored or not: the shard backs off and retries, and the stream's duplicate window \
+         drops a second copy (is the server up, and JetStream not overloaded?)"
+    )]
+    Timeout {
+        /// The subject.
+        subject: String,
+        /// The message id.
+        message_id: Uuid,
+    },
+    /// The message is larger than the server's `max_payload` or the
+    /// stream's `max_message_size`. Permanent: it will not shrink.
+    #[error(
+        "message {message_id} on `{subject}` is too large for NATS: {source}; raise the server's \
+         `max_payload` or the stream's `max_message_size`, or make the payload smaller, then \
+         release the message (it is quarantined, or dead-lettered where its scope allows)"
+    )]
+    TooLarge {
+        /// The subject.
+        subject: String,
+        /// The message id.
+        message_id: Uuid,
+        /// What the client or the server said.
+        source: PublishError,
+    },
+    /// Any other failure: the connection is lost, the stream refused the
+    /// message (full, with `discard: new`), JetStream answered an error.
+    /// Transient.
+    #[error(
+        "publishing message {message_id} to JetStream on `{subject}` failed: {source}; the shard \
+         backs off and retries"
+    )]
+    Publish {
+        /// The subject.
+        subject: String,
+        /// The message id.
+        message_id: Uuid,
+        /// The client's error.
+        source: PublishError,
+    },
+}
+
+impl JetStreamError {
+    /// Whether retrying cannot help: [`InvalidSubject`](Self::InvalidSubject)
+    /// and [`TooLarge`](Self::TooLarge). [`JetStreamSink::receiver`]
+    /// returns those as [`permanent`] errors.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, Self::InvalidSubject(_) | Self::TooLarge { .. })
+    }
+
+    fn from_publish(subject: &str, message_id: Uuid, source: PublishError) -> Self {
+        let subject = subject.to_owned();
+        match source.kind() {
+            PublishErrorKind::StreamNotFound => Self::NoStream {
+                subject,
+                message_id,
+            },
+            PublishErrorKind::TimedOut => Self::Timeout {
+                subject,
+                message_id,
+            },
+            PublishErrorKind::MaxPayloadExceeded => Self::TooLarge {
+                subject,
+                message_id,
+                source,
+            },
+            _ if exceeds_stream_maximum(&source) => Self::TooLarge {
+                subject,
+                message_id,
+                source,
+            },
+            _ => Self::Publish {
+                subject,
+                message_id,
+                source,
+            },
+        }
+    }
+}
+
+/// Whether JetStream refused the message for the stream's
+/// `max_message_size`.
+fn exceeds_stream_maximum(error: &PublishError) -> bool {
+    std::error::Error::source(error)
+        .and_then(|source| source.downcast_ref::<async_nats::jetstream::Error>())
+        .is_some_and(|error| {
+            error.error_code() == async_nats::jetstream::ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn subject_tokens_are_checked() {
-        assert!(token("outbox", "the prefix").is_ok());
-        assert!(token("us-east_1", "a region name").is_ok());
-        for bad in ["", "a.b", "a*", ">", "a b", "a\tb", "a\0"] {
-            assert!(token(bad, "a region name").is_err(), "{bad:?}");
+    crate::registry! {
+        ShopScope = 0 {
+            PriceChanged = 1,
         }
+    }
+
+    fn message(traceparent: Option<TraceParent>) -> Message<OutboxCategory> {
+        let added = chrono::DateTime::parse_from_rfc3339("2026-11-24T09:00:00.123456Z")
+            .map(|t| t.to_utc())
+            .unwrap_or_default();
+        Message {
+            id: 12,
+            message_id: Uuid::nil(),
+            first_id: 10,
+            coalesced: 3,
+            shard: ShardKey::control("us", OutboxScope::ShopScope, 42),
+            category: OutboxCategory::PriceChanged,
+            object_identifier: 7,
+            payload: None,
+            date_added: added,
+            scheduled_for: added,
+            scheduled_from: added,
+            synchronous: false,
+            traceparent,
+        }
+    }
+
+    fn text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+        headers.get(name).map(|value| value.as_str())
+    }
+
+    #[test]
+    fn headers_describe_the_message() {
+        let headers = headers(&message(None));
+        assert_eq!(
+            text(&headers, MESSAGE_ID_HEADER),
+            Some("00000000-0000-0000-0000-000000000000")
+        );
+        assert_eq!(text(&headers, CATEGORY_HEADER), Some("PriceChanged"));
+        assert_eq!(text(&headers, OBJECT_HEADER), Some("7"));
+        assert_eq!(text(&headers, SHARD_HEADER), Some("control[us]:0/42"));
+        assert_eq!(text(&headers, ROW_ID_HEADER), Some("12"));
+        assert_eq!(text(&headers, COALESCED_HEADER), Some("3"));
+        assert_eq!(
+            text(&headers, DATE_ADDED_HEADER),
+            Some("2026-11-24T09:00:00.123456Z")
+        );
+    }
+
+    #[test]
+    fn without_a_span_the_traceparent_is_the_rows_or_none() {
+        // No subscriber in unit tests: no current span context.
+        assert_eq!(text(&headers(&message(None)), TRACEPARENT_HEADER), None);
+        let stored: TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            .parse()
+            .unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(
+            text(&headers(&message(Some(stored))), TRACEPARENT_HEADER),
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        );
+    }
+
+    #[test]
+    fn tokens_without_separators_wildcards_or_whitespace_are_valid() {
+        for token in ["us", "eu-west", "region_1", "-1", "Ünïcode"] {
+            assert_eq!(check_token(SubjectPart::Region, token), Ok(()), "{token}");
+        }
+        for token in [
+            "", "eu.west", "*", "a>", "eu west", "eu\twest", "eu\nwest", "\u{7f}",
+        ] {
+            assert!(
+                check_token(SubjectPart::Region, token).is_err(),
+                "{token:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_error_for_a_region_says_what_happens_to_the_message() {
+        let error = InvalidSubject {
+            part: SubjectPart::Region,
+            value: "eu.west".to_owned(),
+            reason: "it contains `.`, the token separator",
+        };
+        let text = error.to_string();
+        assert!(text.contains("region name \"eu.west\""), "{text}");
+        assert!(text.contains("quarantined"), "{text}");
     }
 }

@@ -1,15 +1,25 @@
-//! Sinks: receivers that forward an outbox's messages to a broker, so that
-//! many services can consume them without each being a receiver of the
-//! outbox (and without one slow consumer holding every shard).
+//! Sinks: receivers that forward an outbox's messages to a message broker,
+//! so that any number of services consume them, each at its own pace,
+//! without being receivers of the outbox themselves.
 //!
-//! A sink is a receiver like any other: the drain still delivers each shard
-//! in order, one message at a time, and deletes the rows only once the sink
-//! has returned, which it does only once the broker has *stored* the message.
-//! What the broker adds is fan-out and replay: any number of consumers, each
-//! at its own pace, from any position.
+//! A sink is a receiver like any other: the drain delivers a shard's
+//! messages in order, one at a time, and deletes their rows only after the
+//! sink has returned, which it does only once the broker has *stored* the
+//! message. So the outbox's guarantees reach the broker: nothing is lost
+//! (a failed publish holds the shard, which backs off and retries), a
+//! shard's messages reach the broker in order, and a message published
+//! twice (a crash between the broker's acknowledgement and the outbox
+//! delete) carries the same [`message_id`](crate::Message::message_id)
+//! both times, by which the broker, or failing that the consumer, drops the
+//! second copy.
 //!
-//! - `jetstream` (feature `nats`): NATS JetStream, with the message id as
-//!   `Nats-Msg-Id`, so that JetStream's duplicate window drops redeliveries.
+//! Sinks differ from receivers that apply a change: a slow or stopped
+//! consumer of the broker holds no shard, and consumers can be added later
+//! and replay what the broker kept.
+//!
+//! - `jetstream` (feature `nats`): NATS JetStream, one subject per shard,
+//!   the message id as `Nats-Msg-Id` so that the stream's duplicate window
+//!   drops redeliveries.
 
 #[cfg(feature = "nats")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]

@@ -1,204 +1,370 @@
-//! A throwaway `nats-server` with JetStream, started by the tests
-//! themselves: on a free loopback port, its store in a temp folder, stopped
-//! and removed on drop. Needs Debian's `nats-server` (`apt-get install
-//! nats-server`); `scripts/test.sh` installs it when missing.
+//! A throwaway NATS server with JetStream, for tests of the JetStream sink
+//! (features `test-utils` and `nats`).
+//!
+//! [`NatsServer::start`] runs Debian's `nats-server` (`apt-get install -y
+//! nats-server`; `scripts/test.sh` installs it) on a free loopback port, with
+//! JetStream on and its store in a folder of its own under the temp
+//! directory, and returns once the server answers its health check. It can
+//! be killed and started again on the same port with the same store, as an
+//! operator's restart or a crash would; dropping it kills the server, waits
+//! for it and removes the folder, also when the test panics.
+//!
+//! A missing `nats-server` is an error that says how to install it: a test
+//! that needs the server fails rather than skips.
 //!
 //! ```no_run
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use outbox_core::testing::nats::NatsServer;
 //!
-//! let mut server = NatsServer::start().await?;
-//! let client = async_nats::connect(server.url()).await?;
-//! server.restart().await?; // killed, then started again on the same port and store
-//! # drop(client);
+//! # fn main() -> Result<(), outbox_core::testing::nats::NatsServerError> {
+//! let mut server = NatsServer::start()?;
+//! let url = server.url(); // nats://127.0.0.1:<port>, for async_nats::connect
+//! // ... publish ...
+//! server.kill(); // SIGKILL: what it had stored stays in its store folder
+//! server.start_again()?; // same port, same store
 //! # Ok(()) }
 //! ```
 
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
-use tokio::io::AsyncReadExt;
-use tokio::process::{Child, Command};
+/// How long the server may take to answer its health check after a start:
+/// 10 s.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a start may take before it is an error.
-const START_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// A `nats-server -js` of the tests' own. Killed and its store removed on drop.
-#[derive(Debug)]
-pub struct NatsServer {
-    child: Option<Child>,
-    port: u16,
-    dir: PathBuf,
-}
-
-/// The server could not start.
+/// What kept a [`NatsServer`] from starting.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum NatsServerError {
-    /// No `nats-server` binary.
+    /// `nats-server` is not installed.
     #[error(
-        "nats-server not found (looked in PATH and /usr/sbin, /usr/bin): \
-         install it with `apt-get install -y nats-server` (scripts/test.sh does)"
+        "`nats-server` was not found on PATH or in /usr/sbin (or at $OUTBOX_TEST_NATS_SERVER): \
+         install Debian's package (`apt-get install -y nats-server`; scripts/test.sh does)"
     )]
     NotInstalled,
-    /// Starting it, or its temp folder, failed.
-    #[error("nats-server: {0}")]
-    Io(#[from] std::io::Error),
-    /// It did not accept connections in time (its output is included).
+    /// A file or process operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The server exited while starting.
+    #[error("nats-server exited while starting ({status}); its log, {log}:\n{tail}")]
+    Exited {
+        /// How it exited.
+        status: std::process::ExitStatus,
+        /// The log file.
+        log: PathBuf,
+        /// The end of the log.
+        tail: String,
+    },
+    /// The server did not answer its health check in time.
     #[error(
-        "nats-server did not accept connections on port {port} within {START_TIMEOUT:?}: {output}"
+        "nats-server did not report healthy on port {port} within {waited:?}; its log, {log}:\n{tail}"
     )]
     NotReady {
-        /// Its port.
+        /// The client port.
         port: u16,
-        /// What it printed.
-        output: String,
+        /// How long the start waited.
+        waited: Duration,
+        /// The log file.
+        log: PathBuf,
+        /// The end of the log.
+        tail: String,
     },
 }
 
-fn binary() -> Result<PathBuf, NatsServerError> {
-    let from_path = std::env::var_os("PATH").into_iter().flat_map(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("nats-server"))
-            .collect::<Vec<_>>()
-    });
-    from_path
-        .chain(["/usr/sbin/nats-server", "/usr/bin/nats-server"].map(PathBuf::from))
-        .find(|candidate| candidate.is_file())
-        .ok_or(NatsServerError::NotInstalled)
+/// A `nats-server` with JetStream enabled, started for a test (see the
+/// [module documentation](self)). Killed, waited for and its folder removed
+/// when dropped.
+#[derive(Debug)]
+pub struct NatsServer {
+    dir: PathBuf,
+    port: u16,
+    monitor_port: u16,
+    process: Option<Child>,
 }
 
 impl NatsServer {
-    /// Starts a server with JetStream on a free loopback port and waits
-    /// until it accepts connections.
+    /// Starts `nats-server -js` on a free loopback port (and a monitoring
+    /// port for its health check), with its JetStream store and its log in
+    /// a new folder under the temp directory, and waits until `/healthz`
+    /// answers 200 (at most [`START_TIMEOUT`]).
+    ///
+    /// Blocks the calling thread while it waits (polling every 20 ms).
     ///
     /// # Errors
     ///
-    /// [`NatsServerError`]; never silently skipped.
-    pub async fn start() -> Result<Self, NatsServerError> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+    /// [`NatsServerError::NotInstalled`] (naming the package to install),
+    /// or the server did not start: [`NatsServerError::Exited`] and
+    /// [`NatsServerError::NotReady`] quote the end of its log.
+    pub fn start() -> Result<Self, NatsServerError> {
+        // Said before anything is created: how to install it.
+        binary()?;
         let dir = std::env::temp_dir().join(format!(
-            "outbox-nats-{}-{port}-{}",
+            "outbox-test-nats-{}-{:08x}",
             std::process::id(),
             rand::random::<u32>()
         ));
-        std::fs::create_dir_all(&dir)?;
+        fs::create_dir_all(&dir).map_err(|source| NatsServerError::Io {
+            what: format!("cannot create {}", dir.display()),
+            source,
+        })?;
         let mut server = Self {
-            child: None,
-            port,
+            port: free_port()?,
+            monitor_port: free_port()?,
             dir,
+            process: None,
         };
-        server.spawn().await?;
+        // On failure, `server` is dropped: whatever started is killed and the
+        // folder removed.
+        server.start_again()?;
         Ok(server)
     }
 
-    /// `nats://127.0.0.1:{port}`.
+    /// The client URL, `nats://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
-    /// The folder of its JetStream store.
-    pub fn store_dir(&self) -> &Path {
-        &self.dir
+    /// The client port (on 127.0.0.1); the same across restarts.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
-    /// Kills it (SIGKILL) and waits for it to exit; its store stays.
-    ///
-    /// # Errors
-    ///
-    /// When it cannot be killed.
-    pub async fn kill(&mut self) -> Result<(), NatsServerError> {
-        if let Some(mut child) = self.child.take() {
-            child.kill().await?;
+    /// The JetStream store folder (`-sd`); the same across restarts.
+    pub fn store_dir(&self) -> PathBuf {
+        self.dir.join("store")
+    }
+
+    /// The server's log file.
+    pub fn log_file(&self) -> PathBuf {
+        self.dir.join("nats-server.log")
+    }
+
+    /// Whether the server process is running (started and not exited).
+    pub fn is_running(&mut self) -> bool {
+        self.process
+            .as_mut()
+            .is_some_and(|process| matches!(process.try_wait(), Ok(None)))
+    }
+
+    /// Kills the server with SIGKILL, as a crash would, and waits until it
+    /// has exited. What JetStream had stored stays in the store folder
+    /// (written before each acknowledgement, so a process kill loses
+    /// nothing acknowledged). Does nothing when it is not running.
+    pub fn kill(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            let _ = process.kill();
+            let _ = process.wait();
         }
-        Ok(())
     }
 
-    /// Kills it and starts it again on the same port and store.
+    /// Starts the server again, on the same port with the same store (a
+    /// server still running is killed first), and waits until it reports
+    /// healthy: JetStream has recovered its streams by then.
     ///
     /// # Errors
     ///
-    /// [`NatsServerError`].
-    pub async fn restart(&mut self) -> Result<(), NatsServerError> {
-        self.kill().await?;
-        self.spawn().await
-    }
-
-    async fn spawn(&mut self) -> Result<(), NatsServerError> {
-        // Its log goes to a file (a pipe nobody reads would fill and block it).
-        let log = self.dir.join("server.log");
-        let mut child = Command::new(binary()?)
-            .args([
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-js",
-                "-sd",
-            ])
-            .arg(&self.dir)
+    /// As [`start`](Self::start).
+    pub fn start_again(&mut self) -> Result<(), NatsServerError> {
+        self.kill();
+        let log = self.log_file();
+        let process = Command::new(binary()?)
+            .arg("-a")
+            .arg("127.0.0.1")
+            .arg("-p")
+            .arg(self.port.to_string())
+            .arg("-m")
+            .arg(self.monitor_port.to_string())
+            .arg("-js")
+            .arg("-sd")
+            .arg(self.store_dir())
+            .arg("-l")
+            .arg(&log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .kill_on_drop(true)
-            .spawn()?;
-        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|source| NatsServerError::Io {
+                what: "cannot start nats-server".to_owned(),
+                source,
+            })?;
+        self.process = Some(process);
+        let started = Instant::now();
         loop {
-            // Ready once it greets a client with its INFO line.
-            if let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await {
-                let mut greeting = [0u8; 4];
-                let read =
-                    tokio::time::timeout(Duration::from_secs(2), stream.read_exact(&mut greeting))
-                        .await;
-                if matches!(read, Ok(Ok(_))) && &greeting == b"INFO" {
-                    break;
+            if let Some(process) = self.process.as_mut() {
+                if let Ok(Some(status)) = process.try_wait() {
+                    self.process = None;
+                    return Err(NatsServerError::Exited {
+                        status,
+                        tail: tail(&log),
+                        log,
+                    });
                 }
             }
-            let exited = child.try_wait()?.is_some();
-            if exited || tokio::time::Instant::now() > deadline {
-                child.kill().await.ok();
+            if healthy(self.monitor_port) {
+                return Ok(());
+            }
+            if started.elapsed() > START_TIMEOUT {
+                self.kill();
                 return Err(NatsServerError::NotReady {
                     port: self.port,
-                    output: std::fs::read_to_string(&log).unwrap_or_default(),
+                    waited: START_TIMEOUT,
+                    tail: tail(&log),
+                    log,
                 });
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            std::thread::sleep(Duration::from_millis(20));
         }
-        self.child = Some(child);
-        Ok(())
+    }
+
+    /// Kills the server and starts it again on the same port with the same
+    /// store: [`kill`](Self::kill), then [`start_again`](Self::start_again).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn restart(&mut self) -> Result<(), NatsServerError> {
+        self.kill();
+        self.start_again()
     }
 }
 
 impl Drop for NatsServer {
     fn drop(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            // SIGKILL; tokio reaps it.
-            child.start_kill().ok();
-        }
-        std::fs::remove_dir_all(&self.dir).ok();
+        self.kill();
+        let _ = fs::remove_dir_all(&self.dir);
     }
 }
 
-/// Every message of stream `name`, in stream order (sequence by sequence;
-/// a few thousand at most in a test).
+/// Every message `stream` holds, in stream order, read with an ordered
+/// consumer (the way a consumer that keeps order reads it): as many as the
+/// stream's state counts when called, each awaited for at most `wait`.
 ///
 /// # Errors
 ///
-/// The client's error.
+/// The stream does not exist, the consumer cannot be created, or a message
+/// did not arrive within `wait`.
 pub async fn read_stream(
     jetstream: &async_nats::jetstream::Context,
-    name: &str,
-) -> Result<Vec<async_nats::jetstream::message::StreamMessage>, async_nats::Error> {
-    let mut stream = jetstream.get_stream(name).await?;
-    let state = stream.info().await?.state.clone();
-    let mut messages = Vec::with_capacity(usize::try_from(state.messages).unwrap_or(0));
-    if state.messages == 0 {
+    stream: &str,
+    wait: Duration,
+) -> Result<Vec<async_nats::Message>, async_nats::Error> {
+    use futures::StreamExt;
+
+    let stream = jetstream.get_stream(stream).await?;
+    let count = stream.get_info().await?.state.messages;
+    let mut messages = Vec::new();
+    if count == 0 {
         return Ok(messages);
     }
-    for sequence in state.first_sequence..=state.last_sequence {
-        messages.push(stream.get_raw_message(sequence).await?);
+    let mut consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
+        .await?
+        .messages()
+        .await?;
+    while (messages.len() as u64) < count {
+        let next = tokio::time::timeout(wait, consumer.next())
+            .await
+            .map_err(|_| {
+                format!(
+                    "the stream holds {count} messages; only {} arrived, then none within {wait:?}",
+                    messages.len()
+                )
+            })?
+            .ok_or("the ordered consumer ended")??;
+        messages.push(next.message);
     }
     Ok(messages)
+}
+
+/// `nats-server`: `$OUTBOX_TEST_NATS_SERVER`, else on `PATH`, else in
+/// `/usr/sbin` (where Debian puts it, not on every user's `PATH`).
+fn binary() -> Result<PathBuf, NatsServerError> {
+    if let Some(path) = std::env::var_os("OUTBOX_TEST_NATS_SERVER") {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(NatsServerError::NotInstalled)
+        };
+    }
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).collect())
+        .unwrap_or_default();
+    dirs.extend(["/usr/sbin", "/usr/local/sbin"].map(PathBuf::from));
+    dirs.into_iter()
+        .map(|dir| dir.join("nats-server"))
+        .find(|candidate| candidate.is_file())
+        .ok_or(NatsServerError::NotInstalled)
+}
+
+fn free_port() -> Result<u16, NatsServerError> {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .map_err(|source| NatsServerError::Io {
+            what: "no free loopback port".to_owned(),
+            source,
+        })
+}
+
+/// Whether `GET /healthz` on the monitoring port answers 200 (the server
+/// accepts clients and JetStream is up).
+fn healthy(monitor_port: u16) -> bool {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, monitor_port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&address, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    if stream
+        .write_all(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200")
+}
+
+/// The last lines of the log, for error messages.
+fn tail(log: &Path) -> String {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_server_says_how_to_install_it() {
+        let text = NatsServerError::NotInstalled.to_string();
+        assert!(text.contains("apt-get install -y nats-server"), "{text}");
+    }
+
+    #[test]
+    fn a_dropped_server_is_gone_with_its_folder() {
+        let mut server = NatsServer::start().unwrap();
+        assert!(server.is_running());
+        let (dir, port) = (server.dir.clone(), server.port());
+        server.restart().unwrap();
+        assert_eq!(server.port(), port, "the same port after a restart");
+        let pid = server.process.as_ref().map(Child::id).unwrap();
+        drop(server);
+        assert!(!dir.exists(), "{} removed", dir.display());
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "nats-server {pid} still runs"
+        );
+    }
 }

@@ -1,0 +1,231 @@
+//! Drain throughput through the JetStream sink, as a ratio of the plain
+//! drain (a no-op receiver) measured in the same run, on PostgreSQL.
+//!
+//! Run with `cargo bench -p outbox-axum --bench jetstream`.
+//!
+//! Uses `DATABASE_URL` when set; otherwise starts a throwaway cluster with
+//! PostgreSQL's default durability (fsync on) and removes it afterwards.
+//! Starts Debian's `nats-server` with JetStream (`apt-get install -y
+//! nats-server`) through `outbox_core::testing::nats::NatsServer`, and
+//! publishes into a file-storage stream (`JetStreamSink::stream_config`).
+//!
+//! For each scenario, 20,000 pre-filled messages (over 20,000 shards, and
+//! over 100), each repeat drains them once with a no-op receiver (plain)
+//! and once through the sink, each right after its own fill, with one
+//! drain task and the default `DrainConfig` (16 shards delivered at once;
+//! 64 in (a')); it prints the medians of 5 repeats and the median of the
+//! per-repeat ratios sink / plain. A third figure, JetStream alone,
+//! publishes as many messages from as many tasks as the drain delivers
+//! shards at once, each awaiting its acknowledgement before its next
+//! publish (what the sink does), without a database: the ceiling the sink
+//! works under.
+
+#![allow(missing_docs, clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use outbox_core::sink::jetstream::{async_nats, JetStreamSink};
+use outbox_core::testing::nats::NatsServer;
+use outbox_core::{DrainConfig, Drainer, HandlerError, OutboxKind, Receivers};
+use outbox_seaorm::testing::{start_cluster_at, stop_cluster_at, TestDatabase};
+use outbox_seaorm::SeaOrmStore;
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+
+outbox_core::registry! {
+    BenchScope = 0 {
+        BenchUpdate = 1,
+    }
+}
+
+const MESSAGES: i64 = 20_000;
+const REPEATS: usize = 5;
+const STREAM: &str = "BENCH";
+/// Shards the drain delivers at once by default (`DrainConfig::concurrency`).
+const DEFAULT_CONCURRENCY: usize = outbox_core::drain::DEFAULT_CONCURRENCY;
+
+/// Fills the outbox with `MESSAGES` rows over `shards` shards, one object per
+/// message, with a message id each, as the write API would.
+async fn fill(db: &DatabaseConnection, shards: i64) {
+    db.execute_unprepared("TRUNCATE region_outbox, outbox_claim_bucket, outbox_shard_state")
+        .await
+        .unwrap();
+    db.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "INSERT INTO region_outbox (shard_scope, shard_identifier, category, object_identifier, \
+         payload, message_id)
+         SELECT 0, n % $1, 1, n,
+                jsonb_build_object('n', n, 'name', 'some payload of a realistic size'),
+                gen_random_uuid()
+         FROM generate_series(0, $2 - 1) n",
+        [shards.into(), MESSAGES.into()],
+    ))
+    .await
+    .unwrap();
+    db.execute_unprepared("VACUUM ANALYZE region_outbox")
+        .await
+        .unwrap();
+}
+
+/// Drains the outbox to empty with `receivers`, one drain task: elapsed
+/// time.
+async fn drain(
+    db: &DatabaseConnection,
+    receivers: Receivers<OutboxCategory>,
+    concurrency: usize,
+) -> Duration {
+    let drainer = Drainer::new(SeaOrmStore::new(db.clone()).unwrap(), receivers)
+        .with_config(DrainConfig::default().concurrency(concurrency));
+    let started = Instant::now();
+    let mut deliveries = 0;
+    loop {
+        let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+        assert!(report.failures.is_empty(), "{:?}", report.failures);
+        deliveries += report.deliveries;
+        if report.is_empty() {
+            break;
+        }
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(deliveries, MESSAGES as usize);
+    elapsed
+}
+
+/// JetStream alone: `MESSAGES` publishes from `publishers` tasks, each
+/// awaiting its acknowledgement before its next publish.
+async fn publish_only(jetstream: &async_nats::jetstream::Context, publishers: usize) -> Duration {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..publishers)
+        .map(|task| {
+            let jetstream = jetstream.clone();
+            tokio::spawn(async move {
+                let mut n = task as i64;
+                while n < MESSAGES {
+                    let payload =
+                        format!(r#"{{"n":{n},"name":"some payload of a realistic size"}}"#);
+                    let mut headers = async_nats::HeaderMap::new();
+                    headers.insert("Nats-Msg-Id", uuid_like(n));
+                    jetstream
+                        .publish_with_headers(
+                            format!("outbox.BenchUpdate.region.{}", n % 100),
+                            headers,
+                            payload.into_bytes().into(),
+                        )
+                        .await
+                        .unwrap()
+                        .await
+                        .unwrap();
+                    n += publishers as i64;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    started.elapsed()
+}
+
+/// A message id unique within the run.
+fn uuid_like(n: i64) -> String {
+    format!("bench-{}-{n}", std::process::id())
+}
+
+async fn purge(jetstream: &async_nats::jetstream::Context) {
+    jetstream
+        .get_stream(STREAM)
+        .await
+        .unwrap()
+        .purge()
+        .await
+        .unwrap();
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn rate(elapsed: Duration) -> f64 {
+    MESSAGES as f64 / elapsed.as_secs_f64()
+}
+
+#[tokio::main]
+async fn main() {
+    let own_cluster = std::env::var("DATABASE_URL").is_err();
+    let dir = std::env::temp_dir().join(format!("outbox-bench-pg-{}", std::process::id()));
+    let admin = match std::env::var("DATABASE_URL") {
+        Ok(url) => url,
+        Err(_) => start_cluster_at(&dir, true).unwrap(),
+    };
+    let database = TestDatabase::postgres_on(&admin, "bench_jetstream")
+        .await
+        .unwrap();
+    let db = &database.db;
+    let nats = NatsServer::start().unwrap();
+    let jetstream = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let sink = JetStreamSink::new(jetstream.clone());
+    jetstream
+        .create_stream(sink.stream_config(STREAM))
+        .await
+        .unwrap();
+
+    println!(
+        "Drain of {MESSAGES} pre-filled messages on PostgreSQL, one drain task: a no-op receiver \
+         (plain) vs the JetStream sink into a file-storage stream (nats-server {}), medians of \
+         {REPEATS} repeats",
+        nats_version()
+    );
+    println!(
+        "  {:<32}  {:>11} {:>11} {:>10}  {:>15}",
+        "scenario", "plain msg/s", "sink msg/s", "sink/plain", "JetStream alone"
+    );
+    for (label, shards, concurrency) in [
+        ("(a) 20,000 shards x 1 message", 20_000, DEFAULT_CONCURRENCY),
+        ("(a') the same, concurrency 64", 20_000, 64),
+        ("(b) 100 shards x 200 messages", 100, DEFAULT_CONCURRENCY),
+    ] {
+        let (mut plain, mut sunk, mut ratios, mut alone) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..REPEATS {
+            fill(db, shards).await;
+            let no_op = Receivers::new().on(OutboxCategory::BenchUpdate, |_message| async {
+                Ok::<_, HandlerError>(())
+            });
+            let plain_rate = rate(drain(db, no_op, concurrency).await);
+            fill(db, shards).await;
+            purge(&jetstream).await;
+            let through = Receivers::new().on(OutboxCategory::BenchUpdate, sink.receiver());
+            let sink_rate = rate(drain(db, through, concurrency).await);
+            purge(&jetstream).await;
+            alone.push(rate(publish_only(&jetstream, concurrency).await));
+            purge(&jetstream).await;
+            plain.push(plain_rate);
+            sunk.push(sink_rate);
+            ratios.push(sink_rate / plain_rate);
+        }
+        println!(
+            "  {label:<32}  {:>11.0} {:>11.0} {:>9.2}x  {:>9.0} msg/s",
+            median(&mut plain),
+            median(&mut sunk),
+            median(&mut ratios),
+            median(&mut alone),
+        );
+    }
+    drop(nats);
+    db.clone().close().await.unwrap();
+    drop(database);
+    if own_cluster {
+        stop_cluster_at(&dir).unwrap();
+    }
+}
+
+/// The `nats-server` version, for the table's title.
+fn nats_version() -> String {
+    std::process::Command::new("nats-server")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|output| String::from_utf8(output.stdout).ok())
+        .map(|text| text.trim().trim_start_matches("nats-server: ").to_owned())
+        .unwrap_or_else(|| "?".to_owned())
+}
