@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use axum::extract::FromRequestParts;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use outbox_axum::Tx;
@@ -19,36 +20,50 @@ pub const SECRET_HEADER: &str = "x-silo-secret";
 
 /// The header that carries the id of the outbox message an RPC applies
 /// (sent by [`RpcClient`] from within a receiver): the silo that applies it
-/// records it in its inbox ([`first_delivery`]), so a message redelivered
+/// records it in its inbox ([`apply_once`]), so a message redelivered
 /// after a crash between its RPC and the outbox delete is applied once.
 pub const MESSAGE_ID_HEADER: &str = "outbox-message-id";
 
 /// The inbox consumer of the RPC routes (one per silo database).
 const RPC_CONSUMER: &str = "rpc";
 
-/// Whether this RPC applies its outbox message for the first time: records
-/// the message id of [`MESSAGE_ID_HEADER`] in the request's transaction, so
-/// it commits with the change or not at all. `false` when an earlier call
-/// applied it: answer success without applying it again. A call without the
-/// header (made by hand) is applied.
-///
-/// # Errors
-///
-/// 400 when the header is not a UUID; the database's error otherwise.
-pub async fn first_delivery(tx: &Tx, headers: &HeaderMap) -> Result<bool, ApiError> {
-    let Some(value) = headers.get(MESSAGE_ID_HEADER) else {
-        return Ok(true);
+/// Middleware of the RPC routes (inside the outbox layer, behind the
+/// secret): applies each outbox message once. It records the message id of
+/// [`MESSAGE_ID_HEADER`] in the request's transaction, so that it commits
+/// with the route's change or not at all, and answers 204 without running
+/// the route when an earlier call applied it. A call without the header
+/// (made by hand) runs as it is; a malformed id is a 400.
+pub async fn apply_once(request: Request, next: Next) -> Response {
+    match first_delivery(request).await {
+        Ok(Some(request)) => next.run(request).await,
+        Ok(None) => StatusCode::NO_CONTENT.into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// The request back when it is to be applied, `None` for a duplicate.
+async fn first_delivery(request: Request) -> Result<Option<Request>, ApiError> {
+    let Some(value) = request.headers().get(MESSAGE_ID_HEADER) else {
+        return Ok(Some(request));
     };
     let id = value
         .to_str()
         .ok()
         .and_then(|text| text.parse::<Uuid>().ok())
         .ok_or_else(|| ApiError::bad_request(format!("{MESSAGE_ID_HEADER} is not a UUID")))?;
-    let received = Inbox::new(RPC_CONSUMER).receive(tx, id).await?;
+    let (mut parts, body) = request.into_parts();
+    // The request's transaction; released (not ended) when `tx` drops, so
+    // the route extracts it again and the layer commits both.
+    let tx = Tx::from_request_parts(&mut parts, &())
+        .await
+        .map_err(|rejection| ApiError::new(rejection.status(), rejection.body_text()))?;
+    let received = Inbox::new(RPC_CONSUMER).receive(&tx, id).await?;
+    drop(tx);
     if received == Received::Duplicate {
         tracing::info!(message_id = %id, "outbox message applied before: skipped");
+        return Ok(None);
     }
-    Ok(received == Received::First)
+    Ok(Some(Request::from_parts(parts, body)))
 }
 
 /// A call to another silo failed. The outbox retries it with backoff, unless

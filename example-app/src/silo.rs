@@ -190,7 +190,7 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
     let mut worker = OutboxWorker::builder(db.clone(), receivers)
         .poll_interval(config.poll_interval)
         .backfill(backfill_for(&config.role))
-        // The RPC routes record the message ids they apply (`rpc::first_delivery`).
+        // The RPC routes record the message ids they apply (`rpc::apply_once`).
         .inbox_retention(outbox_seaorm::inbox::DEFAULT_RETENTION);
     if let Some(url) = &config.listen_url {
         worker = worker.listen_url(url);

@@ -175,7 +175,7 @@ impl Inbox {
                  ON CONFLICT (consumer, message_id) DO NOTHING",
                 [
                     Value::from(self.consumer.to_string()),
-                    uuid_value(message_id),
+                    Value::from(message_id),
                     time::bind(backend, self.clock.now()),
                 ],
             ))
@@ -251,7 +251,7 @@ impl Inbox {
                 "SELECT 1 AS found FROM outbox_inbox WHERE consumer = $1 AND message_id = $2",
                 [
                     Value::from(self.consumer.to_string()),
-                    uuid_value(message_id),
+                    Value::from(message_id),
                 ],
             ))
             .await?;
@@ -315,9 +315,4 @@ fn supported<C: ConnectionTrait>(db: &C) -> Result<DbBackend, DbErr> {
             "the outbox inbox supports PostgreSQL and SQLite, not {other:?}"
         ))),
     }
-}
-
-/// A message id as a bind value: `uuid` on PostgreSQL, 16 bytes on SQLite.
-fn uuid_value(id: Uuid) -> Value {
-    Value::from(id)
 }

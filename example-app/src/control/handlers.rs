@@ -1,7 +1,7 @@
 //! The control silo's HTTP API and the RPC routes regions call.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use axum::{middleware, Json, Router};
 use outbox_axum::Tx;
@@ -104,6 +104,8 @@ pub fn routes(state: ControlState, secret: String) -> Router {
             put(upsert_member).delete(delete_member),
         )
         .route("/rpc/audit-logs", post(record_audit))
+        // Inside the secret check: each outbox message applied once.
+        .route_layer(middleware::from_fn(crate::rpc::apply_once))
         .route_layer(middleware::from_fn_with_state(
             secret,
             crate::rpc::require_secret,
@@ -240,17 +242,13 @@ async fn audit_logs(
     Ok(Json(events))
 }
 
-// ---- RPC (each message applied once: `rpc::first_delivery`) -------------------------------------------------------
+// ---- RPC (each message applied once: `rpc::apply_once`) -------------------
 
 async fn upsert_mapping(
     tx: Tx,
-    headers: HeaderMap,
     ApiPath(id): ApiPath<i64>,
     ApiJson(mapping): ApiJson<Mapping>,
 ) -> Result<StatusCode, ApiError> {
-    if !crate::rpc::first_delivery(&tx, &headers).await? {
-        return Ok(StatusCode::NO_CONTENT);
-    }
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
@@ -262,14 +260,7 @@ async fn upsert_mapping(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn delete_mapping(
-    tx: Tx,
-    headers: HeaderMap,
-    ApiPath(id): ApiPath<i64>,
-) -> Result<StatusCode, ApiError> {
-    if !crate::rpc::first_delivery(&tx, &headers).await? {
-        return Ok(StatusCode::NO_CONTENT);
-    }
+async fn delete_mapping(tx: Tx, ApiPath(id): ApiPath<i64>) -> Result<StatusCode, ApiError> {
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
@@ -284,16 +275,12 @@ async fn delete_mapping(
 /// (in the same transaction, so the user follows the membership).
 async fn upsert_member(
     tx: Tx,
-    headers: HeaderMap,
     ApiPath((region, member_id)): ApiPath<(String, i64)>,
     ApiJson(member): ApiJson<MemberMapping>,
 ) -> Result<StatusCode, ApiError> {
     // Before anything is written: a user replicated to an unknown region
     // would be an outbox row that can never be delivered.
     validate::region(&region)?;
-    if !crate::rpc::first_delivery(&tx, &headers).await? {
-        return Ok(StatusCode::NO_CONTENT);
-    }
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
@@ -324,13 +311,9 @@ async fn upsert_member(
 
 async fn delete_member(
     tx: Tx,
-    headers: HeaderMap,
     ApiPath((region, member_id)): ApiPath<(String, i64)>,
 ) -> Result<StatusCode, ApiError> {
     validate::region(&region)?;
-    if !crate::rpc::first_delivery(&tx, &headers).await? {
-        return Ok(StatusCode::NO_CONTENT);
-    }
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
@@ -343,12 +326,8 @@ async fn delete_member(
 
 async fn record_audit(
     tx: Tx,
-    headers: HeaderMap,
     ApiJson(record): ApiJson<AuditRecord>,
 ) -> Result<StatusCode, ApiError> {
-    if !crate::rpc::first_delivery(&tx, &headers).await? {
-        return Ok(StatusCode::NO_CONTENT);
-    }
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,

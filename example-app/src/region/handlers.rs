@@ -1,7 +1,7 @@
 //! The region silo's HTTP API.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::routing::{delete, get, post, put};
 use axum::{middleware, Json, Router};
 use outbox_axum::{OutboxCtx, Tx};
@@ -95,6 +95,8 @@ pub fn routes(state: RegionState, secret: String) -> Router {
             "/rpc/users/{id}",
             put(upsert_user_replica).delete(delete_user_replica),
         )
+        // Inside the secret check: each outbox message applied once.
+        .route_layer(middleware::from_fn(crate::rpc::apply_once))
         .route_layer(middleware::from_fn_with_state(
             secret,
             crate::rpc::require_secret,
@@ -349,13 +351,9 @@ async fn get_user_replica(
 
 async fn upsert_user_replica(
     tx: Tx,
-    headers: HeaderMap,
     ApiPath(id): ApiPath<i64>,
     ApiJson(user): ApiJson<UserReplica>,
 ) -> Result<StatusCode, ApiError> {
-    if !crate::rpc::first_delivery(&tx, &headers).await? {
-        return Ok(StatusCode::NO_CONTENT);
-    }
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
@@ -367,14 +365,7 @@ async fn upsert_user_replica(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn delete_user_replica(
-    tx: Tx,
-    headers: HeaderMap,
-    ApiPath(id): ApiPath<i64>,
-) -> Result<StatusCode, ApiError> {
-    if !crate::rpc::first_delivery(&tx, &headers).await? {
-        return Ok(StatusCode::NO_CONTENT);
-    }
+async fn delete_user_replica(tx: Tx, ApiPath(id): ApiPath<i64>) -> Result<StatusCode, ApiError> {
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
