@@ -45,7 +45,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::drain::{DrainReport, Drainer, FlushError};
+pub use crate::drain::FlushOutcome;
+use crate::drain::{Drainer, PreparedFlush};
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey};
 
@@ -72,15 +73,6 @@ struct State {
 #[derive(Clone, Debug, Default)]
 pub struct OutboxContext {
     state: Arc<Mutex<State>>,
-}
-
-/// What [`OutboxContext::flush`] did.
-#[derive(Debug, Default)]
-pub struct FlushOutcome {
-    /// Deliveries made, across shards.
-    pub report: DrainReport,
-    /// Shards whose flush failed; their rows stay for the background drain.
-    pub errors: Vec<FlushError>,
 }
 
 impl OutboxContext {
@@ -160,25 +152,45 @@ impl OutboxContext {
     }
 
     /// Flushes every noted shard up to the highest id written, one after the
-    /// other. Call it after the commit, outside [`scope`](Self::scope). A
-    /// failed shard is reported and its kind counted as deferred; the others
-    /// still flush.
+    /// other, claiming each after the commit ([`Drainer::drain_shard`]).
+    /// Call it after the commit, outside [`scope`](Self::scope). A failed
+    /// shard is reported and its kind counted as deferred; the others still
+    /// flush. To claim before the commit instead (no statement after it),
+    /// use [`prepare_flush`](Self::prepare_flush).
     pub async fn flush<C: Category>(&self, drainer: &Drainer<C>) -> FlushOutcome {
+        match self.prepare_flush(drainer) {
+            Some(flush) => self.finish_flush(flush).await,
+            None => FlushOutcome::default(),
+        }
+    }
+
+    /// Takes the noted shards for a flush prepared now, before the commit:
+    /// claim them with [`PreparedFlush::claim_before_commit`] as the last
+    /// statement of the transaction, then [`finish_flush`](Self::finish_flush)
+    /// after it commits. `None` when the flush is turned off or nothing was
+    /// written.
+    pub fn prepare_flush<C: Category>(&self, drainer: &Drainer<C>) -> Option<PreparedFlush<C>> {
         let shards = {
             let mut state = self.lock();
+            if state.flush_disabled {
+                return None;
+            }
             std::mem::take(&mut state.flush)
         };
-        let mut outcome = FlushOutcome::default();
-        for (shard, up_to) in shards {
-            let started = std::time::Instant::now();
-            let flushed = drainer.drain_shard(&shard, Some(up_to)).await;
-            crate::drain::observe::flushed(shard.kind(), flushed.is_ok(), started.elapsed());
-            match flushed {
-                Ok(report) => outcome.report.absorb(report),
-                Err(error) => {
-                    self.lock().deferred.insert(shard.kind());
-                    outcome.errors.push(error);
-                }
+        if shards.is_empty() {
+            return None;
+        }
+        Some(drainer.prepare_flush(shards))
+    }
+
+    /// Delivers a prepared flush after the commit; the kinds of the shards
+    /// it could not deliver count as deferred.
+    pub async fn finish_flush<C: Category>(&self, flush: PreparedFlush<C>) -> FlushOutcome {
+        let outcome = flush.deliver().await;
+        let mut state = self.lock();
+        for error in &outcome.errors {
+            if let Some(shard) = error.shard() {
+                state.deferred.insert(shard.kind());
             }
         }
         outcome

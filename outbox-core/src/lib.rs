@@ -88,11 +88,11 @@ pub mod worker;
 pub use backoff::BackoffPolicy;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use coalesce::{coalesce, CoalescingGroup};
-pub use context::{FlushOutcome, OutboxContext};
+pub use context::OutboxContext;
 pub use control::{ControlAction, ControlTarget, Controls, RuntimeControl};
 pub use drain::{
     Backlog, DeadLetterPolicy, DeliveryError, DrainConfig, DrainReport, Drainer, FlushError,
-    ScopeBacklog, ShardFailure,
+    FlushOutcome, PreparedFlush, ScopeBacklog, ShardFailure,
 };
 #[cfg(feature = "test-utils")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
@@ -104,7 +104,7 @@ pub use receiver::{
 pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
 pub use shard::{OutboxKind, ShardKey, UnknownOutboxKind, CLAIM_BUCKETS, MAX_BUCKETS_PER_CLAIM};
 pub use store::{
-    BoxError, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetter, DeadLetterRow,
+    BoxError, ClaimBeforeCommit, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetter, DeadLetterRow,
     DrainStore, FailingShard, ScopeDepth, ShardClaim, ShardCommit, ShardDepth, ShardEnd,
     ShardState, Store, StoreAdmin, StoreError,
 };

@@ -18,7 +18,7 @@ use crate::message::StoredRow;
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey, MAX_BUCKETS_PER_CLAIM};
 use crate::store::{
-    ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore,
+    ClaimBeforeCommit, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore,
     FailingShard, ShardClaim, ShardDepth, ShardEnd, ShardState, StoreAdmin, StoreError,
 };
 
@@ -48,13 +48,19 @@ struct State {
     controls: Vec<crate::control::RuntimeControl>,
     skip_before_failing: u32,
     fail_next: u32,
+    next_transaction: u64,
+    /// Buckets claimed by an open transaction (a row lock, on a database):
+    /// held for everyone else until it commits or rolls back.
+    reserved: HashMap<(OutboxKind, i32), u64>,
 }
 
 impl State {
     fn held(&self, kind: OutboxKind, bucket: i32, now: DateTime<Utc>) -> bool {
-        self.leases
-            .get(&(kind, bucket))
-            .is_some_and(|lease| lease.is_live(now))
+        self.reserved.contains_key(&(kind, bucket))
+            || self
+                .leases
+                .get(&(kind, bucket))
+                .is_some_and(|lease| lease.is_live(now))
     }
 
     /// The pending rows of `shard` up to `up_to`, in id order, at most `limit`.
@@ -115,10 +121,17 @@ impl std::fmt::Debug for MemoryStore {
 /// gone when dropped without it. Ids are assigned at write time, as a
 /// database sequence does, so a transaction that commits late can expose ids
 /// lower than rows already delivered.
+///
+/// Like a database transaction, it can claim the shards it wrote before it
+/// commits ([`ClaimBeforeCommit`]): their buckets are held for everyone else
+/// while it is open, leased when it commits, free again when it is dropped.
 #[derive(Debug)]
 pub struct MemoryTransaction {
     store: MemoryStore,
+    id: u64,
     rows: Vec<StoredRow>,
+    /// Leases claimed before the commit: kind, bucket, token, end.
+    claims: Mutex<Vec<(OutboxKind, i32, i64, DateTime<Utc>)>>,
 }
 
 impl MemoryTransaction {
@@ -150,16 +163,82 @@ impl MemoryTransaction {
         id
     }
 
-    /// Makes the rows visible.
-    pub fn commit(self) {
+    /// Makes the rows visible, and the leases claimed before it.
+    pub fn commit(mut self) {
+        let claims = std::mem::take(self.claims.get_mut().unwrap_or_else(|p| p.into_inner()));
         let mut state = self.store.lock();
-        for row in self.rows {
+        for row in std::mem::take(&mut self.rows) {
             state
                 .rows
                 .entry(row.shard.kind())
                 .or_default()
                 .insert(row.id, row);
         }
+        for (kind, bucket, token, lease_until) in claims {
+            state.reserved.remove(&(kind, bucket));
+            state.leases.insert(
+                (kind, bucket),
+                Lease {
+                    token: Some(token),
+                    lease_until,
+                },
+            );
+        }
+    }
+}
+
+impl Drop for MemoryTransaction {
+    /// Rolls back: the rows are gone, the buckets claimed are free again.
+    fn drop(&mut self) {
+        let id = self.id;
+        self.store.lock().reserved.retain(|_, holder| *holder != id);
+    }
+}
+
+#[async_trait]
+impl ClaimBeforeCommit for MemoryTransaction {
+    async fn claim_before_commit(
+        &self,
+        request: &ClaimRequest,
+        shards: &[(ShardKey, i64)],
+    ) -> Result<Vec<ShardClaim>, StoreError> {
+        let mut state = self.store.lock();
+        MemoryStore::check_failure(&mut state, "claim shards before a commit")?;
+        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        let mut found = Vec::with_capacity(shards.len());
+        for (shard, up_to) in shards {
+            let shard_state = state.states.get(shard).cloned();
+            if let Some(backoff) = shard_state.as_ref().filter(|s| s.retry_at > request.now) {
+                found.push(ShardClaim::BackingOff(backoff.clone()));
+                continue;
+            }
+            let key = (request.kind, shard.bucket());
+            let mine = state.reserved.get(&key) == Some(&self.id);
+            if !mine {
+                if state.held(request.kind, shard.bucket(), request.now) {
+                    found.push(ShardClaim::Held);
+                    continue;
+                }
+                state.reserved.insert(key, self.id);
+                claims.push((key.0, key.1, request.token, request.lease_until));
+            }
+            // The committed rows and this transaction's own, in id order.
+            let mut rows = state.shard_rows(shard, Some(*up_to), usize::MAX);
+            rows.extend(
+                self.rows
+                    .iter()
+                    .filter(|row| &row.shard == shard && row.id <= *up_to)
+                    .cloned(),
+            );
+            rows.sort_by_key(|row| row.id);
+            rows.truncate(request.rows);
+            found.push(ShardClaim::Claimed(ClaimedShard {
+                shard: shard.clone(),
+                rows,
+                state: shard_state,
+            }));
+        }
+        Ok(found)
     }
 }
 
@@ -213,9 +292,16 @@ impl MemoryStore {
 
     /// Begins a group of writes that commits or rolls back as one.
     pub fn begin(&self) -> MemoryTransaction {
+        let id = {
+            let mut state = self.lock();
+            state.next_transaction += 1;
+            state.next_transaction
+        };
         MemoryTransaction {
             store: self.clone(),
+            id,
             rows: Vec::new(),
+            claims: Mutex::new(Vec::new()),
         }
     }
 

@@ -8,7 +8,8 @@ use std::time::Instant;
 use futures::FutureExt;
 use tracing::Instrument;
 
-use super::drainer::{to_chrono, Drainer, DELIVERING};
+use super::claim::to_chrono;
+use super::drainer::{Drainer, DELIVERING};
 use super::observe;
 use super::report::{DeliveryError, ShardFailure};
 use crate::coalesce::{coalesce, CoalescingGroup};

@@ -2,33 +2,28 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 
 use super::abandoned::Abandoned;
+use super::complete::{Completer, CompleterParts};
 use super::config::DrainConfig;
 use super::observe;
 use super::pace::Pace;
 use super::recovery::Recovery;
-use super::report::{DrainReport, FlushError};
+use super::report::DrainReport;
 use super::round::Round;
 use crate::clock::{Clock, SystemClock};
 use crate::control::{ControlAction, ControlTarget, Controls, RuntimeControl};
 use crate::receiver::Receivers;
 use crate::registry::{Category, Scope};
 use crate::shard::{OutboxKind, ShardKey};
-use crate::store::{ClaimRequest, DrainStore, ShardClaim, Store, StoreAdmin, StoreError};
+use crate::store::{DrainStore, Store, StoreAdmin, StoreError};
 
 tokio::task_local! {
     /// Shards being delivered further up this task's call stack.
     pub(crate) static DELIVERING: Arc<Vec<ShardKey>>;
 }
-
-/// The longest pause between two tries of a synchronous flush whose shard's
-/// bucket is held: 20 ms.
-const MAX_FLUSH_PAUSE: Duration = Duration::from_millis(20);
 
 /// Delivers outbox messages from a store to [`Receivers`].
 ///
@@ -47,6 +42,7 @@ pub struct Drainer<C: Category> {
     abandoned: Arc<Abandoned>,
     pace: Arc<Pace>,
     recovery: Arc<Recovery>,
+    completer: Arc<Completer>,
 }
 
 /// Which scopes give up on a failing group, and after how many attempts.
@@ -96,6 +92,7 @@ impl<C: Category> Clone for Drainer<C> {
             abandoned: self.abandoned.clone(),
             pace: self.pace.clone(),
             recovery: self.recovery.clone(),
+            completer: self.completer.clone(),
         }
     }
 }
@@ -204,6 +201,7 @@ impl<C: Category> Drainer<C> {
             abandoned: Arc::default(),
             pace: Arc::default(),
             recovery: Arc::default(),
+            completer: Arc::default(),
         }
     }
 
@@ -240,6 +238,11 @@ impl<C: Category> Drainer<C> {
     pub fn with_shared_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
+    }
+
+    /// Who claims, as claims record it.
+    pub(crate) fn owner(&self) -> &str {
+        &self.owner
     }
 
     /// Names this worker in claims (default: process id and a random suffix).
@@ -500,6 +503,36 @@ impl<C: Category> Drainer<C> {
         &self.abandoned
     }
 
+    pub(crate) fn completer(&self) -> &Completer {
+        &self.completer
+    }
+
+    /// Calls `hook` with a kind after the completer released buckets of it
+    /// (the worker wakes its drain: a request that found such a bucket held
+    /// left its rows to the drain).
+    pub(crate) fn on_flushes_completed(&self, hook: impl Fn(OutboxKind) + Send + Sync + 'static) {
+        self.completer.on_release(Arc::new(hook));
+    }
+
+    /// What the completer's task takes from this drainer when it starts.
+    pub(crate) fn completer_parts(&self) -> CompleterParts {
+        CompleterParts {
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            abandoned: self.abandoned.clone(),
+        }
+    }
+
+    /// Waits until every synchronous flush of this drainer (and its clones)
+    /// that delivered so far is completed: its delivered rows deleted and
+    /// its buckets released, which happens in the background after the
+    /// flush returns (see [`prepare_flush`](Self::prepare_flush)). Tests
+    /// that look at the outbox right after a flush, and shutdowns, wait on
+    /// it.
+    pub async fn settled(&self) {
+        self.completer.settled().await;
+    }
+
     /// How long the oldest pending row of `kind` has waited, by this
     /// drainer's clock; `None` when nothing is pending.
     ///
@@ -713,129 +746,5 @@ impl<C: Category> Drainer<C> {
             .await;
         self.expedite_recovered().await;
         report
-    }
-
-    /// The synchronous flush of one shard: claims its bucket (waiting up to
-    /// `sync_wait` if another worker holds it), delivers its rows up to
-    /// `up_to_id` (all of them when `None`) and reports the first failure.
-    /// With a free bucket it costs two statements: claim and read, then
-    /// delete and release.
-    ///
-    /// A shard that backs off after a failure is not tried
-    /// ([`FlushError::BackingOff`]): the background drain delivers it when
-    /// its backoff ends. Called from inside a receiver on a shard whose
-    /// bucket this task is already delivering, it returns at once with the
-    /// flush counted as deferred: the rows are delivered by the claim up the
-    /// stack or by the background drain.
-    ///
-    /// # Errors
-    ///
-    /// [`FlushError`] naming the shard and what happened. The rows stay
-    /// committed for the background drain.
-    pub async fn drain_shard(
-        &self,
-        shard: &ShardKey,
-        up_to_id: Option<i64>,
-    ) -> Result<DrainReport, FlushError> {
-        let held_up_the_stack = DELIVERING
-            .try_with(|stack| {
-                stack
-                    .iter()
-                    .any(|held| held.kind() == shard.kind() && held.bucket() == shard.bucket())
-            })
-            .unwrap_or(false);
-        if held_up_the_stack {
-            return Ok(DrainReport {
-                deferred: 1,
-                ..DrainReport::default()
-            });
-        }
-        self.refresh_controls_if_stale().await;
-        if self.controls().action_for(shard) == Some(ControlAction::Pause) {
-            // Left to the background drain, which parks it; the caller hears
-            // why its rows were not delivered.
-            return Err(FlushError::Paused {
-                shard: shard.clone(),
-            });
-        }
-        let kind = shard.kind();
-        let mut total = DrainReport::default();
-        let mut started = Instant::now();
-        let mut pause = Duration::from_millis(1);
-        loop {
-            let request = self.claim_request(kind, self.config.batch_size, up_to_id);
-            let claimed = match self.store.claim_shard(&request, shard).await? {
-                ShardClaim::Claimed(claimed) => claimed,
-                ShardClaim::BackingOff(state) => {
-                    return Err(FlushError::BackingOff {
-                        shard: shard.clone(),
-                        retry_at: state.retry_at,
-                    })
-                }
-                ShardClaim::Held => {
-                    let waited = started.elapsed();
-                    if waited >= self.config.sync_wait {
-                        return Err(FlushError::ShardBusy {
-                            shard: shard.clone(),
-                            waited,
-                        });
-                    }
-                    tokio::time::sleep(pause.min(self.config.sync_wait - waited)).await;
-                    pause = (pause * 2).min(MAX_FLUSH_PAUSE);
-                    continue;
-                }
-            };
-            // More rows up to `up_to_id` than one batch: another claim after
-            // this one's commit.
-            let more = claimed.rows.len() >= request.rows;
-            let mut report = Round::new(self.clone(), &request, true)
-                .run(vec![claimed], None)
-                .await?;
-            if let Some(failure) = report.failures.pop() {
-                return Err(FlushError::from_failure(failure));
-            }
-            if let Some(shard) = report.lost_claims.pop() {
-                return Err(FlushError::ClaimLost { shard });
-            }
-            total.absorb(report);
-            if !more {
-                return Ok(total);
-            }
-            started = Instant::now();
-            pause = Duration::from_millis(1);
-        }
-    }
-
-    pub(crate) fn claim_request(
-        &self,
-        kind: OutboxKind,
-        rows: usize,
-        up_to_id: Option<i64>,
-    ) -> ClaimRequest {
-        let now = self.clock.now();
-        ClaimRequest {
-            kind,
-            now,
-            lease_until: now + to_chrono(self.config.lease),
-            token: new_token(),
-            owner: self.owner.to_string(),
-            rows,
-            up_to_id,
-        }
-    }
-}
-
-/// Converts a std duration, saturating at chrono's maximum.
-pub(crate) fn to_chrono(duration: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
-}
-
-/// A random, non-zero fencing token.
-fn new_token() -> i64 {
-    loop {
-        let token = rand::random::<i64>() & i64::MAX;
-        if token != 0 {
-            return token;
-        }
     }
 }

@@ -54,9 +54,12 @@
 //! ```
 
 mod abandoned;
+mod claim;
+mod complete;
 mod config;
 mod deliver;
 mod drainer;
+mod flush;
 pub(crate) mod observe;
 mod pace;
 mod recovery;
@@ -69,4 +72,5 @@ pub use config::{
     DEFAULT_SYNC_WAIT,
 };
 pub use drainer::{Backlog, DeadLetterPolicy, Drainer, ScopeBacklog};
+pub use flush::{FlushOutcome, PreparedFlush};
 pub use report::{DeliveryError, DrainReport, FlushError, ShardFailure};

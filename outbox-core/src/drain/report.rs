@@ -230,6 +230,18 @@ impl FlushError {
         matches!(self, FlushError::Paused { .. })
     }
 
+    /// The shard it is about (none for a store error).
+    pub fn shard(&self) -> Option<&ShardKey> {
+        match self {
+            FlushError::Delivery { shard, .. }
+            | FlushError::BackingOff { shard, .. }
+            | FlushError::ShardBusy { shard, .. }
+            | FlushError::Paused { shard }
+            | FlushError::ClaimLost { shard } => Some(shard),
+            FlushError::Store(_) => None,
+        }
+    }
+
     /// A flush error from the first failure of a report.
     pub(crate) fn from_failure(failure: ShardFailure) -> Self {
         FlushError::Delivery {

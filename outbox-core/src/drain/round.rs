@@ -10,12 +10,13 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::abandoned::{AbandonedClaim, ClaimGuard};
 use super::deliver::{deliver_shard, is_backing_off, ShardOutcome};
-use super::drainer::{to_chrono, Drainer, RoundStarted, DELIVERING};
+use super::claim::to_chrono;
+use super::drainer::{Drainer, RoundStarted, DELIVERING};
 use super::observe;
 use super::report::{DrainReport, ShardFailure};
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey};
-use crate::store::{ClaimRequest, ClaimedShard, CommitBatch, StoreError};
+use crate::store::{ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, StoreError};
 
 /// A claim being worked through.
 ///
@@ -34,6 +35,9 @@ pub(crate) struct Round<C: Category> {
     token: i64,
     lease_until: DateTime<Utc>,
     synchronous: bool,
+    /// Hand a finished commit to the completer instead of applying it (a
+    /// flush claimed before its transaction's commit).
+    complete_later: bool,
 }
 
 /// A finished shard's results, kept for the report while its commit is sent.
@@ -60,7 +64,16 @@ impl<C: Category> Round<C> {
             token: request.token,
             lease_until: request.lease_until,
             synchronous,
+            complete_later: false,
         }
+    }
+
+    /// Hands the round's commit, when it is the common one (see
+    /// [`CommitBatch::is_finished`]), to the drainer's completer and returns
+    /// without waiting for it (see `drain::complete`).
+    pub(crate) fn complete_later(mut self) -> Self {
+        self.complete_later = true;
+        self
     }
 
     /// Delivers and commits `shards`. `started` hears once the first commit
@@ -251,10 +264,29 @@ impl<C: Category> Round<C> {
             in_flight,
             renew_until: now + to_chrono(self.drainer.config().lease),
         };
-        let outcome = self.drainer.store().commit(&batch).await?;
-        if !batch.in_flight.is_empty() {
-            self.lease_until = batch.renew_until;
-            guard.renewed(batch.renew_until);
+        let kept_until = (!batch.in_flight.is_empty()).then_some(batch.renew_until);
+        let outcome = if self.complete_later && batch.is_finished() {
+            // Counted as deleted: the completer deletes them, or their rows
+            // are delivered again once the lease ends.
+            let deleted = batch
+                .shards
+                .iter()
+                .map(|shard| shard.delete_ids.len() as u64)
+                .sum();
+            let drainer = &self.drainer;
+            drainer
+                .completer()
+                .hand_off(|| drainer.completer_parts(), batch, self.lease_until);
+            CommitOutcome {
+                deleted,
+                ..CommitOutcome::default()
+            }
+        } else {
+            self.drainer.store().commit(&batch).await?
+        };
+        if let Some(until) = kept_until {
+            self.lease_until = until;
+            guard.renewed(until);
         }
         report.rows_deleted += outcome.deleted;
         report.dead_lettered += outcome.dead_lettered;

@@ -227,4 +227,55 @@ pub trait DrainStore: Send + Sync + 'static {
         token: i64,
         now: DateTime<Utc>,
     ) -> Result<u64, StoreError>;
+
+    /// Applies the commits of several finished synchronous flushes at once,
+    /// each fenced by its own token: the common end of a flush (every shard
+    /// [`ShardEnd::Done`], no dead letter, nothing in flight), batched by the
+    /// drain's completer so that a response never waits for it. Returns one
+    /// outcome per batch, in order. A store that can do it in one statement
+    /// (PostgreSQL) should; the default commits one batch after the other.
+    async fn complete(&self, batches: &[CommitBatch]) -> Result<Vec<CommitOutcome>, StoreError> {
+        let mut outcomes = Vec::with_capacity(batches.len());
+        for batch in batches {
+            outcomes.push(self.commit(batch).await?);
+        }
+        Ok(outcomes)
+    }
+}
+
+/// A transaction of the caller's that wrote outbox rows, and can claim their
+/// shards before it commits: the synchronous flush's claim (see
+/// [`Drainer::prepare_flush`](crate::Drainer::prepare_flush)).
+///
+/// The claim runs inside the transaction, in one statement on PostgreSQL, so
+/// that the commit makes the rows and their claim visible together, and a
+/// rollback takes both back. It never waits: a bucket that a live lease
+/// holds, or that another open transaction is claiming, is reported
+/// [`ShardClaim::Held`] and left to the background drain.
+#[async_trait]
+pub trait ClaimBeforeCommit: Send + Sync {
+    /// Leases, as of the caller's commit, the buckets of `shards` (all of
+    /// `request.kind`), each shard given with the highest id the transaction
+    /// wrote in it, and returns for each, in order, what was found: its rows
+    /// up to that id (at most `request.rows`, in id order, the
+    /// transaction's own included), [`ShardClaim::Held`], or
+    /// [`ShardClaim::BackingOff`] (no lease is taken for a shard that backs
+    /// off).
+    async fn claim_before_commit(
+        &self,
+        request: &ClaimRequest,
+        shards: &[(ShardKey, i64)],
+    ) -> Result<Vec<ShardClaim>, StoreError>;
+}
+
+impl CommitBatch {
+    /// Whether this is the common end of a round: every shard delivered
+    /// without a failure, nothing dead-lettered, nothing still in flight.
+    pub fn is_finished(&self) -> bool {
+        self.in_flight.is_empty()
+            && self
+                .shards
+                .iter()
+                .all(|shard| shard.end == ShardEnd::Done && shard.dead_letters.is_empty())
+    }
 }

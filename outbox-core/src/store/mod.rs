@@ -41,7 +41,7 @@ pub use admin::{
     AdminSnapshot, DeadLetterRow, FailingShard, ScopeDepth, ShardDepth, StoreAdmin, TableHealth,
 };
 pub use drain::{
-    ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetter, DrainStore, ShardClaim,
+    ClaimBeforeCommit, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetter, DrainStore, ShardClaim,
     ShardCommit, ShardEnd, ShardState,
 };
 pub use error::{BoxError, StoreError};

@@ -169,6 +169,11 @@ impl<C: Category> WorkerBuilder<C> {
             rounds: rounds.clone(),
             ready: Arc::new(ready_tx),
         };
+        // Buckets a flush released may hold rows that requests left to
+        // the drain while the flush was completing.
+        let waker = self.waker.clone();
+        self.drainer
+            .on_flushes_completed(move |kind| waker.wake_local(kind));
         let mut parts = 0;
         let drainer = self.drainer.clone();
         tasks.spawn(async move {
@@ -293,6 +298,14 @@ impl<C: Category> WorkerHandle<C> {
             // Cancelled rounds drop their futures, which files their claims.
             self.cut_off.cancel();
             let _ = tokio::time::timeout(self.shutdown_timeout, self.rounds.wait()).await;
+        }
+        // Flushes delivered but not completed yet: their rows would be
+        // delivered again after their leases.
+        if tokio::time::timeout(self.shutdown_timeout, self.drainer.settled())
+            .await
+            .is_err()
+        {
+            tracing::warn!("synchronous outbox flushes were still completing at shutdown; their rows are delivered again after their leases");
         }
         if self.drainer.has_abandoned() {
             match tokio::time::timeout(self.shutdown_timeout, self.drainer.release_abandoned())

@@ -1,0 +1,202 @@
+//! The completer: ends finished synchronous flushes in the background, many
+//! in one statement, so that a response waits for its receivers only.
+//!
+//! A synchronous flush that claimed its shards before its transaction
+//! committed delivers right after the commit. What is left then is to delete
+//! the delivered rows and release the buckets; nothing the client waits for
+//! depends on it. So the flush hands that commit to its drainer's completer
+//! and returns. The completer sends whatever flushes finished meanwhile in
+//! one [`DrainStore::complete`] (one statement on PostgreSQL, without waiting
+//! for the WAL flush), fenced by each flush's token.
+//!
+//! The lease covers the gap: until the completion lands, the buckets stay
+//! leased to the flush's token, so no other worker takes their shards. If the
+//! process dies first, or the statement fails, the leases run out (or are
+//! ended early, see [`Abandoned`]) and the rows are delivered again (rule 6,
+//! at least once). Only the common end goes this way: a flush with a failure,
+//! a dead letter or a culled shard commits at once, as a round does.
+//!
+//! After each completion the completer calls the drainer's release hook for
+//! the kinds it released buckets of (the worker sets it to wake its drain): a
+//! request that found a bucket held by a flush still completing left its
+//! rows to the background drain, which can take them now.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{mpsc, Notify};
+
+use super::abandoned::{Abandoned, AbandonedClaim};
+use super::observe;
+use crate::clock::Clock;
+use crate::shard::OutboxKind;
+use crate::store::{CommitBatch, DrainStore};
+
+/// At most this many flushes go in one completion: 256.
+const MAX_PER_COMPLETION: usize = 256;
+
+/// Called with a kind after a completion released buckets of it.
+pub(crate) type ReleaseHook = Arc<dyn Fn(OutboxKind) + Send + Sync>;
+
+/// A finished flush waiting for its completion.
+struct Handoff {
+    batch: CommitBatch,
+    lease_until: DateTime<Utc>,
+}
+
+/// What the completer's task shares with its drainers.
+#[derive(Default)]
+struct Progress {
+    /// Flushes handed off and not completed yet.
+    pending: AtomicUsize,
+    /// Told when `pending` drops to zero.
+    settled: Notify,
+}
+
+/// A drainer's completer, shared by its clones. Its task starts on first
+/// use, on the runtime that uses it, and ends when the last clone is gone.
+#[derive(Default)]
+pub(crate) struct Completer {
+    sender: Mutex<Option<mpsc::UnboundedSender<Handoff>>>,
+    progress: Arc<Progress>,
+    on_release: Arc<Mutex<Option<ReleaseHook>>>,
+}
+
+impl std::fmt::Debug for Completer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completer")
+            .field("pending", &self.progress.pending.load(Ordering::SeqCst))
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the completer's task needs from its drainer.
+pub(crate) struct CompleterParts {
+    pub(crate) store: Arc<dyn DrainStore>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) abandoned: Arc<Abandoned>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Completer {
+    /// Sets what to call after a completion released buckets.
+    pub(crate) fn on_release(&self, hook: ReleaseHook) {
+        *lock(&self.on_release) = Some(hook);
+    }
+
+    /// Hands a finished flush's commit over; it is applied soon, fenced by
+    /// its token. `lease_until` is when its leases end unless completed.
+    pub(crate) fn hand_off(
+        &self,
+        parts: impl FnOnce() -> CompleterParts,
+        batch: CommitBatch,
+        lease_until: DateTime<Utc>,
+    ) {
+        self.progress.pending.fetch_add(1, Ordering::SeqCst);
+        let mut sender = lock(&self.sender);
+        let mut handoff = Handoff { batch, lease_until };
+        if let Some(running) = sender.as_ref() {
+            match running.send(handoff) {
+                Ok(()) => return,
+                // Its runtime is gone (a test's runtime dropped): start a
+                // new task on this one.
+                Err(returned) => handoff = returned.0,
+            }
+        }
+        let (send, receive) = mpsc::unbounded_channel();
+        tokio::spawn(run(
+            receive,
+            parts(),
+            self.progress.clone(),
+            self.on_release.clone(),
+        ));
+        // The receiver is alive: it was just created.
+        let _ = send.send(handoff);
+        *sender = Some(send);
+    }
+
+    /// Waits until every flush handed off so far is completed (or failed).
+    pub(crate) async fn settled(&self) {
+        loop {
+            let notified = self.progress.settled.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.progress.pending.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// The completer's task: one completion per kind for whatever is waiting.
+async fn run(
+    mut receive: mpsc::UnboundedReceiver<Handoff>,
+    parts: CompleterParts,
+    progress: Arc<Progress>,
+    hook: Arc<Mutex<Option<ReleaseHook>>>,
+) {
+    let mut waiting = Vec::new();
+    while let Some(first) = receive.recv().await {
+        waiting.push(first);
+        while waiting.len() < MAX_PER_COMPLETION {
+            match receive.try_recv() {
+                Ok(next) => waiting.push(next),
+                Err(_) => break,
+            }
+        }
+        let count = waiting.len();
+        for kind in OutboxKind::ALL {
+            let (of_kind, rest): (Vec<Handoff>, Vec<Handoff>) =
+                waiting.drain(..).partition(|handoff| handoff.batch.kind == kind);
+            waiting = rest;
+            if !of_kind.is_empty() {
+                complete(&parts, kind, of_kind).await;
+                let hook = lock(&hook).clone();
+                if let Some(hook) = hook {
+                    hook(kind);
+                }
+            }
+        }
+        if progress.pending.fetch_sub(count, Ordering::SeqCst) == count {
+            progress.settled.notify_waiters();
+        }
+    }
+}
+
+async fn complete(parts: &CompleterParts, kind: OutboxKind, handoffs: Vec<Handoff>) {
+    let now = parts.clock.now();
+    let (batches, leases): (Vec<CommitBatch>, Vec<DateTime<Utc>>) = handoffs
+        .into_iter()
+        .map(|mut handoff| {
+            handoff.batch.now = now;
+            (handoff.batch, handoff.lease_until)
+        })
+        .unzip();
+    match parts.store.complete(&batches).await {
+        Ok(outcomes) => {
+            let lost: usize = outcomes.iter().map(|outcome| outcome.lost.len()).sum();
+            observe::claims_lost(kind, lost, "the lease expired before the flush completed");
+        }
+        Err(error) => {
+            tracing::warn!(
+                %error,
+                flushes = batches.len(),
+                kind = kind.as_str(),
+                "could not complete synchronous outbox flushes; their rows are delivered again \
+                 once their claims are released"
+            );
+            for (batch, lease_until) in batches.iter().zip(leases) {
+                parts.abandoned.push(AbandonedClaim {
+                    kind,
+                    token: batch.token,
+                    lease_until,
+                });
+            }
+        }
+    }
+}

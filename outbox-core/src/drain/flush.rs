@@ -1,0 +1,375 @@
+//! The synchronous flush: deliver what a transaction wrote, right after it
+//! commits.
+//!
+//! Two ways, one cheap and one that works everywhere:
+//!
+//! - **Claimed before the commit** ([`Drainer::prepare_flush`]): the shards'
+//!   buckets are leased *inside* the writer's transaction, just before its
+//!   `COMMIT`, by one statement that skips what another worker or
+//!   transaction holds ([`ClaimBeforeCommit`]); the commit makes the rows and
+//!   the claim visible together. After the commit the rows the claim read
+//!   are delivered at once, and the delete and release go to the drainer's
+//!   completer (`drain::complete`), so the caller waits for its receivers
+//!   only: no statement after the `COMMIT`. A shard whose bucket was held is
+//!   left to the background drain, never waited for; a rollback takes the
+//!   claim back with the rows.
+//! - **Claimed after the commit** ([`Drainer::drain_shard`]): claims the
+//!   shard's bucket (waiting up to `sync_wait` while another worker holds
+//!   it), delivers and commits: two statements after the `COMMIT`. For
+//!   writers that cannot claim inside their transaction, and the fallback of
+//!   a prepared flush that did not claim.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::drainer::{Drainer, DELIVERING};
+use super::observe;
+use super::report::{DrainReport, FlushError};
+use super::round::Round;
+use crate::control::ControlAction;
+use crate::registry::Category;
+use crate::shard::ShardKey;
+use crate::store::{ClaimBeforeCommit, ClaimRequest, ClaimedShard, ShardClaim, StoreError};
+
+/// The longest pause between two tries of a synchronous flush whose shard's
+/// bucket is held: 20 ms.
+const MAX_FLUSH_PAUSE: Duration = Duration::from_millis(20);
+
+/// What a flush did.
+#[derive(Debug, Default)]
+pub struct FlushOutcome {
+    /// Deliveries made, across shards.
+    pub report: DrainReport,
+    /// Shards whose flush failed; their rows stay for the background drain.
+    pub errors: Vec<FlushError>,
+}
+
+impl FlushOutcome {
+    fn absorb(&mut self, report: Result<DrainReport, FlushError>) {
+        match report {
+            Ok(report) => self.report.absorb(report),
+            Err(error) => self.errors.push(error),
+        }
+    }
+}
+
+/// A synchronous flush of the shards a transaction wrote, prepared before
+/// its commit: see [`Drainer::prepare_flush`].
+#[derive(Debug)]
+#[must_use = "a prepared flush delivers nothing until `deliver` is called after the commit"]
+pub struct PreparedFlush<C: Category> {
+    drainer: Drainer<C>,
+    /// One claim per outbox kind written.
+    kinds: Vec<KindFlush>,
+    /// Shards an operator paused: not claimed, not delivered.
+    paused: Vec<ShardKey>,
+    /// Whether `deliver` ran (otherwise a claim made is filed as abandoned).
+    delivered: bool,
+}
+
+#[derive(Debug)]
+struct KindFlush {
+    request: ClaimRequest,
+    /// Each shard with the highest id written in it.
+    shards: Vec<(ShardKey, i64)>,
+    /// What the claim before the commit found, one per shard; `None` when
+    /// none was made (the flush then claims after the commit).
+    found: Option<Vec<ShardClaim>>,
+}
+
+impl<C: Category> Drainer<C> {
+    /// Prepares the synchronous flush of `shards` (each with the highest id
+    /// the transaction wrote in it): call
+    /// [`claim_before_commit`](PreparedFlush::claim_before_commit) on the
+    /// writer's transaction just before its `COMMIT`, then
+    /// [`deliver`](PreparedFlush::deliver) after it. Shards an operator
+    /// paused are left out (reported as [`FlushError::Paused`]).
+    ///
+    /// ```
+    /// outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
+    /// use outbox_core::{Drainer, MemoryStore, OutboxKind, Receivers, ShardKey};
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let store = MemoryStore::new();
+    /// let drainer = Drainer::new(store.clone(), Receivers::new().discard(OutboxCategory::OrgUpdate));
+    /// let shard = ShardKey::region(OutboxScope::OrgScope, 7);
+    ///
+    /// let mut txn = store.begin();
+    /// let id = txn.write(&shard, OutboxCategory::OrgUpdate, 1, None);
+    /// let mut flush = drainer.prepare_flush([(shard, id)]);
+    /// flush.claim_before_commit(&txn).await.unwrap(); // last statement before COMMIT
+    /// txn.commit();
+    /// let outcome = flush.deliver().await; // no statement on this path
+    /// assert_eq!((outcome.report.deliveries, outcome.errors.len()), (1, 0));
+    /// drainer.settled().await; // the completer deleted the row meanwhile
+    /// assert!(store.rows(OutboxKind::Region).is_empty());
+    /// # });
+    /// ```
+    pub fn prepare_flush(
+        &self,
+        shards: impl IntoIterator<Item = (ShardKey, i64)>,
+    ) -> PreparedFlush<C> {
+        let mut kinds: Vec<KindFlush> = Vec::new();
+        let mut paused = Vec::new();
+        for (shard, up_to) in shards {
+            if self.controls().action_for(&shard) == Some(ControlAction::Pause) {
+                paused.push(shard);
+                continue;
+            }
+            let kind = shard.kind();
+            match kinds.iter_mut().find(|flush| flush.request.kind == kind) {
+                Some(flush) => flush.shards.push((shard, up_to)),
+                None => kinds.push(KindFlush {
+                    request: self.claim_request(kind, self.config().batch_size, None),
+                    shards: vec![(shard, up_to)],
+                    found: None,
+                }),
+            }
+        }
+        PreparedFlush {
+            drainer: self.clone(),
+            kinds,
+            paused,
+            delivered: false,
+        }
+    }
+
+    /// The synchronous flush of one shard: claims its bucket (waiting up to
+    /// `sync_wait` if another worker holds it), delivers its rows up to
+    /// `up_to_id` (all of them when `None`) and reports the first failure.
+    /// With a free bucket it costs two statements: claim and read, then
+    /// delete and release.
+    ///
+    /// A shard that backs off after a failure is not tried
+    /// ([`FlushError::BackingOff`]): the background drain delivers it when
+    /// its backoff ends. Called from inside a receiver on a shard whose
+    /// bucket this task is already delivering, it returns at once with the
+    /// flush counted as deferred: the rows are delivered by the claim up the
+    /// stack or by the background drain.
+    ///
+    /// # Errors
+    ///
+    /// [`FlushError`] naming the shard and what happened. The rows stay
+    /// committed for the background drain.
+    pub async fn drain_shard(
+        &self,
+        shard: &ShardKey,
+        up_to_id: Option<i64>,
+    ) -> Result<DrainReport, FlushError> {
+        let held_up_the_stack = DELIVERING
+            .try_with(|stack| {
+                stack
+                    .iter()
+                    .any(|held| held.kind() == shard.kind() && held.bucket() == shard.bucket())
+            })
+            .unwrap_or(false);
+        if held_up_the_stack {
+            return Ok(DrainReport {
+                deferred: 1,
+                ..DrainReport::default()
+            });
+        }
+        self.refresh_controls_if_stale().await;
+        if self.controls().action_for(shard) == Some(ControlAction::Pause) {
+            // Left to the background drain, which parks it; the caller hears
+            // why its rows were not delivered.
+            return Err(FlushError::Paused {
+                shard: shard.clone(),
+            });
+        }
+        let kind = shard.kind();
+        let mut total = DrainReport::default();
+        let mut started = Instant::now();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let request = self.claim_request(kind, self.config().batch_size, up_to_id);
+            let claimed = match self.store().claim_shard(&request, shard).await? {
+                ShardClaim::Claimed(claimed) => claimed,
+                ShardClaim::BackingOff(state) => {
+                    return Err(FlushError::BackingOff {
+                        shard: shard.clone(),
+                        retry_at: state.retry_at,
+                    })
+                }
+                ShardClaim::Held => {
+                    let waited = started.elapsed();
+                    if waited >= self.config().sync_wait {
+                        return Err(FlushError::ShardBusy {
+                            shard: shard.clone(),
+                            waited,
+                        });
+                    }
+                    tokio::time::sleep(pause.min(self.config().sync_wait - waited)).await;
+                    pause = (pause * 2).min(MAX_FLUSH_PAUSE);
+                    continue;
+                }
+            };
+            // More rows up to `up_to_id` than one batch: another claim after
+            // this one's commit.
+            let more = claimed.rows.len() >= request.rows;
+            let mut report = Round::new(self.clone(), &request, true)
+                .run(vec![claimed], None)
+                .await?;
+            if let Some(failure) = report.failures.pop() {
+                return Err(FlushError::from_failure(failure));
+            }
+            if let Some(shard) = report.lost_claims.pop() {
+                return Err(FlushError::ClaimLost { shard });
+            }
+            total.absorb(report);
+            if !more {
+                return Ok(total);
+            }
+            started = Instant::now();
+            pause = Duration::from_millis(1);
+        }
+    }
+}
+
+impl<C: Category> PreparedFlush<C> {
+    /// Whether there is nothing to flush.
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty() && self.paused.is_empty()
+    }
+
+    /// Claims the shards inside `transaction`, which wrote them: call it
+    /// last, right before the `COMMIT`, so that the claim's row locks are
+    /// held for one round trip. A bucket held elsewhere is not waited for.
+    ///
+    /// # Errors
+    ///
+    /// The store's error. On PostgreSQL a failed statement aborts the
+    /// transaction, which then cannot commit.
+    pub async fn claim_before_commit(
+        &mut self,
+        transaction: &(impl ClaimBeforeCommit + ?Sized),
+    ) -> Result<(), StoreError> {
+        for flush in &mut self.kinds {
+            let now = self.drainer.now();
+            flush.request.now = now;
+            flush.request.lease_until = now + super::claim::to_chrono(self.drainer.config().lease);
+            flush.found = Some(
+                transaction
+                    .claim_before_commit(&flush.request, &flush.shards)
+                    .await?,
+            );
+        }
+        Ok(())
+    }
+
+    /// Delivers, after the commit: the shards claimed before it from the
+    /// rows the claim read (their commit goes to the completer), the others
+    /// by claiming them now ([`Drainer::drain_shard`]). A shard whose bucket
+    /// was held, or that backs off, or that an operator paused is reported
+    /// and left to the background drain.
+    pub async fn deliver(mut self) -> FlushOutcome {
+        self.delivered = true;
+        let mut outcome = FlushOutcome::default();
+        outcome.errors.extend(
+            std::mem::take(&mut self.paused)
+                .into_iter()
+                .map(|shard| FlushError::Paused { shard }),
+        );
+        for flush in std::mem::take(&mut self.kinds) {
+            match flush.found {
+                Some(found) => {
+                    deliver_claimed(&self.drainer, flush.request, flush.shards, found, &mut outcome)
+                        .await;
+                }
+                None => {
+                    for (shard, up_to) in flush.shards {
+                        let started = std::time::Instant::now();
+                        let flushed = self.drainer.drain_shard(&shard, Some(up_to)).await;
+                        observe::flushed(shard.kind(), flushed.is_ok(), started.elapsed());
+                        outcome.absorb(flushed);
+                    }
+                }
+            }
+        }
+        outcome
+    }
+}
+
+/// Delivers what the claim before the commit found.
+async fn deliver_claimed<C: Category>(
+    drainer: &Drainer<C>,
+    request: ClaimRequest,
+    shards: Vec<(ShardKey, i64)>,
+    found: Vec<ShardClaim>,
+    outcome: &mut FlushOutcome,
+) {
+    let started = std::time::Instant::now();
+    let mut claimed: Vec<ClaimedShard> = Vec::new();
+    // Shards with more rows than one claim reads: the rest after this round.
+    let mut unfinished: Vec<(ShardKey, i64)> = Vec::new();
+    for ((shard, up_to), claim) in shards.into_iter().zip(found) {
+        match claim {
+            ShardClaim::Claimed(shard_claim) => {
+                if shard_claim.rows.len() >= request.rows {
+                    unfinished.push((shard, up_to));
+                }
+                claimed.push(shard_claim);
+            }
+            ShardClaim::Held => outcome.errors.push(FlushError::ShardBusy {
+                shard,
+                waited: Duration::ZERO,
+            }),
+            ShardClaim::BackingOff(state) => outcome.errors.push(FlushError::BackingOff {
+                shard,
+                retry_at: state.retry_at,
+            }),
+        }
+    }
+    if !claimed.is_empty() {
+        let kind = request.kind;
+        let count = claimed.len();
+        let mut round = Round::new(drainer.clone(), &request, true);
+        if unfinished.is_empty() {
+            round = round.complete_later();
+        }
+        match round.run(claimed, None).await {
+            Ok(mut report) => {
+                outcome
+                    .errors
+                    .extend(report.failures.drain(..).map(FlushError::from_failure));
+                outcome.errors.extend(
+                    report
+                        .lost_claims
+                        .drain(..)
+                        .map(|shard| FlushError::ClaimLost { shard }),
+                );
+                outcome.report.absorb(report);
+            }
+            Err(error) => outcome.errors.push(FlushError::Store(error)),
+        }
+        let ok = outcome.errors.is_empty();
+        for _ in 0..count {
+            observe::flushed(kind, ok, started.elapsed());
+        }
+    }
+    for (shard, up_to) in unfinished {
+        let flushed = drainer.drain_shard(&shard, Some(up_to)).await;
+        outcome.absorb(flushed);
+    }
+}
+
+impl<C: Category> Drop for PreparedFlush<C> {
+    fn drop(&mut self) {
+        if self.delivered {
+            return;
+        }
+        // Dropped between its claim and its delivery (the caller's future
+        // was cancelled, or the commit failed): whatever it leased is ended
+        // by the worker's next round instead of waiting out the lease.
+        for flush in &self.kinds {
+            if flush.found.is_some() {
+                self.drainer.abandoned().push(super::abandoned::AbandonedClaim {
+                    kind: flush.request.kind,
+                    token: flush.request.token,
+                    lease_until: flush.request.lease_until,
+                });
+            }
+        }
+    }
+}
