@@ -3,15 +3,19 @@
 //! [sea-orm-migration] migrations that create the outbox tables:
 //!
 //! - `region_outbox` and `control_outbox` (the latter with `region_name`), with
-//!   the columns of Sentry's outboxes and indexes for the three hot queries:
-//!   due rows by `scheduled_for`, a shard's rows by `id`, a coalescing group;
+//!   the columns of Sentry's outboxes and indexes for the hot queries: due
+//!   rows by `scheduled_for`, a shard's rows by `id` (the coalescing-group
+//!   index of the first migration is dropped by [`FlushBeforeCommit`]: no
+//!   statement used it);
 //! - `outbox_dead_letter`, rows of scopes that opted into dead-lettering;
 //! - `outbox_backfill_cursor` and `outbox_option`, the backfill cursors and
 //!   runtime options (see `outbox_seaorm::backfill`);
 //! - `outbox_claim_bucket`, the leases that give one worker a bucket of shards
 //!   at a time. On PostgreSQL it is `UNLOGGED`: it writes no WAL, and a crash
-//!   that empties it only ends leases, which fencing makes safe; its rows are
-//!   created again on first use;
+//!   that empties it only ends leases, which fencing makes safe. Its 1,024
+//!   rows per kind exist from [`FlushBeforeCommit`] on (a flush claims inside the
+//!   writer's transaction, where it only updates rows), and claims create
+//!   them again after such a crash;
 //! - `outbox_shard_state`, the backoff of each failing shard: attempts, last
 //!   delay and error, next attempt;
 //! - `outbox_control`, operators' pauses and culls of a shard or a scope,
@@ -110,6 +114,7 @@ mod m20261123_000005_runtime_controls;
 mod m20261123_000006_trace_context;
 mod m20261123_000007_message_ids;
 mod m20261123_000008_inbox;
+mod m20261125_000009_flush_before_commit;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
 pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
@@ -119,6 +124,7 @@ pub use m20261123_000005_runtime_controls::Migration as RuntimeControls;
 pub use m20261123_000006_trace_context::Migration as TraceContext;
 pub use m20261123_000007_message_ids::Migration as MessageIds;
 pub use m20261123_000008_inbox::Migration as Inbox;
+pub use m20261125_000009_flush_before_commit::Migration as FlushBeforeCommit;
 
 /// The outbox migrations, in order, to append to your own `MigratorTrait::migrations`.
 pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
@@ -131,6 +137,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(TraceContext),
         Box::new(MessageIds),
         Box::new(Inbox),
+        Box::new(FlushBeforeCommit),
     ]
 }
 

@@ -296,7 +296,7 @@ async fn a_stalled_request_body_holds_no_connection(backend: DbBackend) {
     );
     let router = app
         .routes()
-        .layer(outbox_axum::OutboxLayer::from_parts(pool, drainer));
+        .layer(outbox_axum::OutboxLayer::from_parts(pool, drainer.clone()));
 
     let body_polled = std::sync::Arc::new(tokio::sync::Notify::new());
     let mut sent = false;
@@ -336,6 +336,7 @@ async fn a_stalled_request_body_holds_no_connection(backend: DbBackend) {
     );
     stalled.abort();
     assert_eq!(app.widgets().await, 1);
+    drainer.settled().await;
     assert_eq!(app.pending().await, 0);
     assert_eq!(app.recorder.deliveries().len(), 1);
 }

@@ -165,7 +165,7 @@ impl OutboxContext {
     }
 
     /// Takes the noted shards for a flush prepared now, before the commit:
-    /// claim them with [`PreparedFlush::claim_before_commit`] as the last
+    /// claim them with [`PreparedFlush::claim`] as the last
     /// statement of the transaction, then [`finish_flush`](Self::finish_flush)
     /// after it commits. `None` when the flush is turned off or nothing was
     /// written.

@@ -18,8 +18,8 @@ use crate::message::StoredRow;
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey, MAX_BUCKETS_PER_CLAIM};
 use crate::store::{
-    ClaimBeforeCommit, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore,
-    FailingShard, ShardClaim, ShardDepth, ShardEnd, ShardState, StoreAdmin, StoreError,
+    ClaimBeforeCommit, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow,
+    DrainStore, FailingShard, ShardClaim, ShardDepth, ShardEnd, ShardState, StoreAdmin, StoreError,
 };
 
 #[derive(Clone, Debug)]

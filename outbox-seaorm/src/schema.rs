@@ -36,14 +36,17 @@ use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 
 use crate::UnsupportedBackend;
 
-/// What one outbox migration creates: the tables and columns the library
-/// reads and writes (a table may be listed more than once).
+/// What one outbox migration leaves in the catalogue: the tables and
+/// columns the library reads and writes (a table may be listed more than
+/// once), and the indexes it drops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MigrationSchema {
     /// The migration's name, as sea-orm-migration records it.
     pub migration: &'static str,
     /// Tables (new or altered) and the columns of each that it creates.
     pub tables: &'static [(&'static str, &'static [&'static str])],
+    /// Indexes it drops, each with its table.
+    pub dropped_indexes: &'static [(&'static str, &'static str)],
 }
 
 /// The columns the outbox tables and the dead letters share.
@@ -70,6 +73,7 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ("control_outbox", OUTBOX_COLUMNS),
             ("control_outbox", &["region_name"]),
         ],
+        dropped_indexes: &[],
     },
     MigrationSchema {
         migration: "m20261121_000002_create_backfill_tables",
@@ -80,6 +84,7 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ),
             ("outbox_option", &["key", "value"]),
         ],
+        dropped_indexes: &[],
     },
     MigrationSchema {
         migration: "m20261121_000003_create_dead_letter_table",
@@ -90,6 +95,7 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
                 &["kind", "region_name", "error", "dead_lettered_at"],
             ),
         ],
+        dropped_indexes: &[],
     },
     MigrationSchema {
         migration: "m20261123_000004_bucket_claims",
@@ -113,6 +119,7 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
                 ],
             ),
         ],
+        dropped_indexes: &[],
     },
     MigrationSchema {
         migration: "m20261123_000005_runtime_controls",
@@ -129,6 +136,7 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
                 "created_at",
             ],
         )],
+        dropped_indexes: &[],
     },
     MigrationSchema {
         migration: "m20261123_000006_trace_context",
@@ -137,6 +145,7 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ("control_outbox", &["traceparent"]),
             ("outbox_dead_letter", &["traceparent"]),
         ],
+        dropped_indexes: &[],
     },
     MigrationSchema {
         migration: "m20261123_000007_message_ids",
@@ -145,10 +154,20 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ("control_outbox", &["message_id"]),
             ("outbox_dead_letter", &["message_id"]),
         ],
+        dropped_indexes: &[],
     },
     MigrationSchema {
         migration: "m20261123_000008_inbox",
         tables: &[("outbox_inbox", &["consumer", "message_id", "received_at"])],
+        dropped_indexes: &[],
+    },
+    MigrationSchema {
+        migration: "m20261125_000009_flush_before_commit",
+        tables: &[],
+        dropped_indexes: &[
+            ("region_outbox", "region_outbox_group"),
+            ("control_outbox", "control_outbox_group"),
+        ],
     },
 ];
 
@@ -165,16 +184,19 @@ pub enum SchemaError {
     /// missing.
     #[error(
         "the outbox tables are not migrated: {} (outbox migration {migration} has not run{}); {FIX}",
-        describe(table, *column),
+        describe(table, *column, *index),
         also_missing(*later)
     )]
     NotMigrated {
         /// The first migration that has not run.
         migration: &'static str,
-        /// A table it creates or alters that is missing or lacks `column`.
+        /// A table it creates or alters that is missing or lacks `column`,
+        /// or still has `index`.
         table: &'static str,
         /// The missing column, when the table exists.
         column: Option<&'static str>,
+        /// An index the migration drops that is still there.
+        index: Option<&'static str>,
         /// How many later outbox migrations have not run either.
         later: usize,
     },
@@ -187,10 +209,11 @@ pub enum SchemaError {
     UnsupportedBackend(#[from] UnsupportedBackend),
 }
 
-fn describe(table: &str, column: Option<&str>) -> String {
-    match column {
-        None => format!("table `{table}` does not exist"),
-        Some(column) => format!("table `{table}` has no column `{column}`"),
+fn describe(table: &str, column: Option<&str>, index: Option<&str>) -> String {
+    match (column, index) {
+        (Some(column), _) => format!("table `{table}` has no column `{column}`"),
+        (None, Some(index)) => format!("table `{table}` still has index `{index}`"),
+        (None, None) => format!("table `{table}` does not exist"),
     }
 }
 
@@ -203,7 +226,7 @@ fn also_missing(count: usize) -> String {
 }
 
 /// Checks that every outbox migration has run on `db`: each table and
-/// column the library uses exists.
+/// column the library uses exists, and no index a migration dropped is left.
 ///
 /// # Errors
 ///
@@ -212,33 +235,52 @@ fn also_missing(count: usize) -> String {
 /// catalogue cannot be read; [`SchemaError::UnsupportedBackend`] for a
 /// database other than PostgreSQL or SQLite.
 pub async fn check_schema<C: ConnectionTrait>(db: &C) -> Result<(), SchemaError> {
-    let present = columns(db).await?;
+    let present = catalogue(db).await?;
     let mut missing = MIGRATIONS.iter().filter_map(|step| {
-        step.tables.iter().find_map(|(table, columns)| {
-            let Some(have) = present.get(*table) else {
-                return Some((step.migration, *table, None));
+        let column = step.tables.iter().find_map(|(table, columns)| {
+            let Some(have) = present.columns.get(*table) else {
+                return Some((step.migration, *table, None, None));
             };
             columns
                 .iter()
                 .find(|column| !have.contains(**column))
-                .map(|column| (step.migration, *table, Some(*column)))
+                .map(|column| (step.migration, *table, Some(*column), None))
+        });
+        column.or_else(|| {
+            step.dropped_indexes
+                .iter()
+                .find(|(table, index)| {
+                    // Not run: the table is not there yet, or the index still.
+                    !present.columns.contains_key(*table)
+                        || present
+                            .indexes
+                            .get(*table)
+                            .is_some_and(|indexes| indexes.contains(*index))
+                })
+                .map(|(table, index)| (step.migration, *table, None, Some(*index)))
         })
     });
     match missing.next() {
         None => Ok(()),
-        Some((migration, table, column)) => Err(SchemaError::NotMigrated {
+        Some((migration, table, column, index)) => Err(SchemaError::NotMigrated {
             migration,
             table,
             column,
+            index,
             later: missing.count(),
         }),
     }
 }
 
-/// The columns of the outbox tables that exist, by table.
-async fn columns<C: ConnectionTrait>(
-    db: &C,
-) -> Result<BTreeMap<String, BTreeSet<String>>, SchemaError> {
+/// The columns and indexes of the outbox tables, by table.
+#[derive(Default)]
+struct Catalogue {
+    columns: BTreeMap<String, BTreeSet<String>>,
+    indexes: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// What the catalogue says of the outbox tables, in one query.
+async fn catalogue<C: ConnectionTrait>(db: &C) -> Result<Catalogue, SchemaError> {
     let tables: BTreeSet<&str> = MIGRATIONS
         .iter()
         .flat_map(|step| step.tables.iter().map(|(table, _)| *table))
@@ -251,25 +293,38 @@ async fn columns<C: ConnectionTrait>(
         .join(", ");
     let sql = match backend {
         DbBackend::Postgres => format!(
-            "SELECT table_name::text AS table_name, column_name::text AS column_name \
+            "SELECT table_name::text AS table_name, column_name::text AS column_name, \
+                    false AS is_index \
              FROM information_schema.columns \
-             WHERE table_schema = ANY (current_schemas(false)) AND table_name IN ({list})"
+             WHERE table_schema = ANY (current_schemas(false)) AND table_name IN ({list}) \
+             UNION ALL \
+             SELECT tablename::text, indexname::text, true FROM pg_indexes \
+             WHERE schemaname = ANY (current_schemas(false)) AND tablename IN ({list})"
         ),
         DbBackend::Sqlite => format!(
-            "SELECT m.name AS table_name, p.name AS column_name \
+            "SELECT m.name AS table_name, p.name AS column_name, false AS is_index \
              FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p \
-             WHERE m.type = 'table' AND m.name IN ({list})"
+             WHERE m.type = 'table' AND m.name IN ({list}) \
+             UNION ALL \
+             SELECT tbl_name, name, true FROM sqlite_master \
+             WHERE type = 'index' AND tbl_name IN ({list})"
         ),
         other => return Err(UnsupportedBackend(other).into()),
     };
     let rows = db
         .query_all_raw(Statement::from_string(backend, sql))
         .await?;
-    let mut present: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut present = Catalogue::default();
     for row in rows {
         let table: String = row.try_get("", "table_name")?;
-        let column: String = row.try_get("", "column_name")?;
-        present.entry(table).or_default().insert(column);
+        let name: String = row.try_get("", "column_name")?;
+        let is_index: bool = row.try_get("", "is_index")?;
+        let of = if is_index {
+            &mut present.indexes
+        } else {
+            &mut present.columns
+        };
+        of.entry(table).or_default().insert(name);
     }
     Ok(present)
 }

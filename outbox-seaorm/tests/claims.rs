@@ -107,7 +107,8 @@ async fn the_statements_hash_shards_into_the_cores_buckets(backend: DbBackend) {
 
 outbox_seaorm::on_both_backends!(the_statements_hash_shards_into_the_cores_buckets);
 
-/// The flush after a request's commit, on a free shard: one statement claims
+/// The flush claimed after a commit ([`Drainer::drain_shard`]), on a free
+/// shard: one statement claims
 /// the bucket and reads the rows, one deletes them and releases the bucket.
 /// No transaction of its own, so no synchronous commit of its own either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -138,7 +139,7 @@ async fn a_sync_flush_of_a_free_shard_takes_two_statements() {
     assert_eq!(
         statements,
         vec![
-            "-- Leases the bucket of one shard and reads its rows (the synchronous flush),",
+            "-- Leases the bucket of one shard and reads its rows (the synchronous flush",
             "-- The common commit, in one statement: every shard of the claim is done,",
         ]
     );

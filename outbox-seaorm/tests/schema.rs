@@ -46,13 +46,15 @@ async fn each_missing_migration_is_named_with_the_fix(backend: DbBackend) {
                 migration,
                 table,
                 column,
+                index,
                 later,
             } => {
                 assert_eq!(migration, expected, "after {applied} migrations");
                 assert_eq!(later, names.len() - applied - 1);
-                let what = match column {
-                    None => format!("table `{table}` does not exist"),
-                    Some(column) => format!("table `{table}` has no column `{column}`"),
+                let what = match (column, index) {
+                    (Some(column), _) => format!("table `{table}` has no column `{column}`"),
+                    (None, Some(index)) => format!("table `{table}` still has index `{index}`"),
+                    (None, None) => format!("table `{table}` does not exist"),
                 };
                 assert!(message.contains(&what), "{message}");
             }
@@ -97,6 +99,7 @@ async fn a_users_own_migrator_passes_the_check(backend: DbBackend) {
                 migration: "m20261123_000005_runtime_controls",
                 table: "outbox_control",
                 column: Some("reason"),
+                index: None,
                 later: 0,
             }
         ),

@@ -6,12 +6,12 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::FutureExt;
-use sea_orm::{DatabaseConnection, TransactionOptions};
+use sea_orm::{DatabaseConnection, IsolationLevel, TransactionOptions};
 use tower::{Layer, Service};
 
 use outbox_core::worker::Waker;
-use outbox_core::{Category, Drainer, Receivers};
-use outbox_seaorm::{SeaOrmStore, UnsupportedBackend};
+use outbox_core::{Category, Drainer, FlushError, Receivers};
+use outbox_seaorm::{ClaimOn, SeaOrmStore, UnsupportedBackend};
 
 use super::future::ResponseFuture;
 use super::on_flush_error::{
@@ -28,6 +28,7 @@ struct Shared<C: Category> {
     commit_when: CommitPredicate,
     on_flush_error: Arc<dyn OnFlushError>,
     waker: Option<Waker>,
+    claim_before_commit: bool,
 }
 
 /// A [`Layer`] that gives every request a transaction and an outbox context;
@@ -79,6 +80,7 @@ impl<C: Category> OutboxLayer<C> {
                 commit_when: Arc::new(is_success),
                 on_flush_error: Arc::new(DefaultOnFlushError),
                 waker: None,
+                claim_before_commit: true,
             }),
         }
     }
@@ -93,6 +95,7 @@ impl<C: Category> OutboxLayer<C> {
                 commit_when: shared.commit_when.clone(),
                 on_flush_error: shared.on_flush_error.clone(),
                 waker: shared.waker.clone(),
+                claim_before_commit: shared.claim_before_commit,
             },
         };
         change(&mut shared);
@@ -128,10 +131,29 @@ impl<C: Category> OutboxLayer<C> {
         self.map(|shared| shared.transaction_options = options)
     }
 
-    /// Wakes this background drain when a request leaves rows to it.
-    /// Default: none (the drain finds them at its next poll).
+    /// Wakes this background drain when a request leaves rows to it, and
+    /// leaves to it the rows of a shard whose bucket another worker or
+    /// request holds (the flush never waits for them). Default: none (the
+    /// drain finds them at its next poll; without a drain, a flush claims a
+    /// held shard again after the commit, waiting up to `sync_wait`).
     pub fn waker(self, waker: Waker) -> Self {
         self.map(|shared| shared.waker = Some(waker))
+    }
+
+    /// Where the synchronous flush claims the shards a request wrote.
+    /// Default `true`: inside the request's transaction, as its last
+    /// statement before the `COMMIT` (one statement that never waits; the
+    /// commit makes the rows and the claim visible together, and nothing is
+    /// sent to the database after it). `false`: after the `COMMIT`, on the
+    /// pool (one statement after it). The flush claims after the commit
+    /// anyway when [`transaction_options`](Self::transaction_options) asks
+    /// for an isolation stricter than read committed, under which a bucket
+    /// row changed since the transaction's snapshot would fail the claim.
+    /// Either way the delete and the release that follow the deliveries go
+    /// to the drainer's completer, in the background (see
+    /// [`Drainer::settled`](outbox_core::Drainer::settled)).
+    pub fn claim_before_commit(self, before: bool) -> Self {
+        self.map(|shared| shared.claim_before_commit = before)
     }
 }
 
@@ -252,27 +274,45 @@ where
         context.clear();
         return Ok(response);
     }
+    let mut flush = context.prepare_flush(&shared.drainer);
+    if let (Some(flush), Some(_)) = (flush.as_mut(), &shared.waker) {
+        flush.leave_held_to_background();
+    }
     if let Some(transaction) = transaction {
+        if let Some(flush) = flush.as_mut().filter(|_| claims_in_transaction(&shared)) {
+            // The last statement before the COMMIT. A failed one leaves the
+            // transaction unable to commit (PostgreSQL would answer the
+            // COMMIT with a ROLLBACK): nothing is saved.
+            if let Err(error) = flush.claim(&ClaimOn(&transaction)).await {
+                context.clear();
+                tracing::error!(%error, "claiming the request's outbox shards before the commit failed; rolled back");
+                if let Err(error) = transaction.rollback().await {
+                    tracing::warn!(%error, "rolling back the request's transaction failed");
+                }
+                return Ok(could_not_save());
+            }
+        }
         if let Err(error) = transaction.commit().await {
             context.clear();
             tracing::error!(%error, "committing the request's transaction failed");
-            return Ok((
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal error: the change could not be saved",
-            )
-                .into_response());
+            return Ok(could_not_save());
         }
     }
 
     let mut response = response;
     let (mut culled, mut errors) = (false, Vec::new());
-    if !context.is_flush_deferred() {
-        let flushed = context.flush(&shared.drainer).await;
+    if let Some(mut flush) = flush {
+        if !flush.is_claimed() {
+            if let Err(error) = flush.claim(&ClaimOn(&shared.db)).await {
+                tracing::warn!(%error, "claiming the request's outbox shards after the commit failed");
+            }
+        }
+        let flushed = context.finish_flush(flush).await;
         culled = flushed.report.culled > 0;
         errors = flushed.errors;
     }
     for error in &errors {
-        if error.is_operator_control() {
+        if error.is_operator_control() || matches!(error, FlushError::ShardBusy { .. }) {
             tracing::debug!(%error, "flush after commit skipped; the background drain will deliver");
         } else {
             tracing::warn!(%error, "flush after commit failed; the background drain will deliver");
@@ -289,6 +329,24 @@ where
         }
     }
     Ok(response)
+}
+
+/// Whether the flush claims inside the request's transaction: asked for,
+/// and the transaction's isolation is read committed (the default).
+fn claims_in_transaction<C: Category>(shared: &Shared<C>) -> bool {
+    shared.claim_before_commit
+        && shared
+            .transaction_options
+            .isolation_level
+            .is_none_or(|level| level == IsolationLevel::ReadCommitted)
+}
+
+fn could_not_save() -> Response {
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal error: the change could not be saved",
+    )
+        .into_response()
 }
 
 /// Tells the client that rows of its request were not delivered before the

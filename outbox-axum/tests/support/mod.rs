@@ -110,7 +110,10 @@ impl TestApp {
         row.try_get("", "n").unwrap()
     }
 
+    /// Rows not delivered yet, once the flushes delivered so far have
+    /// completed (their delete runs in the background).
     pub async fn pending(&self) -> u64 {
+        self.drainer.settled().await;
         self.drainer
             .admin()
             .pending_count(OutboxKind::Region)

@@ -21,7 +21,7 @@
 //! request that found a bucket held by a flush still completing left its
 //! rows to the background drain, which can take them now.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
@@ -52,6 +52,10 @@ struct Progress {
     pending: AtomicUsize,
     /// Told when `pending` drops to zero.
     settled: Notify,
+    /// A flush found a bucket held and left rows to the background drain
+    /// since the last completion: the release hook is called after the next
+    /// one (not after every one: waking the drain costs it a claim).
+    held_found: AtomicBool,
 }
 
 /// A drainer's completer, shared by its clones. Its task starts on first
@@ -119,6 +123,12 @@ impl Completer {
         *sender = Some(send);
     }
 
+    /// Notes that a flush left the rows of a held bucket to the background
+    /// drain: the next completion wakes it.
+    pub(crate) fn held_found(&self) {
+        self.progress.held_found.store(true, Ordering::SeqCst);
+    }
+
     /// Waits until every flush handed off so far is completed (or failed).
     pub(crate) async fn settled(&self) {
         loop {
@@ -150,14 +160,16 @@ async fn run(
             }
         }
         let count = waiting.len();
+        let wake = progress.held_found.swap(false, Ordering::SeqCst);
         for kind in OutboxKind::ALL {
-            let (of_kind, rest): (Vec<Handoff>, Vec<Handoff>) =
-                waiting.drain(..).partition(|handoff| handoff.batch.kind == kind);
+            let (of_kind, rest): (Vec<Handoff>, Vec<Handoff>) = waiting
+                .drain(..)
+                .partition(|handoff| handoff.batch.kind == kind);
             waiting = rest;
             if !of_kind.is_empty() {
                 complete(&parts, kind, of_kind).await;
                 let hook = lock(&hook).clone();
-                if let Some(hook) = hook {
+                if let Some(hook) = hook.filter(|_| wake) {
                     hook(kind);
                 }
             }

@@ -66,6 +66,9 @@ pub struct PreparedFlush<C: Category> {
     paused: Vec<ShardKey>,
     /// Whether `deliver` ran (otherwise a claim made is filed as abandoned).
     delivered: bool,
+    /// A shard whose bucket was held is left to the background drain
+    /// instead of claimed again after the commit.
+    leave_held: bool,
 }
 
 #[derive(Debug)]
@@ -81,7 +84,7 @@ struct KindFlush {
 impl<C: Category> Drainer<C> {
     /// Prepares the synchronous flush of `shards` (each with the highest id
     /// the transaction wrote in it): call
-    /// [`claim_before_commit`](PreparedFlush::claim_before_commit) on the
+    /// [`claim`](PreparedFlush::claim) on the
     /// writer's transaction just before its `COMMIT`, then
     /// [`deliver`](PreparedFlush::deliver) after it. Shards an operator
     /// paused are left out (reported as [`FlushError::Paused`]).
@@ -98,7 +101,7 @@ impl<C: Category> Drainer<C> {
     /// let mut txn = store.begin();
     /// let id = txn.write(&shard, OutboxCategory::OrgUpdate, 1, None);
     /// let mut flush = drainer.prepare_flush([(shard, id)]);
-    /// flush.claim_before_commit(&txn).await.unwrap(); // last statement before COMMIT
+    /// flush.claim(&txn).await.unwrap(); // the last statement before COMMIT
     /// txn.commit();
     /// let outcome = flush.deliver().await; // no statement on this path
     /// assert_eq!((outcome.report.deliveries, outcome.errors.len()), (1, 0));
@@ -132,6 +135,7 @@ impl<C: Category> Drainer<C> {
             kinds,
             paused,
             delivered: false,
+            leave_held: false,
         }
     }
 
@@ -228,30 +232,46 @@ impl<C: Category> Drainer<C> {
 }
 
 impl<C: Category> PreparedFlush<C> {
+    /// Leaves a shard whose bucket the claim found held to the background
+    /// drain (reported as [`FlushError::ShardBusy`], nothing waited for),
+    /// instead of claiming it again after the commit, waiting up to
+    /// `sync_wait` ([`Drainer::drain_shard`]). Set it when a background
+    /// drain runs; without one, held shards would wait for the next flush.
+    pub fn leave_held_to_background(&mut self) {
+        self.leave_held = true;
+    }
+
+    /// Whether [`claim`](Self::claim) ran (otherwise `deliver` claims each
+    /// shard after the commit, [`Drainer::drain_shard`]).
+    pub fn is_claimed(&self) -> bool {
+        self.kinds.iter().all(|flush| flush.found.is_some())
+    }
+
     /// Whether there is nothing to flush.
     pub fn is_empty(&self) -> bool {
         self.kinds.is_empty() && self.paused.is_empty()
     }
 
-    /// Claims the shards inside `transaction`, which wrote them: call it
-    /// last, right before the `COMMIT`, so that the claim's row locks are
-    /// held for one round trip. A bucket held elsewhere is not waited for.
+    /// Claims the shards on `on`: the writer's transaction, last, right
+    /// before its `COMMIT` (so that the claim's row locks are held for one
+    /// round trip, and a rollback takes the claim back), or, after the
+    /// commit, a connection of its own (one statement after the `COMMIT`).
+    /// A bucket held elsewhere is not waited for.
     ///
     /// # Errors
     ///
     /// The store's error. On PostgreSQL a failed statement aborts the
-    /// transaction, which then cannot commit.
-    pub async fn claim_before_commit(
+    /// transaction it ran in, which then cannot commit: roll it back.
+    pub async fn claim(
         &mut self,
-        transaction: &(impl ClaimBeforeCommit + ?Sized),
+        on: &(impl ClaimBeforeCommit + ?Sized),
     ) -> Result<(), StoreError> {
         for flush in &mut self.kinds {
             let now = self.drainer.now();
             flush.request.now = now;
             flush.request.lease_until = now + super::claim::to_chrono(self.drainer.config().lease);
             flush.found = Some(
-                transaction
-                    .claim_before_commit(&flush.request, &flush.shards)
+                on.claim_before_commit(&flush.request, &flush.shards)
                     .await?,
             );
         }
@@ -274,8 +294,15 @@ impl<C: Category> PreparedFlush<C> {
         for flush in std::mem::take(&mut self.kinds) {
             match flush.found {
                 Some(found) => {
-                    deliver_claimed(&self.drainer, flush.request, flush.shards, found, &mut outcome)
-                        .await;
+                    let leave_held = self.leave_held;
+                    deliver_claimed(
+                        &self.drainer,
+                        flush.request,
+                        flush.shards.into_iter().zip(found).collect(),
+                        leave_held,
+                        &mut outcome,
+                    )
+                    .await;
                 }
                 None => {
                     for (shard, up_to) in flush.shards {
@@ -295,26 +322,33 @@ impl<C: Category> PreparedFlush<C> {
 async fn deliver_claimed<C: Category>(
     drainer: &Drainer<C>,
     request: ClaimRequest,
-    shards: Vec<(ShardKey, i64)>,
-    found: Vec<ShardClaim>,
+    found: Vec<((ShardKey, i64), ShardClaim)>,
+    leave_held: bool,
     outcome: &mut FlushOutcome,
 ) {
     let started = std::time::Instant::now();
     let mut claimed: Vec<ClaimedShard> = Vec::new();
-    // Shards with more rows than one claim reads: the rest after this round.
+    // Shards with more rows than one claim reads, and held shards that may
+    // be waited for: claimed again after this round.
     let mut unfinished: Vec<(ShardKey, i64)> = Vec::new();
-    for ((shard, up_to), claim) in shards.into_iter().zip(found) {
+    let mut truncated = false;
+    for ((shard, up_to), claim) in found {
         match claim {
             ShardClaim::Claimed(shard_claim) => {
                 if shard_claim.rows.len() >= request.rows {
+                    truncated = true;
                     unfinished.push((shard, up_to));
                 }
                 claimed.push(shard_claim);
             }
-            ShardClaim::Held => outcome.errors.push(FlushError::ShardBusy {
-                shard,
-                waited: Duration::ZERO,
-            }),
+            ShardClaim::Held if !leave_held => unfinished.push((shard, up_to)),
+            ShardClaim::Held => {
+                drainer.completer().held_found();
+                outcome.errors.push(FlushError::ShardBusy {
+                    shard,
+                    waited: Duration::ZERO,
+                });
+            }
             ShardClaim::BackingOff(state) => outcome.errors.push(FlushError::BackingOff {
                 shard,
                 retry_at: state.retry_at,
@@ -325,7 +359,9 @@ async fn deliver_claimed<C: Category>(
         let kind = request.kind;
         let count = claimed.len();
         let mut round = Round::new(drainer.clone(), &request, true);
-        if unfinished.is_empty() {
+        // A shard read in part is claimed again at once: its bucket must be
+        // released by then.
+        if !truncated {
             round = round.complete_later();
         }
         match round.run(claimed, None).await {
@@ -364,11 +400,13 @@ impl<C: Category> Drop for PreparedFlush<C> {
         // by the worker's next round instead of waiting out the lease.
         for flush in &self.kinds {
             if flush.found.is_some() {
-                self.drainer.abandoned().push(super::abandoned::AbandonedClaim {
-                    kind: flush.request.kind,
-                    token: flush.request.token,
-                    lease_until: flush.request.lease_until,
-                });
+                self.drainer
+                    .abandoned()
+                    .push(super::abandoned::AbandonedClaim {
+                        kind: flush.request.kind,
+                        token: flush.request.token,
+                        lease_until: flush.request.lease_until,
+                    });
             }
         }
     }

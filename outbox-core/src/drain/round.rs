@@ -9,8 +9,8 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::abandoned::{AbandonedClaim, ClaimGuard};
-use super::deliver::{deliver_shard, is_backing_off, ShardOutcome};
 use super::claim::to_chrono;
+use super::deliver::{deliver_shard, is_backing_off, ShardOutcome};
 use super::drainer::{Drainer, RoundStarted, DELIVERING};
 use super::observe;
 use super::report::{DrainReport, ShardFailure};

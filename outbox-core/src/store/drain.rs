@@ -251,7 +251,8 @@ pub trait DrainStore: Send + Sync + 'static {
 /// that the commit makes the rows and their claim visible together, and a
 /// rollback takes both back. It never waits: a bucket that a live lease
 /// holds, or that another open transaction is claiming, is reported
-/// [`ShardClaim::Held`] and left to the background drain.
+/// [`ShardClaim::Held`]. (Run on a connection outside any transaction,
+/// after the writer committed, it is the same claim, visible at once.)
 #[async_trait]
 pub trait ClaimBeforeCommit: Send + Sync {
     /// Leases, as of the caller's commit, the buckets of `shards` (all of

@@ -127,6 +127,10 @@ impl DrainStore for SeaOrmStore {
         self.drain().commit(batch).await
     }
 
+    async fn complete(&self, batches: &[CommitBatch]) -> Result<Vec<CommitOutcome>, StoreError> {
+        self.drain().complete(batches).await
+    }
+
     async fn expire_claims(
         &self,
         kind: OutboxKind,

@@ -37,7 +37,10 @@ const BACKEND: DbBackend = DbBackend::Postgres;
 struct TableSql {
     claim_due: &'static str,
     claim_shard: &'static str,
+    claim_before_commit: &'static str,
+    claim_one_before_commit: &'static str,
     commit_finished: &'static str,
+    complete: &'static str,
     delete_rows: &'static str,
     dead_letter: &'static str,
     reschedule: &'static str,
@@ -53,7 +56,10 @@ struct TableSql {
 const REGION: TableSql = TableSql {
     claim_due: include_str!("sql/region/claim_due.sql"),
     claim_shard: include_str!("sql/region/claim_shard.sql"),
+    claim_before_commit: include_str!("sql/region/claim_before_commit.sql"),
+    claim_one_before_commit: include_str!("sql/region/claim_one_before_commit.sql"),
     commit_finished: include_str!("sql/region/commit_finished.sql"),
+    complete: include_str!("sql/region/complete.sql"),
     delete_rows: include_str!("sql/region/delete_rows.sql"),
     dead_letter: include_str!("sql/region/dead_letter.sql"),
     reschedule: include_str!("sql/region/reschedule.sql"),
@@ -69,7 +75,10 @@ const REGION: TableSql = TableSql {
 const CONTROL: TableSql = TableSql {
     claim_due: include_str!("sql/control/claim_due.sql"),
     claim_shard: include_str!("sql/control/claim_shard.sql"),
+    claim_before_commit: include_str!("sql/control/claim_before_commit.sql"),
+    claim_one_before_commit: include_str!("sql/control/claim_one_before_commit.sql"),
     commit_finished: include_str!("sql/control/commit_finished.sql"),
+    complete: include_str!("sql/control/complete.sql"),
     delete_rows: include_str!("sql/control/delete_rows.sql"),
     dead_letter: include_str!("sql/control/dead_letter.sql"),
     reschedule: include_str!("sql/control/reschedule.sql"),
@@ -205,6 +214,73 @@ impl PgStore {
             dead_lettered: 0,
             lost: codec::lost(batch.shards.iter().map(|s| &s.shard), &owned),
         })
+    }
+
+    /// Completes finished flushes `which` of `batches` (of one kind, no
+    /// bucket in two of them) in one statement.
+    async fn complete_distinct(
+        &self,
+        batches: &[CommitBatch],
+        which: &[usize],
+    ) -> Result<Vec<CommitOutcome>, StoreError> {
+        const OP: &str = "complete synchronous flushes";
+        let Some(first) = which.first() else {
+            return Ok(Vec::new());
+        };
+        let kind = batches[*first].kind;
+        let (mut buckets, mut tokens, mut ids) = (Vec::new(), Vec::new(), Vec::new());
+        let mut now = batches[*first].now;
+        for &index in which {
+            let batch = &batches[index];
+            now = now.max(batch.now);
+            for bucket in codec::batch_buckets(batch) {
+                buckets.push(bucket);
+                tokens.push(batch.token);
+            }
+            ids.extend(
+                batch
+                    .shards
+                    .iter()
+                    .flat_map(|s| s.delete_ids.iter().copied()),
+            );
+        }
+        let row = self
+            .query_one(
+                table(kind).complete,
+                vec![
+                    kind.as_i16().into(),
+                    now.into(),
+                    buckets.into(),
+                    tokens.into(),
+                    ids.into(),
+                ],
+                OP,
+            )
+            .await?
+            .ok_or_else(|| StoreError::Malformed {
+                what: "completion result",
+                detail: "the completion returned no row".to_owned(),
+            })?;
+        let mut owned: Vec<i32> = get(&row, "owned", OP)?;
+        owned.sort_unstable();
+        Ok(which
+            .iter()
+            .map(|&index| {
+                let batch = &batches[index];
+                let lost = codec::lost(batch.shards.iter().map(|s| &s.shard), &owned);
+                let deleted = batch
+                    .shards
+                    .iter()
+                    .filter(|shard| !lost.contains(&shard.shard))
+                    .map(|shard| shard.delete_ids.len() as u64)
+                    .sum();
+                CommitOutcome {
+                    deleted,
+                    dead_lettered: 0,
+                    lost,
+                }
+            })
+            .collect())
     }
 
     /// Any other commit: one transaction.
@@ -401,6 +477,118 @@ async fn forget_states(
     Ok(())
 }
 
+/// A claim of one shard (`claim_shard.sql`, `claim_one_before_commit.sql`):
+/// every row repeats whether the bucket was claimed and the shard's state.
+fn decode_shard_claim(
+    rows: &[QueryResult],
+    request: &ClaimRequest,
+    shard: &ShardKey,
+) -> Result<ShardClaim, StoreError> {
+    const OP: &str = "claim a shard";
+    let Some(first) = rows.first() else {
+        return Err(StoreError::Malformed {
+            what: "shard claim",
+            detail: "the claim returned no row".to_owned(),
+        });
+    };
+    let state = codec::state(first, BACKEND)?;
+    if let Some(state) = state.as_ref().filter(|s| s.retry_at > request.now) {
+        return Ok(ShardClaim::BackingOff(state.clone()));
+    }
+    if get::<i64>(first, "claimed", OP)? == 0 {
+        return Ok(ShardClaim::Held);
+    }
+    let mut claimed = ClaimedShard {
+        shard: shard.clone(),
+        rows: Vec::with_capacity(rows.len()),
+        state,
+    };
+    for row in rows {
+        claimed.rows.extend(codec::stored_row(row, BACKEND, shard)?);
+    }
+    Ok(ShardClaim::Claimed(claimed))
+}
+
+/// The synchronous flush's claim inside the writer's transaction `conn`
+/// (see `claim_one_before_commit.sql`, and `claim_before_commit.sql` for
+/// several shards).
+pub(crate) async fn claim_before_commit<C: ConnectionTrait>(
+    conn: &C,
+    request: &ClaimRequest,
+    shards: &[(ShardKey, i64)],
+) -> Result<Vec<ShardClaim>, StoreError> {
+    const OP: &str = "claim shards before the commit";
+    let kind = request.kind;
+    if let [(shard, up_to)] = shards {
+        let values = vec![
+            kind.as_i16().into(),
+            codec::region(shard).into(),
+            shard.scope().into(),
+            shard.identifier().into(),
+            shard.bucket().into(),
+            request.now.into(),
+            request.token.into(),
+            request.owner.clone().into(),
+            request.lease_until.into(),
+            (*up_to).into(),
+            codec::limit(request.rows).into(),
+        ];
+        let rows = conn
+            .query_all_raw(statement(table(kind).claim_one_before_commit, values))
+            .await
+            .map_err(op(OP))?;
+        return Ok(vec![decode_shard_claim(&rows, request, shard)?]);
+    }
+    let [regions, scopes, identifiers] = key_arrays(shards.iter().map(|(shard, _)| shard));
+    let up_to: Vec<i64> = shards.iter().map(|(_, id)| *id).collect();
+    let values = vec![
+        kind.as_i16().into(),
+        request.now.into(),
+        request.token.into(),
+        request.owner.clone().into(),
+        request.lease_until.into(),
+        regions,
+        scopes,
+        identifiers,
+        up_to.into(),
+        codec::limit(request.rows).into(),
+        codec::buckets(shards.iter().map(|(shard, _)| shard)).into(),
+    ];
+    let rows = conn
+        .query_all_raw(statement(table(kind).claim_before_commit, values))
+        .await
+        .map_err(op(OP))?;
+    let mut found: Vec<ShardClaim> = Vec::with_capacity(shards.len());
+    let mut rows = rows.iter().peekable();
+    for (ord, (shard, _)) in (1i64..).zip(shards) {
+        let mut claim: Option<ShardClaim> = None;
+        while let Some(row) = rows.next_if(|row| get::<i64>(row, "ord", OP).ok() == Some(ord)) {
+            if claim.is_none() {
+                let state = codec::state(row, BACKEND)?;
+                claim = Some(match state {
+                    Some(state) if state.retry_at > request.now => ShardClaim::BackingOff(state),
+                    state if get::<bool>(row, "claimed", OP)? => {
+                        ShardClaim::Claimed(ClaimedShard {
+                            shard: shard.clone(),
+                            rows: Vec::new(),
+                            state,
+                        })
+                    }
+                    _ => ShardClaim::Held,
+                });
+            }
+            if let Some(ShardClaim::Claimed(claimed)) = claim.as_mut() {
+                claimed.rows.extend(codec::stored_row(row, BACKEND, shard)?);
+            }
+        }
+        found.push(claim.ok_or_else(|| StoreError::Malformed {
+            what: "claim before the commit",
+            detail: format!("no result row for shard {shard}"),
+        })?);
+    }
+    Ok(found)
+}
+
 #[async_trait]
 impl DrainStore for PgStore {
     async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ClaimedShard>, StoreError> {
@@ -461,28 +649,7 @@ impl DrainStore for PgStore {
         let rows = self
             .query_all(table(request.kind).claim_shard, values, OP)
             .await?;
-        let Some(first) = rows.first() else {
-            return Err(StoreError::Malformed {
-                what: "shard claim",
-                detail: "the claim returned no row".to_owned(),
-            });
-        };
-        let state = codec::state(first, BACKEND)?;
-        if let Some(state) = state.as_ref().filter(|s| s.retry_at > request.now) {
-            return Ok(ShardClaim::BackingOff(state.clone()));
-        }
-        if get::<i64>(first, "claimed", OP)? == 0 {
-            return Ok(ShardClaim::Held);
-        }
-        let mut claimed = ClaimedShard {
-            shard: shard.clone(),
-            rows: Vec::with_capacity(rows.len()),
-            state,
-        };
-        for row in &rows {
-            claimed.rows.extend(codec::stored_row(row, BACKEND, shard)?);
-        }
-        Ok(ShardClaim::Claimed(claimed))
+        decode_shard_claim(&rows, request, shard)
     }
 
     async fn renew(
@@ -504,16 +671,39 @@ impl DrainStore for PgStore {
     }
 
     async fn commit(&self, batch: &CommitBatch) -> Result<CommitOutcome, StoreError> {
-        let finished = batch.in_flight.is_empty()
-            && batch
-                .shards
-                .iter()
-                .all(|shard| shard.end == ShardEnd::Done && shard.dead_letters.is_empty());
-        if finished {
+        if batch.is_finished() {
             self.commit_finished(batch).await
         } else {
             self.commit_in_transaction(batch).await
         }
+    }
+
+    async fn complete(&self, batches: &[CommitBatch]) -> Result<Vec<CommitOutcome>, StoreError> {
+        let mut outcomes = vec![CommitOutcome::default(); batches.len()];
+        // One statement for flushes of distinct buckets (the usual case: a
+        // lease has one holder); a bucket met again, under the token that
+        // took it after an expired one, goes in the next statement.
+        let mut left: Vec<usize> = (0..batches.len()).collect();
+        while !left.is_empty() {
+            let mut buckets: Vec<i32> = Vec::new();
+            let mut now: Vec<usize> = Vec::new();
+            let mut later: Vec<usize> = Vec::new();
+            for index in left {
+                let mine = codec::batch_buckets(&batches[index]);
+                if mine.iter().any(|bucket| buckets.contains(bucket)) {
+                    later.push(index);
+                } else {
+                    buckets.extend(mine);
+                    now.push(index);
+                }
+            }
+            let done = self.complete_distinct(batches, &now).await?;
+            for (index, outcome) in now.into_iter().zip(done) {
+                outcomes[index] = outcome;
+            }
+            left = later;
+        }
+        Ok(outcomes)
     }
 
     async fn expire_claims(

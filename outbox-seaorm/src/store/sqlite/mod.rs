@@ -181,7 +181,7 @@ impl SqliteStore {
 }
 
 async fn query_all(
-    txn: &DatabaseTransaction,
+    txn: &impl ConnectionTrait,
     sql: &str,
     values: Vec<Value>,
     operation: &'static str,
@@ -192,7 +192,7 @@ async fn query_all(
 }
 
 async fn execute(
-    txn: &DatabaseTransaction,
+    txn: &impl ConnectionTrait,
     sql: &str,
     values: Vec<Value>,
     operation: &'static str,
@@ -206,7 +206,7 @@ async fn execute(
 
 /// Rows of one shard in id order, up to `up_to`, at most `rows`.
 async fn read_shard(
-    txn: &DatabaseTransaction,
+    txn: &impl ConnectionTrait,
     shard: &ShardKey,
     up_to: Option<i64>,
     rows: usize,
@@ -232,7 +232,7 @@ async fn read_shard(
 
 /// The backoff states of `shards`.
 async fn states(
-    txn: &DatabaseTransaction,
+    txn: &impl ConnectionTrait,
     kind: OutboxKind,
     shards: &[&ShardKey],
 ) -> Result<HashMap<ShardKey, ShardState>, StoreError> {
@@ -254,7 +254,7 @@ async fn states(
 }
 
 async fn lease(
-    txn: &DatabaseTransaction,
+    txn: &impl ConnectionTrait,
     request: &ClaimRequest,
     buckets: &[i32],
 ) -> Result<(), StoreError> {
@@ -272,6 +272,51 @@ async fn lease(
     )
     .await
     .map(|_| ())
+}
+
+/// The synchronous flush's claim inside the writer's transaction `txn`.
+/// SQLite has one writer at a time, and `txn` is it: nothing can hold a
+/// bucket but a live lease, and leasing cannot wait for anyone.
+pub(crate) async fn claim_before_commit(
+    txn: &impl ConnectionTrait,
+    request: &ClaimRequest,
+    shards: &[(ShardKey, i64)],
+) -> Result<Vec<ShardClaim>, StoreError> {
+    const OP: &str = "claim shards before the commit";
+    let keys: Vec<&ShardKey> = shards.iter().map(|(shard, _)| shard).collect();
+    let mut found_states = states(txn, request.kind, &keys).await?;
+    let mut leased: Vec<i32> = Vec::new();
+    let mut found = Vec::with_capacity(shards.len());
+    for (shard, up_to) in shards {
+        let state = found_states.remove(shard);
+        if let Some(state) = state.as_ref().filter(|s| s.retry_at > request.now) {
+            found.push(ShardClaim::BackingOff(state.clone()));
+            continue;
+        }
+        let bucket = shard.bucket();
+        if !leased.contains(&bucket) {
+            let held = query_all(
+                txn,
+                BUCKET_HELD,
+                vec![request.kind.as_i16().into(), bucket.into(), at(request.now)],
+                OP,
+            )
+            .await?;
+            if !held.is_empty() {
+                found.push(ShardClaim::Held);
+                continue;
+            }
+            lease(txn, request, &[bucket]).await?;
+            leased.push(bucket);
+        }
+        let rows = read_shard(txn, shard, Some(*up_to), request.rows).await?;
+        found.push(ShardClaim::Claimed(ClaimedShard {
+            shard: shard.clone(),
+            rows,
+            state,
+        }));
+    }
+    Ok(found)
 }
 
 #[async_trait]

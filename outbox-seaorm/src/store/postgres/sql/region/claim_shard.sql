@@ -1,5 +1,6 @@
--- Leases the bucket of one shard and reads its rows (the synchronous flush),
--- unless another worker holds the bucket or the shard backs off.
+-- Leases the bucket of one shard and reads its rows (the synchronous flush
+-- claimed after the commit), unless another worker holds the bucket or the
+-- shard backs off.
 -- $1 kind, $2 region, $3 scope, $4 identifier, $5 bucket, $6 now, $7 token,
 -- $8 owner, $9 lease end, $10 highest id, $11 rows.
 -- Every result row repeats `claimed` and the state; row columns are null
@@ -12,12 +13,17 @@ WITH state AS (
     WHERE kind = $1 AND region_name = $2 AND shard_scope = $3 AND shard_identifier = $4
 ), snapshot AS (
     SELECT version FROM outbox_claim_bucket WHERE kind = $1 AND bucket = $5
+), locked AS (
+    -- Skips a bucket another transaction has locked (a drain's claim, a
+    -- request's claim before its commit): never waits for it.
+    SELECT b.bucket FROM outbox_claim_bucket b, snapshot s
+    WHERE b.kind = $1 AND b.bucket = $5 AND b.version = s.version AND b.lease_until <= $6
+      AND NOT EXISTS (SELECT 1 FROM state WHERE retry_at > $6)
+    FOR UPDATE OF b SKIP LOCKED
 ), claimed AS (
     UPDATE outbox_claim_bucket b
     SET token = $7, owner = $8, lease_until = $9, version = b.version + 1
-    FROM snapshot s
-    WHERE b.kind = $1 AND b.bucket = $5 AND b.version = s.version AND b.lease_until <= $6
-      AND NOT EXISTS (SELECT 1 FROM state WHERE retry_at > $6)
+    WHERE b.kind = $1 AND b.bucket = (SELECT bucket FROM locked)
     RETURNING b.bucket
 ), created AS (
     INSERT INTO outbox_claim_bucket (kind, bucket, token, owner, lease_until, version)
