@@ -64,13 +64,18 @@
 //! by every test process of the machine, running `initdb` as the `postgres`
 //! system user when the tests run as root. It never skips: without a server
 //! and without the PostgreSQL binaries it fails with a message that says what
-//! to install.
+//! to install. The throwaway clusters (this shared one and the private ones
+//! of [`start_cluster_at`]) preload `pg_stat_statements` with `track = all`
+//! when the server has it, for tests that measure what the server did
+//! (`CREATE EXTENSION pg_stat_statements` in a database to read it).
 //!
 //! A SQLite test database is a fresh file, opened as
 //! [`crate::sqlite::connect`] opens one (WAL, busy timeout, foreign keys).
 //!
 //! [`PgBouncer`] starts Debian's `pgbouncer` in front of a test server, in
 //! session or transaction pooling mode, and stops it when dropped.
+//! [`wire::StatementCounter`] is a loopback proxy that counts the statements
+//! and round trips a pool sends through it.
 //!
 //! # Nothing left behind
 //!
@@ -107,6 +112,7 @@ mod options;
 mod owned_database;
 mod pgbouncer;
 mod postgres;
+pub mod wire;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -219,7 +219,7 @@ fn write_file(path: &Path, text: &str) -> Result<(), TestDbError> {
 }
 
 /// The host and port of a `postgres://user@host:port/db` URL.
-fn host_and_port(url: &str) -> Result<(String, u16), TestDbError> {
+pub(super) fn host_and_port(url: &str) -> Result<(String, u16), TestDbError> {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     let authority = rest.split('/').next().unwrap_or(rest);
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);

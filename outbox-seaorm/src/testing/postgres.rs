@@ -351,8 +351,9 @@ fn ensure_running(dir: &Path, durable: bool) -> Result<String, TestDbError> {
     };
     let options = format!(
         "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=400 \
-         -c shared_buffers=256MB{speed}",
-        socket.display()
+         -c shared_buffers=256MB{speed}{}",
+        socket.display(),
+        statement_statistics(&pg_ctl),
     );
     run_as_postgres(
         Command::new(&pg_ctl)
@@ -365,6 +366,42 @@ fn ensure_running(dir: &Path, durable: bool) -> Result<String, TestDbError> {
     )?;
     fs::write(&port_file, port.to_string()).map_err(|e| io_error(&port_file, e))?;
     Ok(format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+}
+
+/// The server options that preload `pg_stat_statements` and have it track
+/// every statement, nested ones too (for tests that measure what a code path
+/// costs the server), when the server's library folder holds it (Debian's
+/// `postgresql` package does); none otherwise, and those tests say what is
+/// missing. Options of the command line, not the config file: they hold for
+/// a data folder made by an older harness too, and `pg_ctl restart` keeps
+/// them.
+fn statement_statistics(pg_ctl: &Path) -> &'static str {
+    const OPTIONS: &str =
+        " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all";
+    let library = "pg_stat_statements.so";
+    // `<prefix>/bin/pg_ctl` and `<prefix>/lib/pg_stat_statements.so`.
+    let next_to_bin = fs::canonicalize(pg_ctl)
+        .ok()
+        .and_then(|bin| Some(bin.parent()?.parent()?.join("lib").join(library)));
+    if next_to_bin.is_some_and(|path| path.is_file()) {
+        return OPTIONS;
+    }
+    // Elsewhere, where `pg_config` says.
+    let pkglibdir = Command::new(pg_ctl.with_file_name("pg_config"))
+        .arg("--pkglibdir")
+        .output()
+        .or_else(|_| Command::new("pg_config").arg("--pkglibdir").output());
+    match pkglibdir {
+        Ok(output) if output.status.success() => {
+            let dir = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+            if Path::new(&dir).join(library).is_file() {
+                OPTIONS
+            } else {
+                ""
+            }
+        }
+        _ => "",
+    }
 }
 
 pub(crate) fn is_running(data: &Path) -> Result<bool, TestDbError> {

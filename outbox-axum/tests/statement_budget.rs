@@ -1,0 +1,790 @@
+//! The statement budget of each request path (PostgreSQL): the statements
+//! and round trips a request sends to the server, counted on the wire by
+//! `outbox_seaorm::testing::wire::StatementCounter` (a proxy the app's pool
+//! connects through), held to the budget declared below, and what the
+//! server did for them (rows, WAL bytes) from `pg_stat_statements`.
+//!
+//! Run it with `-- --nocapture` to see the table (for the README):
+//!
+//! ```sh
+//! cargo test -p outbox-axum --test statement_budget -- --nocapture
+//! ```
+//!
+//! It starts a private throwaway cluster (`start_cluster_at`, whatever
+//! `DATABASE_URL` says), which preloads `pg_stat_statements`: the figures do
+//! not depend on another server's settings, and the shared test cluster may
+//! have been started without it by an older harness. Without the extension
+//! installed (PostgreSQL's contrib modules), it fails and says so.
+//!
+//! Each path runs a warm-up first (sqlx prepares a statement on its first
+//! use on a connection, which costs a round trip of its own), then
+//! `REQUESTS` requests one at a time. Each request is measured on its own:
+//! the counter is reset before it and read after it once the pool is idle
+//! again (sqlx pings a connection the pool takes back, in a task of its own).
+//!
+//! The app's pool has one connection (`POOL_CONNECTIONS`). The counts are
+//! those of a larger pool whose connections are warm; but a larger pool,
+//! depending on timing, opens a connection when the others are still being
+//! taken back, and a new connection prepares its statements again: noise,
+//! not the path's cost. (The drainer flushes after the commit, when the
+//! request's connection is back in the pool, so one connection is enough; a
+//! path that needs two at once waits for the pool until `ACQUIRE_TIMEOUT`,
+//! and the test says so.)
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{Request, StatusCode};
+use axum::routing::{get, post};
+use axum::{middleware, Router};
+use outbox_axum::{OutboxLayer, Tx, FLUSH_DEFERRED, FLUSH_HEADER};
+use outbox_core::{
+    ClaimRequest, DrainConfig, DrainStore, Drainer, OutboxKind, Receivers, ShardClaim, ShardKey,
+};
+use outbox_seaorm::testing::wire::{label, pool_idle, StatementCounter, WireSnapshot};
+use outbox_seaorm::testing::{connect, start_cluster_at, stop_cluster_at, TestDatabase};
+use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
+use sea_orm::{
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,
+    TransactionTrait, Value,
+};
+use tower::ServiceExt;
+
+outbox_core::registry! {
+    OrganizationScope = 0 (shard_field = "organization_id") {
+        WidgetCreated = 1,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The budget. One entry per path: the statements of one request, in order,
+// and its round trips. Edit these when a path changes on purpose; a failing
+// run prints the entries that match what it measured.
+//
+// Round trips count every exchange the client waits on, the pool's own
+// included: sqlx (0.9) pings a connection when the pool hands it out
+// (`test_before_acquire`, on by default in SeaORM) and again when the pool
+// takes it back (always; in a task of its own, after the work), so each use
+// of the pool costs 2 round trips on top of its statements. The request's
+// transaction is one use; each statement of the synchronous flush is one.
+// ---------------------------------------------------------------------------
+
+/// A hand-written transaction (begin, insert a widget, commit): no outbox,
+/// no layer.
+const PLAIN: Budget = Budget {
+    path: "plain transaction, no outbox",
+    statements: &["BEGIN", "INSERT INTO widgets", "COMMIT"],
+    round_trips: 5,
+};
+
+/// `OutboxLayer` with `flush = false` (`defer_flush` on the route).
+const FLUSH_FALSE: Budget = Budget {
+    path: "`OutboxLayer`, `flush = false`",
+    statements: &[
+        "BEGIN",
+        "INSERT INTO widgets",
+        "INSERT INTO region_outbox",
+        "COMMIT",
+    ],
+    round_trips: 6,
+};
+
+/// `OutboxLayer` with its synchronous flush (the default).
+const SYNCHRONOUS_FLUSH: Budget = Budget {
+    path: "`OutboxLayer`, synchronous flush",
+    statements: &[
+        "BEGIN",
+        "INSERT INTO widgets",
+        "INSERT INTO region_outbox",
+        "COMMIT",
+        "region/claim_shard.sql",
+        "region/commit_finished.sql",
+    ],
+    round_trips: 12,
+};
+
+/// The synchronous flush over a pool that does not ping the connections
+/// it hands out (`ConnectOptions::test_before_acquire(false)`): only the
+/// ping when the pool takes a connection back is left.
+const SYNCHRONOUS_FLUSH_NO_ACQUIRE_PING: Budget = Budget {
+    path: "synchronous flush, pool without `test_before_acquire`",
+    statements: SYNCHRONOUS_FLUSH.statements,
+    round_trips: 9,
+};
+
+/// One request writes to three shards (three organizations), synchronous
+/// flush.
+const THREE_SHARDS: Budget = Budget {
+    path: "synchronous flush, three shards",
+    statements: &[
+        "BEGIN",
+        "INSERT INTO widgets",
+        "INSERT INTO region_outbox",
+        "INSERT INTO widgets",
+        "INSERT INTO region_outbox",
+        "INSERT INTO widgets",
+        "INSERT INTO region_outbox",
+        "COMMIT",
+        "region/claim_shard.sql",
+        "region/commit_finished.sql",
+        "region/claim_shard.sql",
+        "region/commit_finished.sql",
+        "region/claim_shard.sql",
+        "region/commit_finished.sql",
+    ],
+    round_trips: 28,
+};
+
+/// The shard's bucket is held by another claim; `sync_wait` 0: the flush
+/// gives up after one try (`outbox-flush: deferred`).
+const HELD_SHARD: Budget = Budget {
+    path: "synchronous flush, shard held elsewhere",
+    statements: &[
+        "BEGIN",
+        "INSERT INTO widgets",
+        "INSERT INTO region_outbox",
+        "COMMIT",
+        "region/claim_shard.sql",
+    ],
+    round_trips: 9,
+};
+
+/// A request through the layer that never touches the database.
+const NO_DATABASE: Budget = Budget {
+    path: "`OutboxLayer`, no database use",
+    statements: &[],
+    round_trips: 0,
+};
+
+/// Connections of the app's pool.
+const POOL_CONNECTIONS: u32 = 1;
+/// How long a request waits for a connection of the pool.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Requests measured per path, after the warm-up.
+const REQUESTS: usize = 20;
+/// Requests per path before the measurement: enough for every connection
+/// the path uses to have prepared its statements.
+const WARM_UP: usize = 5;
+
+/// Organizations (shards) of the paths.
+const PLAIN_ORG: i64 = 1;
+const DEFERRED_ORG: i64 = 2;
+const FLUSHED_ORG: i64 = 3;
+const THREE_ORGS: i64 = 10; // 10, 11 and 12: three buckets
+const HELD_ORG: i64 = 900;
+
+/// The statements and round trips one request of a path may cost.
+struct Budget {
+    path: &'static str,
+    statements: &'static [&'static str],
+    round_trips: u64,
+}
+
+/// What one path measured.
+struct Measured {
+    budget: &'static Budget,
+    /// Each request's counts.
+    requests: Vec<WireSnapshot>,
+    /// `pg_stat_statements` over all of them.
+    server: ServerFigures,
+}
+
+impl Measured {
+    /// The requests whose statements or round trips differ from the budget.
+    fn over_budget(&self) -> Vec<(usize, &WireSnapshot)> {
+        self.requests
+            .iter()
+            .enumerate()
+            .filter(|(_, seen)| {
+                seen.labels() != self.budget.statements
+                    || seen.round_trips() != self.budget.round_trips
+            })
+            .collect()
+    }
+
+    /// `total` over the requests, to a tenth.
+    fn per_request(&self, total: i64) -> String {
+        per_call(total, self.requests.len() as i64)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The app.
+// ---------------------------------------------------------------------------
+
+async fn insert_widget(db: &impl ConnectionTrait, org: i64) -> Result<i64, StatusCode> {
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "INSERT INTO widgets (organization_id, name) VALUES ($1, $2) RETURNING id",
+            [org.into(), "widget".into()],
+        ))
+        .await
+        .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?
+        .ok_or(StatusCode::INTERNAL_SERVER_ERROR)?;
+    row.try_get("", "id")
+        .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+async fn insert_widget_with_outbox_row(
+    db: &impl ConnectionTrait,
+    org: i64,
+) -> Result<(), StatusCode> {
+    let id = insert_widget(db, org).await?;
+    write_region(
+        db,
+        OutboxMessage::new(OutboxCategory::WidgetCreated, ShardId(org), ObjectId(id)),
+    )
+    .await
+    .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
+    Ok(())
+}
+
+/// Through the layer: a widget and its outbox row on the request's `Tx`.
+async fn create(tx: Tx, Path(org): Path<i64>) -> Result<StatusCode, StatusCode> {
+    insert_widget_with_outbox_row(&tx, org).await?;
+    Ok(StatusCode::CREATED)
+}
+
+/// Through the layer: widgets and outbox rows of organizations `org`,
+/// `org + 1` and `org + 2`.
+async fn create_in_three(tx: Tx, Path(org): Path<i64>) -> Result<StatusCode, StatusCode> {
+    for org in org..org + 3 {
+        insert_widget_with_outbox_row(&tx, org).await?;
+    }
+    Ok(StatusCode::CREATED)
+}
+
+/// Without the layer or the outbox: a transaction by hand.
+async fn create_plain(
+    State(db): State<DatabaseConnection>,
+    Path(org): Path<i64>,
+) -> Result<StatusCode, StatusCode> {
+    let txn = db
+        .begin()
+        .await
+        .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
+    insert_widget(&txn, org).await?;
+    txn.commit()
+        .await
+        .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
+    Ok(StatusCode::CREATED)
+}
+
+async fn health() -> &'static str {
+    "ok"
+}
+
+fn app(db: &DatabaseConnection, drainer: Drainer<OutboxCategory>) -> Router {
+    Router::new()
+        .route("/widgets/{org}", post(create))
+        .route("/three/{org}", post(create_in_three))
+        .route("/health", get(health))
+        .merge(
+            Router::new()
+                .route("/deferred/{org}", post(create))
+                .route_layer(middleware::from_fn(outbox_axum::defer_flush)),
+        )
+        .layer(OutboxLayer::from_parts(db.clone(), drainer))
+        // After `.layer`: not wrapped by it.
+        .merge(
+            Router::new()
+                .route("/plain/{org}", post(create_plain))
+                .with_state(db.clone()),
+        )
+}
+
+// ---------------------------------------------------------------------------
+// pg_stat_statements.
+// ---------------------------------------------------------------------------
+
+/// The server's figures for the statements of the test database.
+#[derive(Clone, Debug, Default)]
+struct ServerFigures {
+    calls: i64,
+    rows: i64,
+    wal_bytes: i64,
+    /// All the WAL the server wrote meanwhile (`pg_current_wal_insert_lsn`),
+    /// commit records included, which `pg_stat_statements` leaves out.
+    wal_bytes_all: i64,
+    /// Per statement label: calls, rows, WAL bytes.
+    statements: BTreeMap<String, (i64, i64, i64)>,
+}
+
+/// `pg_stat_statements`, read from the cluster's `postgres` database (so
+/// that these reads are not counted in the test database's figures).
+struct ServerStatements {
+    admin: DatabaseConnection,
+    dbid: i64,
+    /// The WAL insert position at the last reset.
+    wal_at_reset: std::sync::Mutex<String>,
+}
+
+impl ServerStatements {
+    async fn new(admin_url: &str, test_db: &DatabaseConnection) -> Self {
+        let admin = connect(admin_url, 1).await.unwrap();
+        let available = async {
+            admin
+                .execute_unprepared("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                .await?;
+            admin
+                .execute_unprepared("SELECT count(*) FROM pg_stat_statements")
+                .await
+        }
+        .await;
+        if let Err(error) = available {
+            panic!(
+                "pg_stat_statements is not available on the private test cluster ({error}). \
+                 The harness preloads it (shared_preload_libraries) when the server's library \
+                 folder has pg_stat_statements.so, and this one does not: install PostgreSQL's \
+                 contrib modules (on Debian, the `postgresql-15` package has them; elsewhere, \
+                 e.g. `postgresql-contrib`), then run the test again."
+            );
+        }
+        let row = test_db
+            .query_one_raw(Statement::from_string(
+                DbBackend::Postgres,
+                "SELECT oid::bigint AS dbid FROM pg_database WHERE datname = current_database()",
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        Self {
+            admin,
+            dbid: row.try_get("", "dbid").unwrap(),
+            wal_at_reset: std::sync::Mutex::new(String::new()),
+        }
+    }
+
+    async fn reset(&self) {
+        let row = self
+            .admin
+            .query_one_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT pg_stat_statements_reset(0, $1::oid, 0)::text AS reset, \
+                        pg_current_wal_insert_lsn()::text AS lsn",
+                [Value::from(self.dbid)],
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        *self.wal_at_reset.lock().unwrap() = row.try_get("", "lsn").unwrap();
+    }
+
+    async fn read(&self) -> ServerFigures {
+        let rows = self
+            .admin
+            .query_all_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT query, calls, rows, wal_bytes::bigint AS wal_bytes \
+                 FROM pg_stat_statements WHERE dbid = $1::oid",
+                [Value::from(self.dbid)],
+            ))
+            .await
+            .unwrap();
+        let since = self.wal_at_reset.lock().unwrap().clone();
+        let wal = self
+            .admin
+            .query_one_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::text::pg_lsn)::bigint \
+                 AS bytes",
+                [Value::from(since)],
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut figures = ServerFigures {
+            wal_bytes_all: wal.try_get("", "bytes").unwrap(),
+            ..ServerFigures::default()
+        };
+        for row in rows {
+            let query: String = row.try_get("", "query").unwrap();
+            let calls: i64 = row.try_get("", "calls").unwrap();
+            let rows: i64 = row.try_get("", "rows").unwrap();
+            let wal_bytes: i64 = row.try_get("", "wal_bytes").unwrap();
+            figures.calls += calls;
+            figures.rows += rows;
+            figures.wal_bytes += wal_bytes;
+            let entry = figures.statements.entry(label(&query)).or_default();
+            entry.0 += calls;
+            entry.1 += rows;
+            entry.2 += wal_bytes;
+        }
+        figures
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Measuring.
+// ---------------------------------------------------------------------------
+
+/// A pool of `POOL_CONNECTIONS` through `counter` to the database of `url`.
+async fn pool_through(
+    counter: &StatementCounter,
+    url: &str,
+    test_before_acquire: bool,
+) -> DatabaseConnection {
+    let mut options = ConnectOptions::new(counter.url_for(url));
+    options
+        .max_connections(POOL_CONNECTIONS)
+        .min_connections(0)
+        .test_before_acquire(test_before_acquire)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        // No reaping (see `outbox_seaorm::testing::connect`).
+        .idle_timeout(None::<Duration>)
+        .max_lifetime(None::<Duration>)
+        .sqlx_logging(false);
+    Database::connect(options).await.unwrap()
+}
+
+/// The app over a pool through the counter.
+struct Bench<'a> {
+    app: Router,
+    through: DatabaseConnection,
+    counter: &'a StatementCounter,
+    server: &'a ServerStatements,
+}
+
+impl<'a> Bench<'a> {
+    /// The app over `through`, whose drainer uses the same pool.
+    fn new(
+        through: DatabaseConnection,
+        counter: &'a StatementCounter,
+        server: &'a ServerStatements,
+    ) -> Self {
+        let drainer = Drainer::new(
+            SeaOrmStore::new(through.clone()).unwrap(),
+            Receivers::new().discard(OutboxCategory::WidgetCreated),
+        )
+        .with_config(
+            DrainConfig::default()
+                // Operators' runtime controls are read once (in the
+                // warm-up), not now and then in the middle of a
+                // measurement.
+                .controls_refresh(Duration::from_secs(24 * 3600))
+                // A held shard: give up at once, deferred.
+                .sync_wait(Duration::ZERO),
+        );
+        Self {
+            app: app(&through, drainer),
+            through,
+            counter,
+            server,
+        }
+    }
+
+    async fn send(&self, method: &str, uri: &str) -> (StatusCode, Option<String>) {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::empty())
+            .unwrap();
+        let response = self.app.clone().oneshot(request).await.unwrap();
+        let flush = response
+            .headers()
+            .get(FLUSH_HEADER)
+            .map(|v| v.to_str().unwrap().to_owned());
+        (response.status(), flush)
+    }
+
+    /// Warms the path up, then measures `REQUESTS` requests one at a time,
+    /// each answered `status` with `flush` in its `outbox-flush` header.
+    async fn measure(
+        &self,
+        budget: &'static Budget,
+        method: &str,
+        uri: &str,
+        status: StatusCode,
+        flush: Option<&str>,
+    ) -> Measured {
+        let expected = (status, flush.map(str::to_owned));
+        let unexpected = "(an answer after ACQUIRE_TIMEOUT with a 500 or `outbox-flush: \
+             deferred` may be the pool's: a path that needs two connections at once needs \
+             POOL_CONNECTIONS = 2)";
+        for _ in 0..WARM_UP {
+            let answer = self.send(method, uri).await;
+            assert_eq!(answer, expected, "{method} {uri} {unexpected}");
+        }
+        pool_idle(&self.through).await.unwrap();
+        self.server.reset().await;
+        let mut requests = Vec::with_capacity(REQUESTS);
+        for _ in 0..REQUESTS {
+            self.counter.reset();
+            let answer = self.send(method, uri).await;
+            assert_eq!(answer, expected, "{method} {uri} {unexpected}");
+            pool_idle(&self.through).await.unwrap();
+            requests.push(self.counter.snapshot());
+        }
+        Measured {
+            budget,
+            requests,
+            server: self.server.read().await,
+        }
+    }
+}
+
+fn table(measured: &[Measured]) -> String {
+    let mut out = String::new();
+    out.push_str(
+        "| path | statements | round trips (of which pool pings) | rows | WAL bytes of the \
+         statements | WAL bytes, all |\n|---|---:|---:|---:|---:|---:|\n",
+    );
+    for m in measured {
+        let first = &m.requests[0];
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} ({}) | {} | {} | {} |",
+            m.budget.path,
+            first.statements.len(),
+            first.round_trips(),
+            first.round_trips_without_statement(),
+            m.per_request(m.server.rows),
+            m.per_request(m.server.wal_bytes),
+            m.per_request(m.server.wal_bytes_all),
+        );
+    }
+    out
+}
+
+/// Each path's statements, with the server's rows and WAL bytes per call.
+fn sequences(measured: &[Measured]) -> String {
+    let mut out = String::new();
+    for m in measured {
+        let statements: Vec<String> = m.requests[0]
+            .labels()
+            .into_iter()
+            .map(|label| match m.server.statements.get(label) {
+                Some(&(calls, rows, wal)) if calls > 0 => format!(
+                    "{label} ({} rows, {} B WAL)",
+                    per_call(rows, calls),
+                    per_call(wal, calls)
+                ),
+                _ => format!("{label} (not in pg_stat_statements)"),
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "- {}: {}",
+            m.budget.path,
+            if statements.is_empty() {
+                "(none)".to_owned()
+            } else {
+                statements.join(", ")
+            }
+        );
+    }
+    out
+}
+
+/// `total / calls` to a tenth.
+fn per_call(total: i64, calls: i64) -> String {
+    let tenths = (total * 10 + calls / 2) / calls;
+    if tenths % 10 == 0 {
+        format!("{}", tenths / 10)
+    } else {
+        format!("{}.{}", tenths / 10, tenths % 10)
+    }
+}
+
+/// What to write in the budget to accept what `m` measured (its first
+/// request over budget).
+fn report_over_budget(m: &Measured) -> Option<String> {
+    let over = m.over_budget();
+    let (index, seen) = over.first()?;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "path \"{}\": {} of {REQUESTS} requests differ from the budget",
+        m.budget.path,
+        over.len()
+    );
+    let _ = writeln!(
+        out,
+        "  budget:      {} statements, {} round trips: {:?}",
+        m.budget.statements.len(),
+        m.budget.round_trips,
+        m.budget.statements
+    );
+    let _ = writeln!(
+        out,
+        "  request {index}: {} statements, {} round trips ({} without a statement; {} \
+         statements prepared, {} connections opened): {:?}",
+        seen.statements.len(),
+        seen.round_trips(),
+        seen.round_trips_without_statement(),
+        seen.prepared(),
+        seen.connections_opened,
+        seen.labels()
+    );
+    for (connection, counts) in &seen.connections {
+        let _ = writeln!(out, "    connection {connection}: {counts:?}");
+    }
+    let _ = writeln!(
+        out,
+        "  to accept it, in outbox-axum/tests/statement_budget.rs:\n    statements: &{:?},\n    round_trips: {},",
+        seen.labels(),
+        seen.round_trips()
+    );
+    Some(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_path_stays_within_its_statement_budget() {
+    // A private cluster with pg_stat_statements preloaded.
+    let dir = std::env::temp_dir().join(format!("outbox-budget-{}", std::process::id()));
+    let cluster = dir.clone();
+    let admin_url = tokio::task::spawn_blocking(move || start_cluster_at(&cluster, false))
+        .await
+        .unwrap()
+        .unwrap();
+    let db = TestDatabase::postgres_on(&admin_url, "statement_budget")
+        .await
+        .unwrap();
+    db.db
+        .execute_unprepared(
+            "CREATE TABLE widgets (id bigserial PRIMARY KEY, organization_id bigint NOT NULL, \
+             name text NOT NULL)",
+        )
+        .await
+        .unwrap();
+    let server = ServerStatements::new(&admin_url, &db.db).await;
+
+    // The app's pool connects through the counter; so does its drainer.
+    let counter = StatementCounter::start(&db.url).await.unwrap();
+    let bench = Bench::new(
+        pool_through(&counter, &db.url, true).await,
+        &counter,
+        &server,
+    );
+    let no_acquire_ping = Bench::new(
+        pool_through(&counter, &db.url, false).await,
+        &counter,
+        &server,
+    );
+
+    // Another worker holds the bucket of HELD_ORG's shard, for an hour
+    // (outside the counter: its own pool).
+    let held = ShardKey::region(OutboxScope::OrganizationScope, HELD_ORG);
+    let now = chrono::Utc::now();
+    let claim = ClaimRequest {
+        kind: OutboxKind::Region,
+        now,
+        lease_until: now + chrono::Duration::hours(1),
+        token: 4242,
+        owner: "statement_budget: another worker".to_owned(),
+        rows: 1,
+        up_to_id: None,
+    };
+    let holder = db.store().claim_shard(&claim, &held).await.unwrap();
+    assert!(matches!(holder, ShardClaim::Claimed(_)), "{holder:?}");
+
+    let created = StatusCode::CREATED;
+    let measured = vec![
+        bench
+            .measure(
+                &PLAIN,
+                "POST",
+                &format!("/plain/{PLAIN_ORG}"),
+                created,
+                None,
+            )
+            .await,
+        bench
+            .measure(
+                &FLUSH_FALSE,
+                "POST",
+                &format!("/deferred/{DEFERRED_ORG}"),
+                created,
+                Some(FLUSH_DEFERRED),
+            )
+            .await,
+        bench
+            .measure(
+                &SYNCHRONOUS_FLUSH,
+                "POST",
+                &format!("/widgets/{FLUSHED_ORG}"),
+                created,
+                None,
+            )
+            .await,
+        no_acquire_ping
+            .measure(
+                &SYNCHRONOUS_FLUSH_NO_ACQUIRE_PING,
+                "POST",
+                &format!("/widgets/{FLUSHED_ORG}"),
+                created,
+                None,
+            )
+            .await,
+        bench
+            .measure(
+                &THREE_SHARDS,
+                "POST",
+                &format!("/three/{THREE_ORGS}"),
+                created,
+                None,
+            )
+            .await,
+        bench
+            .measure(
+                &HELD_SHARD,
+                "POST",
+                &format!("/widgets/{HELD_ORG}"),
+                created,
+                Some(FLUSH_DEFERRED),
+            )
+            .await,
+        bench
+            .measure(&NO_DATABASE, "GET", "/health", StatusCode::OK, None)
+            .await,
+    ];
+
+    println!(
+        "\nPer request, after a warm-up, {REQUESTS} requests one at a time. Rows and WAL \
+         bytes of the statements: pg_stat_statements, which counts no commit record; WAL \
+         bytes, all: the server's WAL position before and after (commit records included). \
+         The test cluster runs with fsync, synchronous_commit and full_page_writes off; \
+         outbox_claim_bucket is unlogged.\n\n{}\nStatements (per call: rows, WAL \
+         bytes):\n\n{}",
+        table(&measured),
+        sequences(&measured)
+    );
+
+    // The server executed what the wire carried: one call per statement.
+    for m in &measured {
+        let statements: usize = m.requests.iter().map(|r| r.statements.len()).sum();
+        assert_eq!(
+            m.server.calls, statements as i64,
+            "path \"{}\": pg_stat_statements counted {} calls, the wire {statements} statements",
+            m.budget.path, m.server.calls
+        );
+    }
+    let failures: Vec<String> = measured.iter().filter_map(report_over_budget).collect();
+    assert!(
+        failures.is_empty(),
+        "over (or under) the statement budget:\n\n{}",
+        failures.join("\n")
+    );
+
+    // Nothing left behind: pools closed, the database dropped, the cluster
+    // stopped and removed.
+    for bench in [bench, no_acquire_ping] {
+        drop(bench.app);
+        bench.through.close().await.unwrap();
+    }
+    server.admin.close().await.unwrap();
+    drop(counter);
+    db.db.clone().close().await.unwrap();
+    drop(db);
+    tokio::task::spawn_blocking(move || stop_cluster_at(&dir))
+        .await
+        .unwrap()
+        .unwrap();
+}
