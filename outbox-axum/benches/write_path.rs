@@ -579,16 +579,21 @@ async fn main() {
          of {ROUNDS} interleaved rounds (ratios: medians of each round's ratio):"
     );
     println!(
-        "  {:<52} {:>7}  {:>6}  {:>6}",
+        "  {:<52} {:>7}  {:>6}  {:>6}   each round's req/s",
         "variant", "req/s", "÷ (1)", "÷ (3)"
     );
     for variant in VARIANTS {
         println!(
-            "  {:<52} {:>7.0}  {:>5.2}x  {:>5.2}x",
+            "  {:<52} {:>7.0}  {:>5.2}x  {:>5.2}x   {}",
             variant.label(),
             rate(variant),
             ratio(variant, PgbenchPlain),
             ratio(variant, SeaOrmPlain),
+            results
+                .iter()
+                .map(|round| format!("{:.0}", round[variant.index()].rate))
+                .collect::<Vec<_>>()
+                .join(", "),
         );
     }
     println!("where the time goes:");
