@@ -21,11 +21,12 @@
 //! request that found a bucket held by a flush still completing left its
 //! rows to the background drain, which can take them now.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 
 use super::abandoned::{Abandoned, AbandonedClaim};
 use super::observe;
@@ -43,6 +44,8 @@ pub(crate) type ReleaseHook = Arc<dyn Fn(OutboxKind) + Send + Sync>;
 struct Handoff {
     batch: CommitBatch,
     lease_until: DateTime<Utc>,
+    /// Its place in the order of hand-offs (from 1).
+    sequence: u64,
 }
 
 /// What the completer's task shares with its drainers.
@@ -56,6 +59,13 @@ struct Progress {
     /// since the last completion: the release hook is called after the next
     /// one (not after every one: waking the drain costs it a claim).
     held_found: AtomicBool,
+    /// The last hand-off's sequence.
+    handed: AtomicU64,
+    /// The sequence up to which every hand-off is completed (or failed).
+    completed: watch::Sender<u64>,
+    /// The buckets whose lease waits for a completion, with the sequence of
+    /// its hand-off.
+    buckets: Mutex<HashMap<(OutboxKind, i32), u64>>,
 }
 
 /// A drainer's completer, shared by its clones. Its task starts on first
@@ -102,7 +112,18 @@ impl Completer {
     ) {
         self.progress.pending.fetch_add(1, Ordering::SeqCst);
         let mut sender = lock(&self.sender);
-        let mut handoff = Handoff { batch, lease_until };
+        let sequence = self.progress.handed.fetch_add(1, Ordering::SeqCst) + 1;
+        {
+            let mut buckets = lock(&self.progress.buckets);
+            for shard in &batch.shards {
+                buckets.insert((batch.kind, shard.shard.bucket()), sequence);
+            }
+        }
+        let mut handoff = Handoff {
+            batch,
+            lease_until,
+            sequence,
+        };
         if let Some(running) = sender.as_ref() {
             match running.send(handoff) {
                 Ok(()) => return,
@@ -127,6 +148,18 @@ impl Completer {
     /// drain: the next completion wakes it.
     pub(crate) fn held_found(&self) {
         self.progress.held_found.store(true, Ordering::SeqCst);
+    }
+
+    /// The hand-off whose completion will release `bucket` of `kind`, if
+    /// one waits for it in this process.
+    pub(crate) fn releasing(&self, kind: OutboxKind, bucket: i32) -> Option<u64> {
+        lock(&self.progress.buckets).get(&(kind, bucket)).copied()
+    }
+
+    /// Waits until the hand-off `sequence` is completed (or failed).
+    pub(crate) async fn completed(&self, sequence: u64) {
+        let mut completed = self.progress.completed.subscribe();
+        let _ = completed.wait_for(|done| *done >= sequence).await;
     }
 
     /// Waits until every flush handed off so far is completed (or failed).
@@ -160,6 +193,11 @@ async fn run(
             }
         }
         let count = waiting.len();
+        let last = waiting
+            .iter()
+            .map(|handoff| handoff.sequence)
+            .max()
+            .unwrap_or(0);
         let wake = progress.held_found.swap(false, Ordering::SeqCst);
         for kind in OutboxKind::ALL {
             let (of_kind, rest): (Vec<Handoff>, Vec<Handoff>) = waiting
@@ -174,6 +212,10 @@ async fn run(
                 }
             }
         }
+        lock(&progress.buckets).retain(|_, sequence| *sequence > last);
+        progress
+            .completed
+            .send_modify(|done| *done = (*done).max(last));
         if progress.pending.fetch_sub(count, Ordering::SeqCst) == count {
             progress.settled.notify_waiters();
         }

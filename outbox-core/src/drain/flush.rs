@@ -342,6 +342,17 @@ async fn deliver_claimed<C: Category>(
                 claimed.push(shard_claim);
             }
             ShardClaim::Held if !leave_held => unfinished.push((shard, up_to)),
+            ShardClaim::Held
+                if drainer
+                    .completer()
+                    .releasing(shard.kind(), shard.bucket())
+                    .is_some() =>
+            {
+                // Held by a flush of this process whose completion is on its
+                // way (the previous request on the shard, say): claimed
+                // again once that completion released it.
+                unfinished.push((shard, up_to));
+            }
             ShardClaim::Held => {
                 drainer.completer().held_found();
                 outcome.errors.push(FlushError::ShardBusy {
@@ -385,6 +396,9 @@ async fn deliver_claimed<C: Category>(
         }
     }
     for (shard, up_to) in unfinished {
+        if let Some(sequence) = drainer.completer().releasing(shard.kind(), shard.bucket()) {
+            drainer.completer().completed(sequence).await;
+        }
         let flushed = drainer.drain_shard(&shard, Some(up_to)).await;
         outcome.absorb(flushed);
     }
