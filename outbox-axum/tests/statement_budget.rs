@@ -830,6 +830,8 @@ async fn each_request_path_stays_within_its_statement_budget() {
         owner: "statement_budget: another worker".to_owned(),
         rows: 1,
         up_to_id: None,
+        order: outbox_core::ClaimOrder::Oldest,
+        beyond: 0,
     };
     let holder = db.store().claim_shard(&claim, &held).await.unwrap();
     assert!(matches!(holder, ShardClaim::Claimed(_)), "{holder:?}");

@@ -104,9 +104,9 @@ pub use receiver::{
 pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
 pub use shard::{OutboxKind, ShardKey, UnknownOutboxKind, CLAIM_BUCKETS, MAX_BUCKETS_PER_CLAIM};
 pub use store::{
-    BoxError, ClaimBeforeCommit, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome,
-    DeadLetter, DeadLetterRow, DrainStore, FailingShard, ScopeDepth, ShardClaim, ShardCommit,
-    ShardDepth, ShardEnd, ShardState, Store, StoreAdmin, StoreError,
+    BoxError, ClaimBeforeCommit, ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch,
+    CommitOutcome, DeadLetter, DeadLetterRow, DrainStore, DueClaim, FailingShard, ScopeDepth,
+    ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardState, Store, StoreAdmin, StoreError,
 };
 pub use trace::TraceParent;
 /// The UUID crate of [`Message::message_id`], for receivers that store it.

@@ -18,8 +18,9 @@ use crate::message::StoredRow;
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey, MAX_BUCKETS_PER_CLAIM};
 use crate::store::{
-    ClaimBeforeCommit, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow,
-    DrainStore, FailingShard, ShardClaim, ShardDepth, ShardEnd, ShardState, StoreAdmin, StoreError,
+    ClaimBeforeCommit, ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome,
+    DeadLetterRow, DrainStore, DueClaim, FailingShard, ShardClaim, ShardDepth, ShardEnd,
+    ShardState, StoreAdmin, StoreError,
 };
 
 #[derive(Clone, Debug)]
@@ -372,29 +373,37 @@ impl MemoryStore {
 
 #[async_trait]
 impl DrainStore for MemoryStore {
-    async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ClaimedShard>, StoreError> {
+    async fn claim_due(&self, request: &ClaimRequest) -> Result<DueClaim, StoreError> {
         let mut state = self.lock();
         Self::check_failure(&mut state, "claim due shards")?;
         let kind = request.kind;
-        let mut candidates: Vec<&StoredRow> = state
+        let mut due: Vec<&StoredRow> = state
             .rows
             .get(&kind)
             .into_iter()
             .flat_map(|rows| rows.values())
             .filter(|row| {
-                row.scheduled_for <= request.now
-                    && request.up_to_id.is_none_or(|up| row.id <= up)
-                    && !state.held(kind, row.shard.bucket(), request.now)
+                row.scheduled_for <= request.now && request.up_to_id.is_none_or(|up| row.id <= up)
             })
             .collect();
-        candidates.sort_by_key(|row| (row.scheduled_for, row.id));
-        candidates.truncate(request.rows);
-
-        // Buckets in order of their first candidate, at most half of them.
+        due.sort_by_key(|row| (row.scheduled_for, row.id));
+        if request.order == ClaimOrder::Newest {
+            due.reverse();
+        }
+        // A bounded scan, whatever is held; the window is its rows of free
+        // buckets.
+        due.truncate(request.rows.saturating_mul(2));
+        let scanned = due.len();
+        let window: Vec<&StoredRow> = due
+            .into_iter()
+            .filter(|row| !state.held(kind, row.shard.bucket(), request.now))
+            .take(request.rows)
+            .collect();
+        // Buckets in the order the window met them, at most half of them;
+        // shards likewise, with their rows in the window.
         let mut buckets: Vec<i32> = Vec::new();
-        // Shards in order of their first candidate, with their candidate count.
         let mut shards: Vec<(ShardKey, usize)> = Vec::new();
-        for row in &candidates {
+        for row in &window {
             let bucket = row.shard.bucket();
             if !buckets.contains(&bucket) {
                 if buckets.len() == MAX_BUCKETS_PER_CLAIM {
@@ -403,23 +412,33 @@ impl DrainStore for MemoryStore {
                 buckets.push(bucket);
             }
             match shards.iter_mut().find(|(shard, _)| shard == &row.shard) {
-                Some((_, count)) => *count += 1,
+                Some((_, seen)) => *seen += 1,
                 None => shards.push((row.shard.clone(), 1)),
             }
         }
+        let deep = shards.iter().filter(|(_, seen)| *seen > 1).count();
+        let beyond = if window.len() >= request.rows {
+            request.beyond / deep.max(1)
+        } else {
+            0
+        };
+        let window = window.len();
         for &bucket in &buckets {
             state.grant(request, bucket);
         }
-        Ok(shards
+        let shards = shards
             .into_iter()
-            .map(|(shard, count)| {
+            .map(|(shard, seen)| {
                 let shard_state = state.states.get(&shard).cloned();
-                // A backing-off shard's rows are read in full, in id order:
-                // its rescheduled rows sort after newer due ones.
-                let limit = if shard_state.is_some() {
-                    request.rows
-                } else {
-                    count
+                // A backing-off shard's rows are read in id order, once it
+                // may be tried again: its rescheduled rows sort after newer
+                // due ones. Any other shard: its prefix, as deep as the
+                // window saw it (and beyond, when deep).
+                let limit = match &shard_state {
+                    Some(backoff) if backoff.retry_at > request.now => 0,
+                    Some(_) => request.rows,
+                    None if seen > 1 => seen + beyond,
+                    None => seen,
                 };
                 ClaimedShard {
                     rows: state.shard_rows(&shard, request.up_to_id, limit),
@@ -427,7 +446,12 @@ impl DrainStore for MemoryStore {
                     state: shard_state,
                 }
             })
-            .collect())
+            .collect();
+        Ok(DueClaim {
+            shards,
+            window,
+            scanned,
+        })
     }
 
     async fn claim_shard(

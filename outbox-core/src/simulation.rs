@@ -53,8 +53,8 @@ use crate::receiver::{HandlerError, Receivers};
 use crate::registry::{Category, Scope};
 use crate::shard::{OutboxKind, ShardKey};
 use crate::store::{
-    ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore,
-    FailingShard, ShardClaim, ShardDepth, StoreAdmin, StoreError,
+    ClaimRequest, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore, DueClaim, FailingShard,
+    ShardClaim, ShardDepth, StoreAdmin, StoreError,
 };
 
 crate::registry! {
@@ -242,7 +242,7 @@ impl SimStore {
 
 #[async_trait]
 impl DrainStore for SimStore {
-    async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ClaimedShard>, StoreError> {
+    async fn claim_due(&self, request: &ClaimRequest) -> Result<DueClaim, StoreError> {
         self.op(self.inner.claim_due(request)).await
     }
 

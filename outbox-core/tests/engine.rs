@@ -274,6 +274,8 @@ async fn a_sync_flush_reports_a_busy_shard() {
         owner: "someone else".into(),
         rows: 1,
         up_to_id: None,
+        order: outbox_core::ClaimOrder::Oldest,
+        beyond: 0,
     };
     assert!(matches!(
         store.claim_shard(&request, &org(1)).await.unwrap(),

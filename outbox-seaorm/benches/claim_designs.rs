@@ -248,8 +248,10 @@ async fn buckets(db: DatabaseConnection, rows_per_claim: usize) -> u64 {
             owner: "bench".to_owned(),
             rows: rows_per_claim,
             up_to_id: None,
+            order: outbox_core::ClaimOrder::Oldest,
+            beyond: 0,
         };
-        let claimed = store.claim_due(&request).await.unwrap();
+        let claimed = store.claim_due(&request).await.unwrap().shards;
         if claimed.is_empty() {
             return deleted;
         }

@@ -28,6 +28,8 @@ fn request(token: i64) -> ClaimRequest {
         owner: format!("test-{token}"),
         rows: 100,
         up_to_id: None,
+        order: outbox_core::ClaimOrder::Oldest,
+        beyond: 0,
     }
 }
 
@@ -76,6 +78,7 @@ async fn the_statements_hash_shards_into_the_cores_buckets(backend: DbBackend) {
             .claim_due(&request(2))
             .await
             .unwrap()
+            .shards
             .into_iter()
             .map(|claimed| claimed.shard)
             .collect();
@@ -153,7 +156,7 @@ async fn a_crash_that_empties_the_bucket_table_ends_every_lease() {
     let t = database(DbBackend::Postgres, "emptied_buckets").await;
     let store = t.store();
     let id = write(&t.db, &org(1)).await;
-    let claimed = store.claim_due(&request(1)).await.unwrap();
+    let claimed = store.claim_due(&request(1)).await.unwrap().shards;
     assert_eq!(claimed.len(), 1);
     t.db.execute_unprepared("TRUNCATE outbox_claim_bucket")
         .await

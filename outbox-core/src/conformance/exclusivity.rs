@@ -12,7 +12,8 @@ use crate::clock::ManualClock;
 use crate::drain::{DrainConfig, FlushError};
 use crate::shard::{OutboxKind, ShardKey, CLAIM_BUCKETS};
 use crate::store::{
-    ClaimRequest, CommitBatch, DrainStore, ShardClaim, ShardCommit, ShardEnd, StoreAdmin,
+    ClaimOrder, ClaimRequest, CommitBatch, DrainStore, ShardClaim, ShardCommit, ShardEnd,
+    StoreAdmin,
 };
 use crate::testing::Recorder;
 
@@ -164,9 +165,15 @@ pub async fn a_commit_releases_the_buckets_of_its_shards_only<B: Backend>(backen
         owner: format!("conformance-{token}"),
         rows: 100,
         up_to_id: None,
+        order: ClaimOrder::Oldest,
+        beyond: 0,
     };
     let claimed = store.claim_due(&request(1)).await.unwrap();
-    let mut shards: Vec<ShardKey> = claimed.iter().map(|shard| shard.shard.clone()).collect();
+    let mut shards: Vec<ShardKey> = claimed
+        .shards
+        .iter()
+        .map(|shard| shard.shard.clone())
+        .collect();
     shards.sort();
     assert_eq!(shards, [first.clone(), second.clone()]);
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::drainer::Drainer;
 use crate::registry::Category;
 use crate::shard::OutboxKind;
-use crate::store::ClaimRequest;
+use crate::store::{ClaimOrder, ClaimRequest};
 
 impl<C: Category> Drainer<C> {
     /// A claim of `rows` rows of `kind` at most (up to `up_to_id`), leased
@@ -25,6 +25,8 @@ impl<C: Category> Drainer<C> {
             owner: self.owner().to_owned(),
             rows,
             up_to_id,
+            order: ClaimOrder::Oldest,
+            beyond: 0,
         }
     }
 }

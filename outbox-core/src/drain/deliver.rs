@@ -332,7 +332,7 @@ async fn deliver_group<C: Category>(
         .instrument(span.clone())
         .await;
     let elapsed = started.elapsed();
-    drainer.pace().observe(elapsed);
+    drainer.planner().pace().observe(elapsed);
     observe::send_duration(category.name(), newest.shard.kind(), synchronous, elapsed);
     let result = match result {
         Err(_elapsed) => Err(DeliveryError::Timeout(timeout)),

@@ -9,7 +9,7 @@ use super::abandoned::Abandoned;
 use super::complete::{Completer, CompleterParts};
 use super::config::DrainConfig;
 use super::observe;
-use super::pace::Pace;
+use super::planner::ClaimPlanner;
 use super::recovery::Recovery;
 use super::report::DrainReport;
 use super::round::Round;
@@ -40,7 +40,7 @@ pub struct Drainer<C: Category> {
     owner: Arc<str>,
     dead_letter_after: Arc<DeadLetterPolicy>,
     abandoned: Arc<Abandoned>,
-    pace: Arc<Pace>,
+    planner: Arc<ClaimPlanner>,
     recovery: Arc<Recovery>,
     completer: Arc<Completer>,
 }
@@ -90,7 +90,7 @@ impl<C: Category> Clone for Drainer<C> {
             owner: self.owner.clone(),
             dead_letter_after: self.dead_letter_after.clone(),
             abandoned: self.abandoned.clone(),
-            pace: self.pace.clone(),
+            planner: self.planner.clone(),
             recovery: self.recovery.clone(),
             completer: self.completer.clone(),
         }
@@ -199,7 +199,7 @@ impl<C: Category> Drainer<C> {
             owner: owner.into(),
             dead_letter_after: Arc::new(DeadLetterPolicy::new()),
             abandoned: Arc::default(),
-            pace: Arc::default(),
+            planner: Arc::default(),
             recovery: Arc::default(),
             completer: Arc::default(),
         }
@@ -462,8 +462,8 @@ impl<C: Category> Drainer<C> {
         &self.dead_letter_after
     }
 
-    pub(crate) fn pace(&self) -> &Pace {
-        &self.pace
+    pub(crate) fn planner(&self) -> &ClaimPlanner {
+        &self.planner
     }
 
     pub(crate) fn recovery(&self) -> &Recovery {
@@ -720,10 +720,13 @@ impl<C: Category> Drainer<C> {
         started: Option<RoundStarted>,
     ) -> Result<DrainReport, StoreError> {
         self.refresh_controls_if_stale().await;
-        let rows = self.pace.rows_per_round(&self.config);
-        let request = self.claim_request(kind, rows, up_to_id);
+        let mut request = self.claim_request(kind, 0, up_to_id);
+        self.planner.plan(&self.config, &mut request);
         let shards = match self.store.claim_due(&request).await {
-            Ok(shards) => shards,
+            Ok(claim) => {
+                self.planner.observe(&request, &claim);
+                claim.shards
+            }
             Err(error) => {
                 if let Some(started) = started {
                     let _ = started.send(Err(error.to_string()));

@@ -62,6 +62,7 @@ mod drainer;
 mod flush;
 pub(crate) mod observe;
 mod pace;
+mod planner;
 mod recovery;
 mod report;
 mod round;

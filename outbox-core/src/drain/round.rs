@@ -128,6 +128,12 @@ impl<C: Category> Round<C> {
             ));
         }
         drop(outcomes);
+        if pending.len() < self.drainer.config().concurrency {
+            // Fewer shards than delivery tasks (one deep shard, say): the
+            // next claim need not wait for this round's first commit to
+            // find the rest of the work.
+            signal(&mut started, claimed);
+        }
 
         let config = *self.drainer.config();
         let mut heartbeat =

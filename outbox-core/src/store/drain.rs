@@ -22,11 +22,66 @@ pub struct ClaimRequest {
     pub token: i64,
     /// Who claims, for operators (process and a random suffix).
     pub owner: String,
-    /// At most this many rows are returned; a store scans at most this many
-    /// due rows to find them.
+    /// The claim's window: [`claim_due`](DrainStore::claim_due) chooses its
+    /// shards among this many due rows of free buckets (scanning at most
+    /// twice as many), and reads at most as many rows of each as it had in
+    /// the window, beyond which only `beyond` is read. The other claims
+    /// return at most this many rows per shard.
     pub rows: usize,
     /// Only rows with ids at most this one, if set.
     pub up_to_id: Option<i64>,
+    /// Which end of the due rows a background claim looks at first
+    /// ([`claim_due`](DrainStore::claim_due) only).
+    pub order: ClaimOrder,
+    /// When the window was full, rows read beyond it in all, shared by the
+    /// shards that had more than one row in it (a deep shard, whose
+    /// coalescing groups are then delivered once by this claim rather than
+    /// split with the next); 0 reads none ([`claim_due`](DrainStore::claim_due)
+    /// only).
+    pub beyond: usize,
+}
+
+/// Which end of the due rows a background claim starts from.
+///
+/// The oldest first serves rows in the order they became due; the newest
+/// first finds what was just written at once, however long the backlog
+/// before it, or held elsewhere. The drain alternates (see its planner), so
+/// that neither a backlog nor a deep shard being delivered delays the rest
+/// for long. Either way a claimed shard is read from its oldest pending row:
+/// the order only picks the shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClaimOrder {
+    /// The oldest due rows first.
+    #[default]
+    Oldest,
+    /// The newest due rows first.
+    Newest,
+}
+
+/// What a background claim leased, and what it saw.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DueClaim {
+    /// The claimed shards with their rows, in the order the window met them.
+    pub shards: Vec<ClaimedShard>,
+    /// Due rows of free buckets the claim chose among (at most the request's
+    /// `rows`).
+    pub window: usize,
+    /// Due rows it scanned to find them (at most twice `rows`): far more than
+    /// `window` means most of them sat in buckets held elsewhere.
+    pub scanned: usize,
+}
+
+impl DueClaim {
+    /// Whether the claim's scan was mostly rows of held buckets: it scanned
+    /// as far as it may and found less than a full window.
+    pub fn is_blocked(&self, request: &ClaimRequest) -> bool {
+        self.window < request.rows && self.scanned >= request.rows.saturating_mul(2)
+    }
+
+    /// Rows returned, over every shard.
+    pub fn rows(&self) -> usize {
+        self.shards.iter().map(|shard| shard.rows.len()).sum()
+    }
 }
 
 /// A backing-off shard: what its failures left behind.
@@ -172,16 +227,24 @@ pub struct CommitOutcome {
 /// conformance suite (`outbox_core::conformance`, feature `test-utils`).
 #[async_trait]
 pub trait DrainStore: Send + Sync + 'static {
-    /// Leases free buckets that hold the oldest due rows (`scheduled_for <=
-    /// now`), and returns those rows grouped by shard, shards in order of
-    /// their first row. Safe from many workers and processes at once: a
-    /// bucket is leased to one of them. Returns no shard when nothing is due
-    /// in a free bucket.
+    /// Leases free buckets (at most
+    /// [`MAX_BUCKETS_PER_CLAIM`](crate::MAX_BUCKETS_PER_CLAIM)) that hold due
+    /// rows (`scheduled_for <= now`), chosen in a window of `request.rows`
+    /// due rows of free buckets from the end `request.order` says, and
+    /// returns the rows of their shards that were in the window, shards in
+    /// the order the window met them. Safe from many workers and processes
+    /// at once: a bucket is leased to one of them, and one locked by an open
+    /// transaction (a request's claim before its commit) is passed over,
+    /// never waited for. Returns no shard when nothing is due in a free
+    /// bucket.
     ///
-    /// Each shard's rows are a prefix of its pending rows in id order, read
-    /// after the lease was taken: never a row that the previous holder of the
-    /// bucket already deleted.
-    async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ClaimedShard>, StoreError>;
+    /// Each shard's rows are a prefix of its pending rows in id order (as
+    /// many as it had in the window, and when the window was full and it had
+    /// more than one there, its share of `request.beyond` more), read after
+    /// the lease was taken: never a row that the previous holder of the
+    /// bucket already deleted. A shard that backs off comes with its state,
+    /// and its rows only once it may be tried again.
+    async fn claim_due(&self, request: &ClaimRequest) -> Result<DueClaim, StoreError>;
 
     /// Leases the bucket of `shard` now, whether or not the shard is due, and
     /// returns up to `request.rows` of its rows (up to `request.up_to_id`):

@@ -41,8 +41,8 @@ pub use admin::{
     AdminSnapshot, DeadLetterRow, FailingShard, ScopeDepth, ShardDepth, StoreAdmin, TableHealth,
 };
 pub use drain::{
-    ClaimBeforeCommit, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetter,
-    DrainStore, ShardClaim, ShardCommit, ShardEnd, ShardState,
+    ClaimBeforeCommit, ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome,
+    DeadLetter, DrainStore, DueClaim, ShardClaim, ShardCommit, ShardEnd, ShardState,
 };
 pub use error::{BoxError, StoreError};
 

@@ -128,7 +128,7 @@ fn message_id(row: &QueryResult, backend: DbBackend) -> Result<Option<Uuid>, Sto
 /// The trace context of a stored `traceparent`: a value that does not parse
 /// (written by hand, or by something else) is ignored, never an error: the
 /// row is delivered all the same, without a parent.
-fn traceparent(stored: Option<String>) -> Option<TraceParent> {
+pub(super) fn traceparent(stored: Option<String>) -> Option<TraceParent> {
     let stored = stored?;
     match stored.parse() {
         Ok(parent) => Some(parent),

@@ -29,8 +29,8 @@ use chrono::{DateTime, Utc};
 use sea_orm::{DatabaseConnection, DbBackend};
 
 use outbox_core::{
-    ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore,
-    FailingShard, OutboxKind, ShardClaim, ShardDepth, ShardKey, StoreAdmin, StoreError,
+    ClaimRequest, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore, DueClaim, FailingShard,
+    OutboxKind, ShardClaim, ShardDepth, ShardKey, StoreAdmin, StoreError,
 };
 
 pub use postgres::PgStore;
@@ -101,7 +101,7 @@ impl SeaOrmStore {
 
 #[async_trait]
 impl DrainStore for SeaOrmStore {
-    async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ClaimedShard>, StoreError> {
+    async fn claim_due(&self, request: &ClaimRequest) -> Result<DueClaim, StoreError> {
         self.drain().claim_due(request).await
     }
 

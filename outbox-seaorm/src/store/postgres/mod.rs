@@ -16,18 +16,39 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use futures::TryStreamExt;
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, QueryResult, Statement,
-    TransactionTrait, Value,
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, QueryResult,
+    Statement, StreamTrait, TransactionTrait, Value,
 };
 
 use outbox_core::{
-    ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore,
-    FailingShard, OutboxKind, ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardKey, StoreAdmin,
-    StoreError, MAX_BUCKETS_PER_CLAIM,
+    ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore,
+    DueClaim, FailingShard, OutboxKind, ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardKey,
+    StoreAdmin, StoreError, MAX_BUCKETS_PER_CLAIM,
 };
 
 use super::codec::{self, get, op};
+
+mod due;
+
+/// A claim's stream failed: the database, or a row that does not decode.
+enum DecodeOrDb {
+    Db(DbErr),
+    Decode(StoreError),
+}
+
+impl From<DbErr> for DecodeOrDb {
+    fn from(error: DbErr) -> Self {
+        Self::Db(error)
+    }
+}
+
+impl From<StoreError> for DecodeOrDb {
+    fn from(error: StoreError) -> Self {
+        Self::Decode(error)
+    }
+}
 use super::UnsupportedBackend;
 use crate::time;
 
@@ -102,6 +123,22 @@ const CREATE_BUCKETS: &str = include_str!("sql/create_buckets.sql");
 const LOCK_FREE_BUCKETS: &str = include_str!("sql/lock_free_buckets.sql");
 const RETRY_STATES: &str = include_str!("sql/retry_states.sql");
 const TABLE_HEALTH: &str = include_str!("sql/table_health.sql");
+
+/// `claim_due.sql` from the newest end of the due rows: its scan and its
+/// order of buckets and shards reversed where the file marks them.
+fn newest_first(kind: OutboxKind) -> &'static str {
+    static NEWEST: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
+        [REGION.claim_due, CONTROL.claim_due].map(|sql| {
+            sql.replace("/*dir*/", "DESC")
+                .replace("min(id) /*first*/", "-max(id)")
+                .replace("min(w.id) /*first*/", "-max(w.id)")
+        })
+    });
+    match kind {
+        OutboxKind::Region => &NEWEST[0],
+        OutboxKind::Control => &NEWEST[1],
+    }
+}
 
 fn table(kind: OutboxKind) -> &'static TableSql {
     match kind {
@@ -591,7 +628,7 @@ pub(crate) async fn claim_before_commit<C: ConnectionTrait>(
 
 #[async_trait]
 impl DrainStore for PgStore {
-    async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ClaimedShard>, StoreError> {
+    async fn claim_due(&self, request: &ClaimRequest) -> Result<DueClaim, StoreError> {
         const OP: &str = "claim due shards";
         let kind = request.kind;
         let values = vec![
@@ -603,28 +640,30 @@ impl DrainStore for PgStore {
             request.token.into(),
             request.owner.clone().into(),
             request.lease_until.into(),
+            codec::limit(request.beyond).into(),
         ];
-        let rows = match self
-            .db
-            .query_all_raw(statement(table(kind).claim_due, values))
-            .await
-        {
-            Ok(rows) => rows,
+        let sql = match request.order {
+            ClaimOrder::Oldest => table(kind).claim_due,
+            ClaimOrder::Newest => newest_first(kind),
+        };
+        // Decoded as they arrive, while the server still sends the rest.
+        let mut decoder = due::Decoder::new(kind);
+        let result = async {
+            let mut rows = self.db.stream_raw(statement(sql, values)).await?;
+            while let Some(row) = rows.try_next().await? {
+                decoder.push(&row)?;
+            }
+            Ok::<_, DecodeOrDb>(())
+        }
+        .await;
+        match result {
+            Ok(()) => Ok(decoder.finish()),
             // Two claims creating the same missing buckets in the same
             // instant: the victim claims nothing this time.
-            Err(error) if codec::is_deadlock(&error) => return Ok(Vec::new()),
-            Err(error) => return Err(StoreError::database(OP, error)),
-        };
-        let decoded = rows
-            .iter()
-            .map(|row| {
-                let shard = codec::shard(row, kind)?;
-                let stored = codec::stored_row(row, BACKEND, &shard)?;
-                let state = codec::state(row, BACKEND)?;
-                Ok((shard, stored, state))
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        Ok(codec::group(decoded))
+            Err(DecodeOrDb::Db(error)) if codec::is_deadlock(&error) => Ok(DueClaim::default()),
+            Err(DecodeOrDb::Db(error)) => Err(StoreError::database(OP, error)),
+            Err(DecodeOrDb::Decode(error)) => Err(error),
+        }
     }
 
     async fn claim_shard(

@@ -21,9 +21,9 @@ use sea_orm::{
 };
 
 use outbox_core::{
-    ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore,
-    FailingShard, OutboxKind, ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardKey, ShardState,
-    StoreAdmin, StoreError, StoredRow, MAX_BUCKETS_PER_CLAIM,
+    ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore,
+    DueClaim, FailingShard, OutboxKind, ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardKey,
+    ShardState, StoreAdmin, StoreError, StoredRow, MAX_BUCKETS_PER_CLAIM,
 };
 
 use super::codec::{self, get, op};
@@ -90,6 +90,17 @@ const RETRY_STATE: &str = include_str!("sql/retry_state.sql");
 const DELETE_DEAD_LETTERS: &str = include_str!("sql/delete_dead_letters.sql");
 const FAILING_SHARDS: &str = include_str!("sql/failing_shards.sql");
 const DEAD_LETTERS: &str = include_str!("sql/dead_letters.sql");
+
+/// `candidates.sql` from the newest end of the due rows.
+fn newest_first(kind: OutboxKind) -> &'static str {
+    static NEWEST: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
+        [REGION.candidates, CONTROL.candidates].map(|sql| sql.replace("/*dir*/", "DESC"))
+    });
+    match kind {
+        OutboxKind::Region => &NEWEST[0],
+        OutboxKind::Control => &NEWEST[1],
+    }
+}
 
 fn table(kind: OutboxKind) -> &'static TableSql {
     match kind {
@@ -321,26 +332,42 @@ pub(crate) async fn claim_before_commit(
 
 #[async_trait]
 impl DrainStore for SqliteStore {
-    async fn claim_due(&self, request: &ClaimRequest) -> Result<Vec<ClaimedShard>, StoreError> {
+    async fn claim_due(&self, request: &ClaimRequest) -> Result<DueClaim, StoreError> {
         const OP: &str = "claim due shards";
         let kind = request.kind;
         let txn = self.begin(OP).await?;
+        let sql = match request.order {
+            ClaimOrder::Oldest => table(kind).candidates,
+            ClaimOrder::Newest => newest_first(kind),
+        };
         let found = query_all(
             &txn,
-            table(kind).candidates,
+            sql,
             vec![
                 at(request.now),
                 request.up_to_id.unwrap_or(i64::MAX).into(),
                 kind.as_i16().into(),
-                codec::limit(request.rows).into(),
+                codec::limit(request.rows.saturating_mul(2)).into(),
             ],
             OP,
         )
         .await?;
-        // The buckets of the oldest rows, at most half of them.
+        let mut claim = DueClaim {
+            scanned: found.len(),
+            ..DueClaim::default()
+        };
+        // The window: the scanned rows of free buckets. Buckets in the order
+        // it met them, at most half of them.
         let mut buckets: Vec<i32> = Vec::new();
-        let mut candidates = Vec::with_capacity(found.len());
+        let mut window = Vec::new();
         for row in &found {
+            if claim.window == request.rows {
+                break;
+            }
+            if get::<bool>(row, "held", OP)? {
+                continue;
+            }
+            claim.window += 1;
             let bucket: i32 = get(row, "bucket", OP)?;
             if !buckets.contains(&bucket) {
                 if buckets.len() == MAX_BUCKETS_PER_CLAIM {
@@ -350,30 +377,46 @@ impl DrainStore for SqliteStore {
             }
             let shard = codec::shard(row, kind)?;
             let stored = codec::stored_row(row, BACKEND, &shard)?;
-            candidates.push((shard, stored, None));
+            window.push((shard, stored, None));
         }
         if buckets.is_empty() {
             txn.commit().await.map_err(op(OP))?;
-            return Ok(Vec::new());
+            return Ok(claim);
         }
         lease(&txn, request, &buckets).await?;
-        let mut shards = codec::group(candidates);
+        let mut shards = codec::group(window);
+        let deep = shards.iter().filter(|s| s.rows.len() > 1).count();
+        let beyond = if claim.window >= request.rows {
+            request.beyond / deep.max(1)
+        } else {
+            0
+        };
         let keys: Vec<&ShardKey> = shards.iter().map(|claimed| &claimed.shard).collect();
         let mut found_states = states(&txn, kind, &keys).await?;
         for claimed in &mut shards {
-            // A shard with a state may hold rescheduled rows that sort after
-            // its newer due ones: its rows are read in id order instead.
+            let seen = claimed.rows.len();
             if let Some(state) = found_states.remove(&claimed.shard) {
+                // A shard with a state may hold rescheduled rows that sort
+                // after its newer due ones: its rows are read in id order,
+                // once it may be tried again.
                 claimed.rows = if state.retry_at <= request.now {
                     read_shard(&txn, &claimed.shard, request.up_to_id, request.rows).await?
                 } else {
                     Vec::new()
                 };
                 claimed.state = Some(state);
+            } else if request.order == ClaimOrder::Newest || (seen > 1 && beyond > 0) {
+                // From the newest end the window holds a shard's newest rows;
+                // a deep shard reads on: either way, by range from its
+                // oldest. (From the oldest end, a shard's window rows are
+                // already its oldest: all its rows are due.)
+                let limit = if seen > 1 { seen + beyond } else { seen };
+                claimed.rows = read_shard(&txn, &claimed.shard, request.up_to_id, limit).await?;
             }
         }
         txn.commit().await.map_err(op(OP))?;
-        Ok(shards)
+        claim.shards = shards;
+        Ok(claim)
     }
 
     async fn claim_shard(

@@ -1,7 +1,23 @@
--- Leases the free buckets that hold the oldest due rows and returns the rows
--- of their shards, in one statement.
--- $1 kind, $2 now, $3 highest id, $4 rows scanned, $5 buckets at most,
--- $6 token, $7 owner, $8 lease end.
+-- Leases free buckets that hold due rows and returns the rows of their
+-- shards, in one statement (a background round's claim).
+-- $1 kind, $2 now, $3 highest id, $4 window rows, $5 buckets at most,
+-- $6 token, $7 owner, $8 lease end, $9 rows read beyond the window.
+--
+-- The window: the first $4 due rows of free buckets in the due index, from
+-- its oldest end (this file) or its newest (the engine alternates, see
+-- outbox_core's drain planner; the newest-first form is this one with the
+-- order reversed where marked). The scan is bounded, at twice the window,
+-- whatever is held: a deep shard being delivered, its bucket held, costs a
+-- claim at most that much, and a claim that found only held rows says so
+-- (`window_rows` 0, `scanned_rows` > 0) instead of walking its whole backlog.
+--
+-- The rows: each leased shard is read by range from its oldest pending row
+-- (the shard index), as many as it had in the window; when the window was
+-- full, a shard with more than one row in it is read further, the shards
+-- sharing $9 rows beyond the window, so that its coalescing groups are
+-- delivered once by this claim rather than split with the next. A shard
+-- without a backoff state has all its rows due (a backoff reschedules them
+-- with the state), so the range is its prefix of pending rows in id order.
 --
 -- The rows come from this statement's snapshot, taken before the leases. A
 -- bucket released after the snapshot may have lost rows the snapshot still
@@ -18,23 +34,22 @@
 -- plan could turn into nested loops over CTEs.
 WITH held AS MATERIALIZED (
     SELECT bucket FROM outbox_claim_bucket WHERE kind = $1 AND lease_until > $2
-), candidates AS MATERIALIZED (
-    -- The oldest due rows of free buckets, in index order: a bounded scan.
-    -- Whole rows: most of them are leased, and fetching the leased ones
-    -- again by id costs more than carrying the others.
-    SELECT o.id, ''::text AS region_name, o.shard_scope, o.shard_identifier, o.category,
-           o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added, o.traceparent, o.message_id,
-           ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int
-               AS bucket
+), scanned AS MATERIALIZED (
+    SELECT o.id, o.shard_scope, o.shard_identifier,
+           ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int AS bucket
     FROM region_outbox o
     WHERE o.scheduled_for <= $2 AND o.id <= $3
-      AND ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int
-          NOT IN (SELECT bucket FROM held)
-    ORDER BY o.scheduled_for, o.id
+    ORDER BY o.scheduled_for /*dir*/, o.id /*dir*/
+    LIMIT $4 * 2
+), win AS MATERIALIZED (
+    SELECT s.* FROM scanned s
+    WHERE (s.bucket = ANY (SELECT bucket FROM held)) IS NOT TRUE
+    -- In scan order (a CTE is read back as it was written); which rows make
+    -- the window changes only which shards go first.
     LIMIT $4
 ), wanted AS MATERIALIZED (
-    SELECT bucket FROM candidates
-    GROUP BY bucket ORDER BY min(id) LIMIT $5
+    SELECT bucket FROM win
+    GROUP BY bucket ORDER BY min(id) /*first*/ LIMIT $5
 ), snapshot AS MATERIALIZED (
     SELECT b.bucket, b.version FROM outbox_claim_bucket b
     WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM wanted))
@@ -51,50 +66,56 @@ WITH held AS MATERIALIZED (
     WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM locked))
     RETURNING b.bucket
 ), created AS (
-    -- A bucket's row appears on first use (and again after a crash empties
-    -- the unlogged table).
+    -- A bucket's row is created with the tables, and again here after a
+    -- crash emptied the unlogged table.
     INSERT INTO outbox_claim_bucket (kind, bucket, token, owner, lease_until, version)
     SELECT $1, w.bucket, $6, $7, $8, 1 FROM wanted w
     WHERE (w.bucket = ANY (
-        SELECT b.bucket FROM outbox_claim_bucket b WHERE b.kind = $1)) IS NOT TRUE
+        SELECT b.bucket FROM outbox_claim_bucket b
+        WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM wanted)))) IS NOT TRUE
     ORDER BY w.bucket
     ON CONFLICT DO NOTHING
     RETURNING bucket
 ), mine AS MATERIALIZED (
     SELECT bucket FROM claimed UNION ALL SELECT bucket FROM created
-), taken AS MATERIALIZED (
-    SELECT c.* FROM candidates c
-    WHERE (c.bucket = ANY (SELECT bucket FROM mine)) IS TRUE
+), shards AS MATERIALIZED (
+    SELECT w.shard_scope, w.shard_identifier, count(*) AS seen, min(w.id) /*first*/ AS first
+    FROM win w
+    WHERE (w.bucket = ANY (SELECT bucket FROM mine)) IS TRUE
+    GROUP BY w.shard_scope, w.shard_identifier
+), beyond AS MATERIALIZED (
+    -- Rows each deep shard reads beyond its window rows: none unless the
+    -- window was full.
+    SELECT CASE WHEN (SELECT count(*) FROM win) >= $4
+                THEN $9 / GREATEST(1, (SELECT count(*) FROM shards WHERE seen > 1))
+                ELSE 0 END AS rows
 ), states AS MATERIALIZED (
-    SELECT s.shard_scope, s.shard_identifier, s.attempts, s.last_backoff_ms, s.retry_at,
-           s.last_error, s.failed_at
+    SELECT s.region_name, s.shard_scope, s.shard_identifier, s.attempts, s.last_backoff_ms,
+           s.retry_at, s.last_error, s.failed_at
     FROM outbox_shard_state s
-    WHERE s.kind = $1 AND s.region_name = ''
-      AND ((s.shard_scope, s.shard_identifier) = ANY (
-          SELECT shard_scope, shard_identifier FROM taken)) IS TRUE
+    WHERE s.kind = $1
+      AND ((s.region_name, s.shard_scope, s.shard_identifier) = ANY (
+          SELECT ''::text, shard_scope, shard_identifier FROM shards)) IS TRUE
 )
--- Shards without a backoff state: all their rows are due since 2016, so
--- their candidates are a prefix of their rows in id order.
-SELECT o.id, o.region_name, o.shard_scope, o.shard_identifier, o.category,
-       o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added, o.traceparent, o.message_id,
-       NULL::int AS attempts, NULL::bigint AS last_backoff_ms,
-       NULL::timestamptz AS retry_at, NULL::text AS last_error, NULL::timestamptz AS failed_at
-FROM taken o
-WHERE ((o.shard_scope, o.shard_identifier) = ANY (
-      SELECT shard_scope, shard_identifier FROM states)) IS NOT TRUE
-UNION ALL
--- Shards with one: their rescheduled rows sort after newer due ones, so they
--- are read in id order; none while the backoff runs (only the state).
-SELECT o.id, ''::text, s.shard_scope, s.shard_identifier, o.category,
-       o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added, o.traceparent, o.message_id,
-       s.attempts, s.last_backoff_ms, s.retry_at, s.last_error, s.failed_at
-FROM states s
+SELECT sh.first, (SELECT count(*) FROM win) AS window_rows, (SELECT count(*) FROM scanned) AS scanned_rows,
+       o.id, ''::text AS region_name, sh.shard_scope, sh.shard_identifier, o.category,
+       o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
+       o.traceparent, o.message_id,
+       st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at
+FROM shards sh
+LEFT JOIN states st
+  ON st.region_name = '' AND st.shard_scope = sh.shard_scope
+ AND st.shard_identifier = sh.shard_identifier
 LEFT JOIN LATERAL (
+    -- In id order: a shard that backs off, once it may be tried again, as
+    -- far as a window (its rescheduled rows sort after newer due ones);
+    -- any other shard, its rows in the window and, when deep, beyond.
     SELECT * FROM region_outbox o
-    WHERE s.retry_at <= $2
-      AND o.shard_scope = s.shard_scope AND o.shard_identifier = s.shard_identifier
+    WHERE o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
       AND o.id <= $3
+      AND (st.retry_at IS NULL OR st.retry_at <= $2)
     ORDER BY o.id
-    LIMIT $4
+    LIMIT CASE WHEN st.attempts IS NOT NULL THEN $4
+               WHEN sh.seen > 1 THEN sh.seen + (SELECT rows FROM beyond)
+               ELSE sh.seen END
 ) o ON true
-ORDER BY id NULLS LAST

@@ -1,0 +1,167 @@
+//! Decoding a background claim's rows (`claim_due.sql`) as they arrive.
+//!
+//! Every result row carries its shard's key, place in the window and
+//! backoff state, and one of its rows; a shard's rows come together, in id
+//! order. Columns are read by position (the order of the statement's
+//! `SELECT`, named below), not by name: a claim returns thousands of rows,
+//! and a lookup by name per column and row costs more than the rest of the
+//! decoding. The key and the state are read once per shard.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sea_orm::{QueryResult, TryGetable};
+
+use outbox_core::uuid::Uuid;
+use outbox_core::{
+    ClaimedShard, DueClaim, OutboxKind, ShardKey, ShardState, StoreError, StoredRow,
+};
+
+use crate::store::codec;
+
+/// The columns of `claim_due.sql`'s result, by position.
+mod column {
+    pub(super) const FIRST: usize = 0;
+    pub(super) const WINDOW_ROWS: usize = 1;
+    pub(super) const SCANNED_ROWS: usize = 2;
+    pub(super) const ID: usize = 3;
+    pub(super) const REGION_NAME: usize = 4;
+    pub(super) const SHARD_SCOPE: usize = 5;
+    pub(super) const SHARD_IDENTIFIER: usize = 6;
+    pub(super) const CATEGORY: usize = 7;
+    pub(super) const OBJECT_IDENTIFIER: usize = 8;
+    pub(super) const PAYLOAD: usize = 9;
+    pub(super) const SCHEDULED_FROM: usize = 10;
+    pub(super) const SCHEDULED_FOR: usize = 11;
+    pub(super) const DATE_ADDED: usize = 12;
+    pub(super) const TRACEPARENT: usize = 13;
+    pub(super) const MESSAGE_ID: usize = 14;
+    pub(super) const ATTEMPTS: usize = 15;
+    pub(super) const LAST_BACKOFF_MS: usize = 16;
+    pub(super) const RETRY_AT: usize = 17;
+    pub(super) const LAST_ERROR: usize = 18;
+    pub(super) const FAILED_AT: usize = 19;
+}
+
+const OP: &str = "claim due shards";
+
+fn at<T: TryGetable>(row: &QueryResult, index: usize) -> Result<T, StoreError> {
+    row.try_get_by_index(index).map_err(codec::op(OP))
+}
+
+/// Builds a [`DueClaim`] from its rows, one at a time.
+pub(super) struct Decoder {
+    kind: OutboxKind,
+    claim: DueClaim,
+    /// Each shard's place in the window.
+    firsts: Vec<i64>,
+}
+
+impl Decoder {
+    pub(super) fn new(kind: OutboxKind) -> Self {
+        Self {
+            kind,
+            claim: DueClaim::default(),
+            firsts: Vec::new(),
+        }
+    }
+
+    pub(super) fn push(&mut self, row: &QueryResult) -> Result<(), StoreError> {
+        let scope: i32 = at(row, column::SHARD_SCOPE)?;
+        let identifier: i64 = at(row, column::SHARD_IDENTIFIER)?;
+        let same_shard = match self.claim.shards.last() {
+            Some(last) => {
+                last.shard.scope() == scope
+                    && last.shard.identifier() == identifier
+                    && (self.kind == OutboxKind::Region
+                        || last.shard.region_name().unwrap_or("")
+                            == at::<String>(row, column::REGION_NAME)?)
+            }
+            None => false,
+        };
+        if !same_shard {
+            if self.claim.shards.is_empty() {
+                let count =
+                    |index| at::<i64>(row, index).map(|count| usize::try_from(count).unwrap_or(0));
+                self.claim.window = count(column::WINDOW_ROWS)?;
+                self.claim.scanned = count(column::SCANNED_ROWS)?;
+            }
+            let region = match self.kind {
+                OutboxKind::Region => None,
+                OutboxKind::Control => Some(at::<String>(row, column::REGION_NAME)?),
+            };
+            self.firsts.push(at(row, column::FIRST)?);
+            self.claim.shards.push(ClaimedShard {
+                shard: ShardKey::from_raw(self.kind, scope, identifier, region),
+                rows: Vec::new(),
+                state: state(row)?,
+            });
+        }
+        if let Some(shard) = self.claim.shards.last_mut() {
+            if let Some(stored) = stored_row(row, &shard.shard)? {
+                shard.rows.push(stored);
+            }
+        }
+        Ok(())
+    }
+
+    /// The claim: shards in window order, each one's rows in id order.
+    pub(super) fn finish(self) -> DueClaim {
+        let Self {
+            mut claim, firsts, ..
+        } = self;
+        let mut shards: Vec<(i64, ClaimedShard)> = firsts.into_iter().zip(claim.shards).collect();
+        shards.sort_by_key(|(first, _)| *first);
+        claim.shards = shards
+            .into_iter()
+            .map(|(_, mut shard)| {
+                if !shard.rows.is_sorted_by_key(|row| row.id) {
+                    shard.rows.sort_by_key(|row| row.id);
+                }
+                shard
+            })
+            .collect();
+        claim
+    }
+}
+
+/// The outbox row of a result row; `None` for a shard returned without
+/// rows (it backs off).
+fn stored_row(row: &QueryResult, shard: &ShardKey) -> Result<Option<StoredRow>, StoreError> {
+    let Some(id) = at::<Option<i64>>(row, column::ID)? else {
+        return Ok(None);
+    };
+    let date_added: DateTime<Utc> = at(row, column::DATE_ADDED)?;
+    let message_id = at::<Option<Uuid>>(row, column::MESSAGE_ID)?
+        .unwrap_or_else(|| outbox_core::message::derived_message_id(shard.kind(), id, date_added));
+    Ok(Some(StoredRow {
+        id,
+        message_id,
+        shard: shard.clone(),
+        category: at(row, column::CATEGORY)?,
+        object_identifier: at(row, column::OBJECT_IDENTIFIER)?,
+        payload: at(row, column::PAYLOAD)?,
+        scheduled_from: at(row, column::SCHEDULED_FROM)?,
+        scheduled_for: at(row, column::SCHEDULED_FOR)?,
+        date_added,
+        traceparent: codec::traceparent(at(row, column::TRACEPARENT)?),
+    }))
+}
+
+/// The shard's backoff state; `None` when it has none.
+fn state(row: &QueryResult) -> Result<Option<ShardState>, StoreError> {
+    let Some(attempts) = at::<Option<i32>>(row, column::ATTEMPTS)? else {
+        return Ok(None);
+    };
+    let last_backoff_ms: Option<i64> = at(row, column::LAST_BACKOFF_MS)?;
+    Ok(Some(ShardState {
+        attempts: u32::try_from(attempts).unwrap_or(0),
+        last_backoff: last_backoff_ms
+            .and_then(|ms| u64::try_from(ms).ok())
+            .filter(|ms| *ms > 0)
+            .map(Duration::from_millis),
+        retry_at: at(row, column::RETRY_AT)?,
+        last_error: at(row, column::LAST_ERROR)?,
+        failed_at: at(row, column::FAILED_AT)?,
+    }))
+}
