@@ -832,6 +832,7 @@ async fn each_request_path_stays_within_its_statement_budget() {
         up_to_id: None,
         order: outbox_core::ClaimOrder::Oldest,
         beyond: 0,
+        shard_rows: usize::MAX,
     };
     let holder = db.store().claim_shard(&claim, &held).await.unwrap();
     assert!(matches!(holder, ShardClaim::Claimed(_)), "{holder:?}");

@@ -19,7 +19,9 @@ use crate::trace::{TraceParent, MAX_TRACE_LINKS};
 pub struct CoalescingGroup {
     /// Every row id of the group in this read, ascending.
     pub ids: Vec<i64>,
-    /// The row with the lowest id (its `date_added` dates the group).
+    /// The row with the lowest id (its `date_added` dates the group), without
+    /// its payload: only the newest row's is delivered, and the group keeps
+    /// no second copy of it.
     pub first: StoredRow,
     /// The row with the highest id: the one delivered.
     pub newest: StoredRow,
@@ -30,6 +32,21 @@ pub struct CoalescingGroup {
 }
 
 impl CoalescingGroup {
+    /// The group of one row.
+    fn of(row: StoredRow) -> Self {
+        let first = StoredRow {
+            payload: None,
+            shard: row.shard.clone(),
+            ..row
+        };
+        Self {
+            ids: vec![row.id],
+            first,
+            newest: row,
+            linked_traces: Vec::new(),
+        }
+    }
+
     /// The stored category value.
     pub fn category(&self) -> i32 {
         self.newest.category
@@ -48,6 +65,10 @@ impl CoalescingGroup {
 /// into one group per object (see [`Category::coalesces`](crate::Category::coalesces));
 /// where it is `false`, every row is a group of its own.
 pub fn coalesce(mut rows: Vec<StoredRow>, coalesces: impl Fn(i32) -> bool) -> Vec<CoalescingGroup> {
+    if rows.len() == 1 {
+        // One row: its own group (most shards of a round hold one).
+        return rows.pop().map(CoalescingGroup::of).into_iter().collect();
+    }
     rows.sort_by_key(|row| row.id);
     let mut index: HashMap<(i32, i64), usize> = HashMap::with_capacity(rows.len());
     let mut groups: Vec<CoalescingGroup> = Vec::with_capacity(rows.len());
@@ -76,12 +97,7 @@ pub fn coalesce(mut rows: Vec<StoredRow>, coalesces: impl Fn(i32) -> bool) -> Ve
                 if folds {
                     index.insert((row.category, row.object_identifier), groups.len());
                 }
-                groups.push(CoalescingGroup {
-                    ids: vec![row.id],
-                    first: row.clone(),
-                    newest: row,
-                    linked_traces: Vec::new(),
-                });
+                groups.push(CoalescingGroup::of(row));
             }
         }
     }

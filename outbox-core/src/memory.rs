@@ -131,8 +131,17 @@ pub struct MemoryTransaction {
     store: MemoryStore,
     id: u64,
     rows: Vec<StoredRow>,
-    /// Leases claimed before the commit: kind, bucket, token, end.
-    claims: Mutex<Vec<(OutboxKind, i32, i64, DateTime<Utc>)>>,
+    /// Leases claimed before the commit.
+    claims: Mutex<Vec<PendingLease>>,
+}
+
+/// A lease a [`MemoryTransaction`] claimed, taken when it commits.
+#[derive(Clone, Copy, Debug)]
+struct PendingLease {
+    kind: OutboxKind,
+    bucket: i32,
+    token: i64,
+    lease_until: DateTime<Utc>,
 }
 
 impl MemoryTransaction {
@@ -175,13 +184,13 @@ impl MemoryTransaction {
                 .or_default()
                 .insert(row.id, row);
         }
-        for (kind, bucket, token, lease_until) in claims {
-            state.reserved.remove(&(kind, bucket));
+        for lease in claims {
+            state.reserved.remove(&(lease.kind, lease.bucket));
             state.leases.insert(
-                (kind, bucket),
+                (lease.kind, lease.bucket),
                 Lease {
-                    token: Some(token),
-                    lease_until,
+                    token: Some(lease.token),
+                    lease_until: lease.lease_until,
                 },
             );
         }
@@ -221,7 +230,12 @@ impl ClaimBeforeCommit for MemoryTransaction {
                     continue;
                 }
                 state.reserved.insert(key, self.id);
-                claims.push((key.0, key.1, request.token, request.lease_until));
+                claims.push(PendingLease {
+                    kind: key.0,
+                    bucket: key.1,
+                    token: request.token,
+                    lease_until: request.lease_until,
+                });
             }
             // The committed rows and this transaction's own, in id order.
             let mut rows = state.shard_rows(shard, Some(*up_to), usize::MAX);
@@ -417,8 +431,9 @@ impl DrainStore for MemoryStore {
             }
         }
         let deep = shards.iter().filter(|(_, seen)| *seen > 1).count();
-        let beyond = if window.len() >= request.rows {
-            request.beyond / deep.max(1)
+        // A deep shard's share of the rows, when the window was full.
+        let share = if window.len() >= request.rows {
+            (request.rows + request.beyond) / deep.max(1)
         } else {
             0
         };
@@ -433,13 +448,14 @@ impl DrainStore for MemoryStore {
                 // A backing-off shard's rows are read in id order, once it
                 // may be tried again: its rescheduled rows sort after newer
                 // due ones. Any other shard: its prefix, as deep as the
-                // window saw it (and beyond, when deep).
+                // window saw it (or its share, when deep).
                 let limit = match &shard_state {
                     Some(backoff) if backoff.retry_at > request.now => 0,
                     Some(_) => request.rows,
-                    None if seen > 1 => seen + beyond,
+                    None if seen > 1 => seen.max(share),
                     None => seen,
-                };
+                }
+                .min(request.shard_rows);
                 ClaimedShard {
                     rows: state.shard_rows(&shard, request.up_to_id, limit),
                     shard,

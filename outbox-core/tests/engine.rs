@@ -276,6 +276,7 @@ async fn a_sync_flush_reports_a_busy_shard() {
         up_to_id: None,
         order: outbox_core::ClaimOrder::Oldest,
         beyond: 0,
+        shard_rows: usize::MAX,
     };
     assert!(matches!(
         store.claim_shard(&request, &org(1)).await.unwrap(),

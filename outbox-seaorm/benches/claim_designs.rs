@@ -250,6 +250,7 @@ async fn buckets(db: DatabaseConnection, rows_per_claim: usize) -> u64 {
             up_to_id: None,
             order: outbox_core::ClaimOrder::Oldest,
             beyond: 0,
+            shard_rows: usize::MAX,
         };
         let claimed = store.claim_due(&request).await.unwrap().shards;
         if claimed.is_empty() {

@@ -30,6 +30,7 @@ fn request(token: i64) -> ClaimRequest {
         up_to_id: None,
         order: outbox_core::ClaimOrder::Oldest,
         beyond: 0,
+        shard_rows: usize::MAX,
     }
 }
 

@@ -167,6 +167,7 @@ pub async fn a_commit_releases_the_buckets_of_its_shards_only<B: Backend>(backen
         up_to_id: None,
         order: ClaimOrder::Oldest,
         beyond: 0,
+        shard_rows: usize::MAX,
     };
     let claimed = store.claim_due(&request(1)).await.unwrap();
     let mut shards: Vec<ShardKey> = claimed

@@ -27,6 +27,7 @@ impl<C: Category> Drainer<C> {
             up_to_id,
             order: ClaimOrder::Oldest,
             beyond: 0,
+            shard_rows: usize::MAX,
         }
     }
 }

@@ -144,6 +144,15 @@ impl Completer {
         *sender = Some(send);
     }
 
+    /// Calls the release hook for `kind` now (a round ended with work left
+    /// in its buckets).
+    pub(crate) fn released(&self, kind: OutboxKind) {
+        let hook = lock(&self.on_release).clone();
+        if let Some(hook) = hook {
+            hook(kind);
+        }
+    }
+
     /// Notes that a flush left the rows of a held bucket to the background
     /// drain: the next completion wakes it.
     pub(crate) fn held_found(&self) {
@@ -154,6 +163,11 @@ impl Completer {
     /// one waits for it in this process.
     pub(crate) fn releasing(&self, kind: OutboxKind, bucket: i32) -> Option<u64> {
         lock(&self.progress.buckets).get(&(kind, bucket)).copied()
+    }
+
+    /// The sequence up to which hand-offs are completed (or failed).
+    pub(crate) fn completed_through(&self) -> u64 {
+        *self.progress.completed.borrow()
     }
 
     /// Waits until the hand-off `sequence` is completed (or failed).

@@ -141,8 +141,8 @@ pub(crate) async fn deliver_shard<C: Category>(
     });
     let mut dead_lettered_any = false;
     let mut retrying = attempts > 0;
-    for group in groups {
-        let error = match deliver_group(drainer, &group, synchronous, stack.clone()).await {
+    for mut group in groups {
+        let error = match deliver_group(drainer, &mut group, synchronous, stack.clone()).await {
             Ok(category) => {
                 observe::delivered_group(
                     category.name(),
@@ -282,7 +282,7 @@ fn backoff_end<C: Category>(
 /// Delivers one coalescing group to its receiver.
 async fn deliver_group<C: Category>(
     drainer: &Drainer<C>,
-    group: &CoalescingGroup,
+    group: &mut CoalescingGroup,
     synchronous: bool,
     stack: Arc<Vec<ShardKey>>,
 ) -> Result<C, DeliveryError> {
@@ -305,6 +305,10 @@ async fn deliver_group<C: Category>(
         .ok_or(DeliveryError::NoReceiver {
             category: category.name(),
         })?;
+    // Moved, not copied: the group needs its ids after the delivery, not
+    // its payload (a retry reads the row again).
+    let payload = group.newest.payload.take();
+    let newest = &group.newest;
     let message = Message {
         id: newest.id,
         first_id: group.first.id,
@@ -312,7 +316,7 @@ async fn deliver_group<C: Category>(
         shard: newest.shard.clone(),
         category,
         object_identifier: newest.object_identifier,
-        payload: newest.payload.clone(),
+        payload,
         date_added: group.first.date_added,
         scheduled_for: newest.scheduled_for,
         scheduled_from: newest.scheduled_from,

@@ -171,7 +171,17 @@ impl Backlog {
 /// How the first part of a background round went, for the worker loop: the
 /// number of shards claimed once their first commit is done (0 when nothing
 /// was due), or the store's error.
-pub(crate) type RoundStarted = oneshot::Sender<Result<usize, String>>;
+pub(crate) type RoundStarted = oneshot::Sender<Result<ClaimAnswer, String>>;
+
+/// What a background round's claim found, for the worker's loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ClaimAnswer {
+    /// Shards claimed (or made due again): 0 when nothing was due.
+    pub(crate) shards: usize,
+    /// Whether due rows may be left that the claim did not take: claim
+    /// again at once rather than wait for a wake-up.
+    pub(crate) more: bool,
+}
 
 impl<C: Category> Drainer<C> {
     /// A drainer over `store` with the default [`DrainConfig`], the system
@@ -722,10 +732,11 @@ impl<C: Category> Drainer<C> {
         self.refresh_controls_if_stale().await;
         let mut request = self.claim_request(kind, 0, up_to_id);
         self.planner.plan(&self.config, &mut request);
-        let shards = match self.store.claim_due(&request).await {
+        let (shards, more) = match self.store.claim_due(&request).await {
             Ok(claim) => {
                 self.planner.observe(&request, &claim);
-                claim.shards
+                let more = claim.may_have_more(&request);
+                (claim.shards, more)
             }
             Err(error) => {
                 if let Some(started) = started {
@@ -740,14 +751,30 @@ impl<C: Category> Drainer<C> {
             // something was claimed.
             let expedited = self.expedite_recovered().await;
             if let Some(started) = started {
-                let _ = started.send(Ok(expedited));
+                let _ = started.send(Ok(ClaimAnswer {
+                    shards: expedited,
+                    more: expedited > 0,
+                }));
             }
             return Ok(DrainReport::default());
         }
-        let report = Round::new(self.clone(), &request, false)
-            .run(shards, started)
-            .await;
+        // Claimed: the worker may claim again while this round delivers (a
+        // claim passes over the buckets it holds). Waiting for its first
+        // commit would keep every other shard waiting behind its slowest
+        // one: a deep shard, a slow receiver.
+        if let Some(started) = started {
+            let _ = started.send(Ok(ClaimAnswer {
+                shards: shards.len(),
+                more,
+            }));
+        }
+        let report = Round::new(self.clone(), &request, false).run(shards).await;
         self.expedite_recovered().await;
+        if more {
+            // The worker may have found nothing beside this round and gone
+            // to sleep: what is left of its shards is due now.
+            self.completer().released(kind);
+        }
         report
     }
 }

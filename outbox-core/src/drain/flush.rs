@@ -74,6 +74,9 @@ pub struct PreparedFlush<C: Category> {
 #[derive(Debug)]
 struct KindFlush {
     request: ClaimRequest,
+    /// The completer's progress when the claim was made: a bucket it found
+    /// held may have been released by a completion since.
+    completed_through: u64,
     /// Each shard with the highest id written in it.
     shards: Vec<(ShardKey, i64)>,
     /// What the claim before the commit found, one per shard; `None` when
@@ -125,6 +128,7 @@ impl<C: Category> Drainer<C> {
                 Some(flush) => flush.shards.push((shard, up_to)),
                 None => kinds.push(KindFlush {
                     request: self.claim_request(kind, self.config().batch_size, None),
+                    completed_through: 0,
                     shards: vec![(shard, up_to)],
                     found: None,
                 }),
@@ -160,6 +164,18 @@ impl<C: Category> Drainer<C> {
         &self,
         shard: &ShardKey,
         up_to_id: Option<i64>,
+    ) -> Result<DrainReport, FlushError> {
+        self.drain_shard_within(shard, up_to_id, self.config().sync_wait)
+            .await
+    }
+
+    /// [`drain_shard`](Self::drain_shard), waiting at most `sync_wait` for a
+    /// held bucket (zero: one try).
+    pub(crate) async fn drain_shard_within(
+        &self,
+        shard: &ShardKey,
+        up_to_id: Option<i64>,
+        sync_wait: Duration,
     ) -> Result<DrainReport, FlushError> {
         let held_up_the_stack = DELIVERING
             .try_with(|stack| {
@@ -198,13 +214,13 @@ impl<C: Category> Drainer<C> {
                 }
                 ShardClaim::Held => {
                     let waited = started.elapsed();
-                    if waited >= self.config().sync_wait {
+                    if waited >= sync_wait {
                         return Err(FlushError::ShardBusy {
                             shard: shard.clone(),
                             waited,
                         });
                     }
-                    tokio::time::sleep(pause.min(self.config().sync_wait - waited)).await;
+                    tokio::time::sleep(pause.min(sync_wait - waited)).await;
                     pause = (pause * 2).min(MAX_FLUSH_PAUSE);
                     continue;
                 }
@@ -213,7 +229,7 @@ impl<C: Category> Drainer<C> {
             // this one's commit.
             let more = claimed.rows.len() >= request.rows;
             let mut report = Round::new(self.clone(), &request, true)
-                .run(vec![claimed], None)
+                .run(vec![claimed])
                 .await?;
             if let Some(failure) = report.failures.pop() {
                 return Err(FlushError::from_failure(failure));
@@ -270,6 +286,7 @@ impl<C: Category> PreparedFlush<C> {
             let now = self.drainer.now();
             flush.request.now = now;
             flush.request.lease_until = now + super::claim::to_chrono(self.drainer.config().lease);
+            flush.completed_through = self.drainer.completer().completed_through();
             flush.found = Some(
                 on.claim_before_commit(&flush.request, &flush.shards)
                     .await?,
@@ -295,11 +312,14 @@ impl<C: Category> PreparedFlush<C> {
             match flush.found {
                 Some(found) => {
                     let leave_held = self.leave_held;
+                    let released_since =
+                        self.drainer.completer().completed_through() > flush.completed_through;
                     deliver_claimed(
                         &self.drainer,
                         flush.request,
                         flush.shards.into_iter().zip(found).collect(),
                         leave_held,
+                        released_since,
                         &mut outcome,
                     )
                     .await;
@@ -324,24 +344,26 @@ async fn deliver_claimed<C: Category>(
     request: ClaimRequest,
     found: Vec<((ShardKey, i64), ShardClaim)>,
     leave_held: bool,
+    released_since: bool,
     outcome: &mut FlushOutcome,
 ) {
     let started = std::time::Instant::now();
     let mut claimed: Vec<ClaimedShard> = Vec::new();
     // Shards with more rows than one claim reads, and held shards that may
     // be waited for: claimed again after this round.
-    let mut unfinished: Vec<(ShardKey, i64)> = Vec::new();
+    let mut unfinished: Vec<(ShardKey, i64, Duration)> = Vec::new();
     let mut truncated = false;
+    let sync_wait = drainer.config().sync_wait;
     for ((shard, up_to), claim) in found {
         match claim {
             ShardClaim::Claimed(shard_claim) => {
                 if shard_claim.rows.len() >= request.rows {
                     truncated = true;
-                    unfinished.push((shard, up_to));
+                    unfinished.push((shard, up_to, sync_wait));
                 }
                 claimed.push(shard_claim);
             }
-            ShardClaim::Held if !leave_held => unfinished.push((shard, up_to)),
+            ShardClaim::Held if !leave_held => unfinished.push((shard, up_to, sync_wait)),
             ShardClaim::Held
                 if drainer
                     .completer()
@@ -351,7 +373,12 @@ async fn deliver_claimed<C: Category>(
                 // Held by a flush of this process whose completion is on its
                 // way (the previous request on the shard, say): claimed
                 // again once that completion released it.
-                unfinished.push((shard, up_to));
+                unfinished.push((shard, up_to, Duration::ZERO));
+            }
+            ShardClaim::Held if released_since => {
+                // A completion of this process released buckets since the
+                // claim: this one, perhaps. One more try, no wait.
+                unfinished.push((shard, up_to, Duration::ZERO));
             }
             ShardClaim::Held => {
                 drainer.completer().held_found();
@@ -375,7 +402,7 @@ async fn deliver_claimed<C: Category>(
         if !truncated {
             round = round.complete_later();
         }
-        match round.run(claimed, None).await {
+        match round.run(claimed).await {
             Ok(mut report) => {
                 outcome
                     .errors
@@ -395,11 +422,14 @@ async fn deliver_claimed<C: Category>(
             observe::flushed(kind, ok, started.elapsed());
         }
     }
-    for (shard, up_to) in unfinished {
+    for (shard, up_to, wait) in unfinished {
         if let Some(sequence) = drainer.completer().releasing(shard.kind(), shard.bucket()) {
             drainer.completer().completed(sequence).await;
         }
-        let flushed = drainer.drain_shard(&shard, Some(up_to)).await;
+        let flushed = drainer.drain_shard_within(&shard, Some(up_to), wait).await;
+        if let Err(FlushError::ShardBusy { .. }) = &flushed {
+            drainer.completer().held_found();
+        }
         outcome.absorb(flushed);
     }
 }

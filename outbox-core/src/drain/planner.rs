@@ -6,13 +6,27 @@
 //! the oldest end only, that window has two blind spots: a backlog delays
 //! every row written after it until it is drained, and a deep shard whose
 //! bucket is held while a round delivers it fills the scan with rows that
-//! cannot be taken, so that the claim finds nothing else. Taken from the
-//! newest end, it finds what was just written at once. So claims alternate
-//! between the two ends; and when a claim from one end was *blocked* (it
-//! scanned as far as it may and found mostly held rows), the planner takes
-//! the other end for [`BLOCKED_FOR`] before it looks there again. Whatever
-//! the end, a claimed shard is read from its oldest pending row: the end
-//! only chooses the shards, never their order.
+//! cannot be taken, so that the claim finds nothing else, at the price of a
+//! scan over them. Taken from the newest end, it finds what was just
+//! written at once. So claims alternate between the two ends, and each end
+//! has a window of its own: it starts small ([`PROBE_ROWS`]), doubles with
+//! every claim that filled it without being *blocked* and read each of its
+//! shards in full (a backlog of shallow shards: bigger windows cost less per
+//! row; not a deep shard that filled it and was read in part), up to what
+//! the receivers' pace allows, and falls back to small when a claim was blocked
+//! (it scanned as far as it may and found mostly held rows). A deep shard
+//! being delivered then costs the claims looking past it a cheap look, not
+//! a scan over its backlog. Whatever the end and the window, a claimed
+//! shard is read from its oldest pending row: the window only chooses the
+//! shards, never their order.
+//!
+//! A deep shard is read in batches ([`ClaimRequest::shard_rows`]): the
+//! batch size split over the delivery tasks ([`DrainConfig`]'s `batch_size
+//! ÷ concurrency`), so that one shard's round does not hold the machine for
+//! long; but while other shards keep coming (claims found both a deep shard
+//! read to its limit and other shards within [`CONTENDED_FOR`]), batches of
+//! [`CONTENDED_SHARD_ROWS`]: the deep shard then drains slower, and the
+//! other shards' rows wait for it less.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -23,11 +37,19 @@ use super::config::DrainConfig;
 use super::pace::Pace;
 use crate::store::{ClaimOrder, ClaimRequest, DueClaim};
 
-/// How long the planner keeps away from an end whose last claim was
-/// blocked: 250 ms.
-pub(crate) const BLOCKED_FOR: Duration = Duration::from_millis(250);
+/// The smallest window, that of an end whose last claim was blocked: 256
+/// rows.
+pub(crate) const PROBE_ROWS: usize = 256;
 
-/// Plans a drainer's background claims; shared by its clones.
+/// A deep shard's batch while other shards keep coming: 128 rows.
+pub(crate) const CONTENDED_SHARD_ROWS: usize = 128;
+
+/// How recently claims must have found a deep shard and other shards for
+/// the deep one to be read in small batches: 250 ms.
+pub(crate) const CONTENDED_FOR: Duration = Duration::from_millis(250);
+
+/// Plans a drainer's background claims; shared by its clones, whose claims
+/// may run at the same time.
 #[derive(Debug, Default)]
 pub(crate) struct ClaimPlanner {
     pace: Pace,
@@ -36,12 +58,16 @@ pub(crate) struct ClaimPlanner {
 
 #[derive(Debug)]
 struct PlannerState {
-    /// The end of the last claim.
+    /// The end of the last claim planned.
     last: ClaimOrder,
-    /// When a claim from the oldest end was last blocked.
-    oldest_blocked: Option<Instant>,
-    /// When a claim from the newest end was last blocked.
-    newest_blocked: Option<Instant>,
+    /// The window of the oldest end.
+    oldest_window: usize,
+    /// The window of the newest end.
+    newest_window: usize,
+    /// When a claim last returned a shard read as far as it may be.
+    deep_at: Option<Instant>,
+    /// When a claim last returned a shard read in full.
+    shallow_at: Option<Instant>,
 }
 
 impl Default for PlannerState {
@@ -49,19 +75,25 @@ impl Default for PlannerState {
     fn default() -> Self {
         Self {
             last: ClaimOrder::Newest,
-            oldest_blocked: None,
-            newest_blocked: None,
+            oldest_window: PROBE_ROWS,
+            newest_window: PROBE_ROWS,
+            deep_at: None,
+            shallow_at: None,
         }
     }
 }
 
 impl PlannerState {
-    fn blocked(&self, order: ClaimOrder) -> bool {
-        let at = match order {
-            ClaimOrder::Oldest => self.oldest_blocked,
-            ClaimOrder::Newest => self.newest_blocked,
-        };
-        at.is_some_and(|at| at.elapsed() < BLOCKED_FOR)
+    fn contended(&self) -> bool {
+        let recent = |at: Option<Instant>| at.is_some_and(|at| at.elapsed() < CONTENDED_FOR);
+        recent(self.deep_at) && recent(self.shallow_at)
+    }
+
+    fn window(&mut self, order: ClaimOrder) -> &mut usize {
+        match order {
+            ClaimOrder::Oldest => &mut self.oldest_window,
+            ClaimOrder::Newest => &mut self.newest_window,
+        }
     }
 }
 
@@ -82,31 +114,51 @@ impl ClaimPlanner {
         &self.pace
     }
 
-    /// Sets the next claim's window, end and reach into deep shards.
+    /// Sets the next claim's end, window and reach into deep shards.
     pub(crate) fn plan(&self, config: &DrainConfig, request: &mut ClaimRequest) {
         let rows = self.pace.rows_per_round(config);
-        request.rows = rows;
-        // Deep shards read on up to the batch size in all.
-        request.beyond = config.batch_size.saturating_sub(rows);
-        let state = self.lock();
-        let next = other(state.last);
-        request.order = if state.blocked(next) && !state.blocked(state.last) {
-            state.last
+        let mut state = self.lock();
+        let order = other(state.last);
+        state.last = order;
+        request.order = order;
+        request.rows = (*state.window(order)).min(rows);
+        // Deep shards read on up to the batch size in all, each as far as
+        // its share of the delivery tasks.
+        request.beyond = config.batch_size.saturating_sub(request.rows);
+        let batch = (config.batch_size / config.concurrency).max(PROBE_ROWS);
+        request.shard_rows = if state.contended() {
+            CONTENDED_SHARD_ROWS
         } else {
-            next
+            batch
         };
     }
 
     /// Learns from what a claim found.
     pub(crate) fn observe(&self, request: &ClaimRequest, claim: &DueClaim) {
         let mut state = self.lock();
-        state.last = request.order;
+        let now = Some(Instant::now());
+        let read_in_part = claim
+            .shards
+            .iter()
+            .any(|shard| shard.rows.len() >= request.shard_rows);
+        if read_in_part {
+            state.deep_at = now;
+        }
+        if claim
+            .shards
+            .iter()
+            .any(|shard| shard.rows.len() < request.shard_rows)
+        {
+            state.shallow_at = now;
+        }
+        let window = state.window(request.order);
         if claim.is_blocked(request) {
-            let now = Some(Instant::now());
-            match request.order {
-                ClaimOrder::Oldest => state.oldest_blocked = now,
-                ClaimOrder::Newest => state.newest_blocked = now,
-            }
+            *window = PROBE_ROWS;
+        } else if claim.window >= request.rows && !read_in_part {
+            // A full window of shards read in full (not a deep shard that
+            // filled it and was read only in part). The pace caps it when
+            // planning.
+            *window = request.rows.saturating_mul(2);
         }
     }
 }
@@ -114,7 +166,8 @@ impl ClaimPlanner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard::OutboxKind;
+    use crate::shard::{OutboxKind, ShardKey};
+    use crate::store::ClaimedShard;
 
     fn request() -> ClaimRequest {
         let now = chrono::Utc::now();
@@ -128,14 +181,39 @@ mod tests {
             up_to_id: None,
             order: ClaimOrder::Oldest,
             beyond: 0,
+            shard_rows: usize::MAX,
         }
     }
 
     fn claim(window: usize, scanned: usize) -> DueClaim {
+        // One shard per window row.
+        let shards = (0..window)
+            .map(|id| ClaimedShard {
+                shard: ShardKey::from_raw(OutboxKind::Region, 0, id as i64, None),
+                rows: vec![row(id as i64)],
+                state: None,
+            })
+            .collect();
         DueClaim {
-            shards: Vec::new(),
+            shards,
             window,
             scanned,
+        }
+    }
+
+    fn row(id: i64) -> crate::message::StoredRow {
+        let now = chrono::Utc::now();
+        crate::message::StoredRow {
+            id,
+            message_id: crate::uuid::Uuid::nil(),
+            shard: ShardKey::from_raw(OutboxKind::Region, 0, id, None),
+            category: 1,
+            object_identifier: id,
+            payload: None,
+            scheduled_from: now,
+            scheduled_for: now,
+            date_added: now,
+            traceparent: None,
         }
     }
 
@@ -150,45 +228,73 @@ mod tests {
         let planner = ClaimPlanner::default();
         let mut orders = Vec::new();
         for _ in 0..4 {
-            let request = next(&planner);
-            orders.push(request.order);
-            planner.observe(&request, &claim(1, 1));
+            // Planned before the others answer: claims run at the same time.
+            orders.push(next(&planner).order);
         }
         use ClaimOrder::{Newest, Oldest};
         assert_eq!(orders, [Oldest, Newest, Oldest, Newest]);
     }
 
     #[test]
-    fn a_blocked_end_is_left_alone_for_a_while() {
+    fn a_window_doubles_while_full_and_falls_back_when_blocked() {
         let planner = ClaimPlanner::default();
-        let mut request = next(&planner);
-        request.order = ClaimOrder::Oldest;
-        // The whole bounded scan, and not a window's worth of free rows.
-        planner.observe(&request, &claim(0, request.rows * 2));
-        for _ in 0..3 {
+        let mut oldest = Vec::new();
+        for _ in 0..4 {
             let request = next(&planner);
-            assert_eq!(request.order, ClaimOrder::Newest);
-            planner.observe(&request, &claim(1, 1));
+            assert_eq!(request.order, ClaimOrder::Oldest);
+            oldest.push(request.rows);
+            planner.observe(&request, &claim(request.rows, request.rows));
+            // The newest end finds little: its window stays.
+            let newest = next(&planner);
+            assert_eq!(newest.rows, PROBE_ROWS);
+            planner.observe(&newest, &claim(1, 1));
         }
+        // Up to what the pace allows (1,600 rows before any delivery).
+        assert_eq!(oldest, [256, 512, 1024, 1600]);
+        // A deep shard that filled the window, read in part.
+        let deep = next(&planner);
+        let mut read_in_part = claim(0, deep.rows);
+        read_in_part.window = deep.rows;
+        read_in_part.shards = vec![ClaimedShard {
+            shard: ShardKey::from_raw(OutboxKind::Region, 0, 1, None),
+            rows: (0..deep.shard_rows as i64).map(row).collect(),
+            state: None,
+        }];
+        planner.observe(&deep, &read_in_part);
+        next(&planner);
+        assert_eq!(next(&planner).rows, deep.rows, "did not grow");
+        next(&planner);
+        let request = next(&planner);
+        assert_eq!(request.order, ClaimOrder::Oldest);
+        // The whole bounded scan, and not a window's worth of free rows.
+        planner.observe(&request, &claim(3, request.rows * 2));
+        next(&planner);
+        let probe = next(&planner);
+        assert_eq!((probe.order, probe.rows), (ClaimOrder::Oldest, PROBE_ROWS));
+        assert_eq!(probe.rows + probe.beyond, DrainConfig::default().batch_size);
     }
 
     #[test]
-    fn with_both_ends_blocked_claims_still_alternate() {
+    fn a_shard_is_read_as_far_as_its_share_of_the_delivery_tasks() {
+        let request = next(&ClaimPlanner::default());
+        assert_eq!(request.shard_rows, 20_000 / 16);
+    }
+
+    #[test]
+    fn a_deep_shard_beside_others_is_read_in_small_batches() {
         let planner = ClaimPlanner::default();
-        for order in [ClaimOrder::Oldest, ClaimOrder::Newest] {
-            let mut request = next(&planner);
-            request.order = order;
-            planner.observe(&request, &claim(0, request.rows * 2));
-        }
-        let first = next(&planner).order;
-        planner.observe(
-            &ClaimRequest {
-                order: first,
-                ..next(&planner)
-            },
-            &claim(0, 0),
-        );
-        assert_ne!(next(&planner).order, first);
+        let request = next(&planner);
+        let mut deep = claim(0, 0);
+        deep.shards = vec![ClaimedShard {
+            shard: ShardKey::from_raw(OutboxKind::Region, 0, 1, None),
+            rows: (0..request.shard_rows as i64).map(row).collect(),
+            state: None,
+        }];
+        planner.observe(&request, &deep);
+        let alone = next(&planner);
+        assert_eq!(alone.shard_rows, request.shard_rows, "nothing else came");
+        planner.observe(&alone, &claim(2, 2));
+        assert_eq!(next(&planner).shard_rows, CONTENDED_SHARD_ROWS);
     }
 
     #[test]

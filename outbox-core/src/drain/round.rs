@@ -11,7 +11,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::abandoned::{AbandonedClaim, ClaimGuard};
 use super::claim::to_chrono;
 use super::deliver::{deliver_shard, is_backing_off, ShardOutcome};
-use super::drainer::{Drainer, RoundStarted, DELIVERING};
+use super::drainer::{Drainer, DELIVERING};
 use super::observe;
 use super::report::{DrainReport, ShardFailure};
 use crate::registry::Category;
@@ -76,12 +76,10 @@ impl<C: Category> Round<C> {
         self
     }
 
-    /// Delivers and commits `shards`. `started` hears once the first commit
-    /// is done.
+    /// Delivers and commits `shards`.
     pub(crate) async fn run(
         mut self,
         shards: Vec<ClaimedShard>,
-        mut started: Option<RoundStarted>,
     ) -> Result<DrainReport, StoreError> {
         let claimed = shards.len();
         let mut report = DrainReport {
@@ -128,12 +126,6 @@ impl<C: Category> Round<C> {
             ));
         }
         drop(outcomes);
-        if pending.len() < self.drainer.config().concurrency {
-            // Fewer shards than delivery tasks (one deep shard, say): the
-            // next claim need not wait for this round's first commit to
-            // find the rest of the work.
-            signal(&mut started, claimed);
-        }
 
         let config = *self.drainer.config();
         let mut heartbeat =
@@ -170,7 +162,6 @@ impl<C: Category> Round<C> {
                     let in_flight = pending.iter().cloned().collect();
                     self.commit(&mut report, done, in_flight, &mut guard).await?;
                     give_up.as_mut().reset(self.give_up_at());
-                    signal(&mut started, claimed);
                 }
                 _ = heartbeat.tick() => {
                     if self.renew(&mut guard).await {
@@ -192,7 +183,6 @@ impl<C: Category> Round<C> {
                         .failures
                         .extend(finished.into_iter().flat_map(|outcome| outcome.failures));
                     guard.finish();
-                    signal(&mut started, claimed);
                     return Ok(report);
                 }
             }
@@ -200,7 +190,6 @@ impl<C: Category> Round<C> {
         self.commit(&mut report, finished, Vec::new(), &mut guard)
             .await?;
         guard.finish();
-        signal(&mut started, claimed);
         Ok(report)
     }
 
@@ -336,11 +325,5 @@ async fn deliver_queue<C: Category>(
         if outcomes.send(outcome).is_err() {
             return;
         }
-    }
-}
-
-fn signal(started: &mut Option<RoundStarted>, claimed: usize) {
-    if let Some(started) = started.take() {
-        let _ = started.send(Ok(claimed));
     }
 }

@@ -33,12 +33,18 @@ pub struct ClaimRequest {
     /// Which end of the due rows a background claim looks at first
     /// ([`claim_due`](DrainStore::claim_due) only).
     pub order: ClaimOrder,
-    /// When the window was full, rows read beyond it in all, shared by the
-    /// shards that had more than one row in it (a deep shard, whose
-    /// coalescing groups are then delivered once by this claim rather than
-    /// split with the next); 0 reads none ([`claim_due`](DrainStore::claim_due)
-    /// only).
+    /// When the window was full, rows read beyond it in all: the shards that
+    /// had more than one row in it (deep shards, whose coalescing groups are
+    /// then delivered once by this claim rather than split with the next)
+    /// share `rows + beyond`, each reading as far as its share (and at least
+    /// its rows in the window); 0 reads none beyond the window
+    /// ([`claim_due`](DrainStore::claim_due) only).
     pub beyond: usize,
+    /// At most this many rows of one shard, however deep: a deeper shard is
+    /// delivered in batches of it, so that its round stays short and the
+    /// other shards' claims need not wait for it for long
+    /// ([`claim_due`](DrainStore::claim_due) only).
+    pub shard_rows: usize,
 }
 
 /// Which end of the due rows a background claim starts from.
@@ -76,6 +82,16 @@ impl DueClaim {
     /// as far as it may and found less than a full window.
     pub fn is_blocked(&self, request: &ClaimRequest) -> bool {
         self.window < request.rows && self.scanned >= request.rows.saturating_mul(2)
+    }
+
+    /// Whether due rows may be left that this claim saw but did not take:
+    /// its window was full, or a shard was read only as far as it may be.
+    pub fn may_have_more(&self, request: &ClaimRequest) -> bool {
+        self.window >= request.rows
+            || self
+                .shards
+                .iter()
+                .any(|shard| shard.rows.len() >= request.shard_rows)
     }
 
     /// Rows returned, over every shard.
@@ -240,7 +256,8 @@ pub trait DrainStore: Send + Sync + 'static {
     ///
     /// Each shard's rows are a prefix of its pending rows in id order (as
     /// many as it had in the window, and when the window was full and it had
-    /// more than one there, its share of `request.beyond` more), read after
+    /// more than one there, its share of `request.rows + request.beyond`; at
+    /// most `request.shard_rows`), read after
     /// the lease was taken: never a row that the previous holder of the
     /// bucket already deleted. A shard that backs off comes with its state,
     /// and its rows only once it may be tried again.

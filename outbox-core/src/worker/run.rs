@@ -16,6 +16,11 @@ use crate::shard::OutboxKind;
 const FIRST_ERROR_DELAY: Duration = Duration::from_millis(100);
 /// The longest delay between retries: 30 s.
 const MAX_ERROR_DELAY: Duration = Duration::from_secs(30);
+/// How long the loop waits for a round's claim to answer before it claims
+/// again anyway (within `rounds_in_flight`): 5 ms. A claim that takes longer
+/// is reading a lot (a deep shard's batch), and the rest of the work should
+/// not wait for it.
+const CLAIM_PATIENCE: Duration = Duration::from_millis(5);
 
 /// What the loops of one worker share.
 #[derive(Clone)]
@@ -48,10 +53,12 @@ impl<C: Category> Shared<C> {
     }
 }
 
-/// Claims round after round of `kind`. A round whose first commit is done
-/// lets the next one start while it waits for its slow receivers (at most
-/// `rounds_in_flight` at once); when nothing is due, the loop sleeps until
-/// woken or until its poll interval has passed.
+/// Claims round after round of `kind`. Once a round's claim has answered
+/// that more may be due, the next one starts while it delivers (at most
+/// `rounds_in_flight` at once), and so it does when the claim is still
+/// reading after `CLAIM_PATIENCE`; when the claim took everything due, the
+/// loop sleeps until woken (rows committed meanwhile wake it) or until its
+/// poll interval has passed.
 pub(super) async fn drain_loop<C: Category>(
     shared: Shared<C>,
     kind: OutboxKind,
@@ -80,7 +87,7 @@ pub(super) async fn drain_loop<C: Category>(
             },
             () = shared.stop.cancelled() => return,
         };
-        let (started, first_commit) = oneshot::channel();
+        let (started, claim_answer) = oneshot::channel();
         let drainer = shared.drainer.clone();
         let cut_off = shared.cut_off.clone();
         shared.rounds.spawn(async move {
@@ -95,14 +102,23 @@ pub(super) async fn drain_loop<C: Category>(
                 () = cut_off.cancelled() => {}
             }
         });
-        let wait = match first_commit.await {
-            Ok(Ok(0)) => {
-                error_delay = FIRST_ERROR_DELAY;
-                shared.poll_interval
+        let answer = tokio::select! {
+            answer = claim_answer => answer,
+            () = tokio::time::sleep(CLAIM_PATIENCE) => {
+                // Still reading: claim again beside it.
+                continue;
             }
-            Ok(Ok(_claimed)) => {
+        };
+        let wait = match answer {
+            Ok(Ok(answer)) if answer.more => {
                 error_delay = FIRST_ERROR_DELAY;
                 continue;
+            }
+            Ok(Ok(_)) => {
+                // Everything due was taken: the next claim waits for new
+                // rows (their wake-up) rather than find nothing now.
+                error_delay = FIRST_ERROR_DELAY;
+                shared.poll_interval
             }
             Ok(Err(_)) | Err(_) => {
                 tracing::debug!(kind = kind.as_str(), retry_in = ?error_delay, "retrying the outbox drain after a failed round");

@@ -67,7 +67,11 @@ impl Decoder {
     }
 
     pub(super) fn push(&mut self, row: &QueryResult) -> Result<(), StoreError> {
-        let scope: i32 = at(row, column::SHARD_SCOPE)?;
+        let Some(scope) = at::<Option<i32>>(row, column::SHARD_SCOPE)? else {
+            // No shard was leased: the one row carries the counts only.
+            self.count(row)?;
+            return Ok(());
+        };
         let identifier: i64 = at(row, column::SHARD_IDENTIFIER)?;
         let same_shard = match self.claim.shards.last() {
             Some(last) => {
@@ -102,6 +106,14 @@ impl Decoder {
                 shard.rows.push(stored);
             }
         }
+        Ok(())
+    }
+
+    /// The window's and the scan's rows (every result row repeats them).
+    fn count(&mut self, row: &QueryResult) -> Result<(), StoreError> {
+        let count = |index| at::<i64>(row, index).map(|count| usize::try_from(count).unwrap_or(0));
+        self.claim.window = count(column::WINDOW_ROWS)?;
+        self.claim.scanned = count(column::SCANNED_ROWS)?;
         Ok(())
     }
 

@@ -641,6 +641,7 @@ impl DrainStore for PgStore {
             request.owner.clone().into(),
             request.lease_until.into(),
             codec::limit(request.beyond).into(),
+            codec::limit(request.shard_rows).into(),
         ];
         let sql = match request.order {
             ClaimOrder::Oldest => table(kind).claim_due,

@@ -386,8 +386,9 @@ impl DrainStore for SqliteStore {
         lease(&txn, request, &buckets).await?;
         let mut shards = codec::group(window);
         let deep = shards.iter().filter(|s| s.rows.len() > 1).count();
-        let beyond = if claim.window >= request.rows {
-            request.beyond / deep.max(1)
+        // A deep shard's share of the rows, when the window was full.
+        let share = if claim.window >= request.rows {
+            (request.rows + request.beyond) / deep.max(1)
         } else {
             0
         };
@@ -399,19 +400,23 @@ impl DrainStore for SqliteStore {
                 // A shard with a state may hold rescheduled rows that sort
                 // after its newer due ones: its rows are read in id order,
                 // once it may be tried again.
+                let limit = request.rows.min(request.shard_rows);
                 claimed.rows = if state.retry_at <= request.now {
-                    read_shard(&txn, &claimed.shard, request.up_to_id, request.rows).await?
+                    read_shard(&txn, &claimed.shard, request.up_to_id, limit).await?
                 } else {
                     Vec::new()
                 };
                 claimed.state = Some(state);
-            } else if request.order == ClaimOrder::Newest || (seen > 1 && beyond > 0) {
+            } else if request.order == ClaimOrder::Newest || (seen > 1 && share > seen) {
                 // From the newest end the window holds a shard's newest rows;
                 // a deep shard reads on: either way, by range from its
                 // oldest. (From the oldest end, a shard's window rows are
                 // already its oldest: all its rows are due.)
-                let limit = if seen > 1 { seen + beyond } else { seen };
+                let limit = if seen > 1 { seen.max(share) } else { seen };
+                let limit = limit.min(request.shard_rows);
                 claimed.rows = read_shard(&txn, &claimed.shard, request.up_to_id, limit).await?;
+            } else {
+                claimed.rows.truncate(request.shard_rows);
             }
         }
         txn.commit().await.map_err(op(OP))?;

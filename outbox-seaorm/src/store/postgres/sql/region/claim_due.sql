@@ -1,7 +1,8 @@
 -- Leases free buckets that hold due rows and returns the rows of their
 -- shards, in one statement (a background round's claim).
 -- $1 kind, $2 now, $3 highest id, $4 window rows, $5 buckets at most,
--- $6 token, $7 owner, $8 lease end, $9 rows read beyond the window.
+-- $6 token, $7 owner, $8 lease end, $9 rows read beyond the window, $10
+-- rows of one shard at most.
 --
 -- The window: the first $4 due rows of free buckets in the due index, from
 -- its oldest end (this file) or its newest (the engine alternates, see
@@ -13,9 +14,10 @@
 --
 -- The rows: each leased shard is read by range from its oldest pending row
 -- (the shard index), as many as it had in the window; when the window was
--- full, a shard with more than one row in it is read further, the shards
--- sharing $9 rows beyond the window, so that its coalescing groups are
--- delivered once by this claim rather than split with the next. A shard
+-- full, a shard with more than one row in it is read further, as far as
+-- its share of $4 + $9 rows (the window and beyond), so that its groups are
+-- delivered once by this claim rather than split with the next; no shard
+-- is read further than $10 (a deeper one is delivered in batches). A shard
 -- without a backoff state has all its rows due (a backoff reschedules them
 -- with the state), so the range is its prefix of pending rows in id order.
 --
@@ -32,15 +34,19 @@
 -- `= ANY(ARRAY(…))`, and set membership is tested with
 -- `(… = ANY (SELECT …)) IS TRUE`, a hashed subplan, never a join a generic
 -- plan could turn into nested loops over CTEs.
-WITH held AS MATERIALIZED (
-    SELECT bucket FROM outbox_claim_bucket WHERE kind = $1 AND lease_until > $2
-), scanned AS MATERIALIZED (
+WITH scanned AS MATERIALIZED (
     SELECT o.id, o.shard_scope, o.shard_identifier,
            ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int AS bucket
     FROM region_outbox o
     WHERE o.scheduled_for <= $2 AND o.id <= $3
     ORDER BY o.scheduled_for /*dir*/, o.id /*dir*/
     LIMIT $4 * 2
+), held AS MATERIALIZED (
+    -- The live leases among the scanned rows' buckets (through the key: a
+    -- handful when little is due, at most every bucket of the kind).
+    SELECT b.bucket FROM outbox_claim_bucket b
+    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT DISTINCT bucket FROM scanned))
+      AND b.lease_until > $2
 ), win AS MATERIALIZED (
     SELECT s.* FROM scanned s
     WHERE (s.bucket = ANY (SELECT bucket FROM held)) IS NOT TRUE
@@ -84,10 +90,10 @@ WITH held AS MATERIALIZED (
     WHERE (w.bucket = ANY (SELECT bucket FROM mine)) IS TRUE
     GROUP BY w.shard_scope, w.shard_identifier
 ), beyond AS MATERIALIZED (
-    -- Rows each deep shard reads beyond its window rows: none unless the
-    -- window was full.
+    -- Rows each deep shard may read: its share of the window and beyond,
+    -- when the window was full.
     SELECT CASE WHEN (SELECT count(*) FROM win) >= $4
-                THEN $9 / GREATEST(1, (SELECT count(*) FROM shards WHERE seen > 1))
+                THEN ($4 + $9) / GREATEST(1, (SELECT count(*) FROM shards WHERE seen > 1))
                 ELSE 0 END AS rows
 ), states AS MATERIALIZED (
     SELECT s.region_name, s.shard_scope, s.shard_identifier, s.attempts, s.last_backoff_ms,
@@ -102,7 +108,10 @@ SELECT sh.first, (SELECT count(*) FROM win) AS window_rows, (SELECT count(*) FRO
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
        o.traceparent, o.message_id,
        st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at
-FROM shards sh
+FROM (SELECT 1) AS one
+-- One row with null columns when no shard was leased: the counts still
+-- tell the planner whether the scan was blocked.
+LEFT JOIN shards sh ON true
 LEFT JOIN states st
   ON st.region_name = '' AND st.shard_scope = sh.shard_scope
  AND st.shard_identifier = sh.shard_identifier
@@ -115,7 +124,7 @@ LEFT JOIN LATERAL (
       AND o.id <= $3
       AND (st.retry_at IS NULL OR st.retry_at <= $2)
     ORDER BY o.id
-    LIMIT CASE WHEN st.attempts IS NOT NULL THEN $4
-               WHEN sh.seen > 1 THEN sh.seen + (SELECT rows FROM beyond)
-               ELSE sh.seen END
+    LIMIT LEAST($10, CASE WHEN st.attempts IS NOT NULL THEN $4
+                          WHEN sh.seen > 1 THEN GREATEST(sh.seen, (SELECT rows FROM beyond))
+                          ELSE sh.seen END)
 ) o ON true
