@@ -1,8 +1,13 @@
 //! Background-path latency (NOTIFY vs polling) and request throughput of a
-//! small write endpoint three ways, on PostgreSQL: without the outbox (a
-//! hand-written transaction), through `OutboxLayer` with `flush = false`
-//! (the worker delivers, woken by `NOTIFY`), and through `OutboxLayer` with
-//! its synchronous flush.
+//! small write endpoint, on PostgreSQL: without the outbox (a hand-written
+//! transaction), through `OutboxLayer` with `flush = false` (the worker of
+//! the process delivers, woken in-process), and with a synchronous flush of
+//! three designs side by side: claimed inside the request's transaction
+//! before its `COMMIT` (the layer's default: nothing sent after the commit,
+//! the delete and release completed in the background), claimed after the
+//! `COMMIT` (`OutboxLayer::claim_before_commit(false)`: one statement after
+//! it), and the first design (`Drainer::drain_shard` after the commit:
+//! claim and read, deliver, delete and release, two statements after it).
 //!
 //! Run with `cargo bench -p outbox-axum --bench latency`.
 //!
@@ -21,7 +26,7 @@ use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use axum::Router;
 use outbox_axum::{OutboxWorker, Tx};
-use outbox_core::{HandlerError, Message, OutboxKind, Receivers};
+use outbox_core::{Drainer, HandlerError, Message, OutboxKind, Receivers};
 use outbox_seaorm::testing::{start_cluster_at, stop_cluster_at, TestDatabase};
 use outbox_seaorm::{listener, write_region, ObjectId, OutboxMessage, ShardId};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
@@ -125,6 +130,35 @@ async fn with_layer(tx: Tx, Path(n): Path<i64>) -> StatusCode {
     StatusCode::CREATED
 }
 
+/// The first design of the synchronous flush: the transaction by hand, then
+/// `drain_shard` (claim and read, deliver, delete and release).
+async fn drain_shard_after_commit(
+    State((db, drainer)): State<(DatabaseConnection, Drainer<OutboxCategory>)>,
+    Path(n): Path<i64>,
+) -> StatusCode {
+    let txn = db.begin().await.unwrap();
+    txn.execute_raw(Statement::from_sql_and_values(
+        txn.get_database_backend(),
+        "INSERT INTO widgets (organization_id, name) VALUES ($1, $2)",
+        [n.into(), format!("w{n}").into()],
+    ))
+    .await
+    .unwrap();
+    let row = write_region(
+        &txn,
+        OutboxMessage::new(
+            OutboxCategory::BenchUpdate,
+            ShardId(n % ORGANIZATIONS),
+            ObjectId(n),
+        ),
+    )
+    .await
+    .unwrap();
+    txn.commit().await.unwrap();
+    drainer.drain_shard(&row.shard, Some(row.id)).await.unwrap();
+    StatusCode::CREATED
+}
+
 async fn hand_written(State(db): State<DatabaseConnection>, Path(n): Path<i64>) -> StatusCode {
     let txn = db.begin().await.unwrap();
     txn.execute_raw(Statement::from_sql_and_values(
@@ -214,6 +248,12 @@ async fn main() {
     let flushed = Router::new()
         .route("/widgets/{n}", post(with_layer))
         .layer(worker.layer());
+    let after_commit = Router::new()
+        .route("/widgets/{n}", post(with_layer))
+        .layer(worker.layer().claim_before_commit(false));
+    let first_design = Router::new()
+        .route("/widgets/{n}", post(drain_shard_after_commit))
+        .with_state((db.db.clone(), worker.drainer().clone()));
     let deferred = Router::new()
         .route("/widgets/{n}", post(with_layer))
         .route_layer(axum::middleware::from_fn(outbox_axum::defer_flush))
@@ -221,13 +261,32 @@ async fn main() {
     let plain = Router::new()
         .route("/widgets/{n}", post(hand_written))
         .with_state(db.db.clone());
+    let variants = [
+        ("without the outbox (hand-written transaction)", plain),
+        (
+            "OutboxLayer, flush = false (the worker of this process delivers)",
+            deferred,
+        ),
+        (
+            "OutboxLayer, synchronous flush claimed before the COMMIT (default)",
+            flushed,
+        ),
+        (
+            "OutboxLayer, synchronous flush claimed after the COMMIT",
+            after_commit,
+        ),
+        (
+            "first design: drain_shard after the COMMIT (claim+read, delete+release)",
+            first_design,
+        ),
+    ];
     // Interleaved, median of three runs each, so that noise hits all alike.
-    let (mut plain_rates, mut deferred_rates, mut flushed_rates) = (vec![], vec![], vec![]);
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     for round in 0..3i64 {
-        let base = round * 30 * REQUESTS as i64;
-        plain_rates.push(throughput(plain.clone(), base).await);
-        deferred_rates.push(throughput(deferred.clone(), base + 10 * REQUESTS as i64).await);
-        flushed_rates.push(throughput(flushed.clone(), base + 20 * REQUESTS as i64).await);
+        for (index, (_, app)) in variants.iter().enumerate() {
+            let base = (round * variants.len() as i64 + index as i64) * 10 * REQUESTS as i64;
+            rates[index].push(throughput(app.clone(), base).await);
+        }
     }
     // The deferred rows are delivered by the worker meanwhile; wait for the
     // last of them before stopping it.
@@ -243,27 +302,19 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     worker.shutdown().await;
-    let (plain, deferred, flushed) = (
-        median(&mut plain_rates),
-        median(&mut deferred_rates),
-        median(&mut flushed_rates),
-    );
+    let medians: Vec<f64> = rates.iter_mut().map(|rates| median(rates)).collect();
     println!(
         "request throughput, {REQUESTS} requests over {ORGANIZATIONS} organizations, {CONCURRENCY} \
          concurrent, median of 3 (a model row, an outbox row, then what each variant does after \
          the commit):"
     );
-    println!("  without the outbox (hand-written transaction): {plain:>6.0} req/s  1.00x");
-    println!(
-        "  OutboxLayer, flush = false (the worker of this process delivers): {deferred:>6.0} req/s  {:.2}x",
-        deferred / plain
-    );
-    println!(
-        "  OutboxLayer, synchronous flush (claim+read, delete+release): {flushed:>6.0} req/s  {:.2}x \
-         ({:.2}x of flush = false)",
-        flushed / plain,
-        flushed / deferred
-    );
+    for ((label, _), rate) in variants.iter().zip(&medians) {
+        println!(
+            "  {label:<75} {rate:>6.0} req/s  {:.2}x  ({:.2}x of flush = false)",
+            rate / medians[0],
+            rate / medians[1]
+        );
+    }
     db.db.close().await.unwrap();
     if own_cluster {
         stop_cluster_at(&dir).unwrap();

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use async_trait::async_trait;
-use outbox_core::conformance::{Backend, NewRow};
+use outbox_core::conformance::{Backend, NewRow, WriterTransaction};
 use outbox_core::MemoryStore;
 
 #[derive(Clone, Default)]
@@ -35,6 +35,10 @@ impl Backend for MemoryBackend {
             txn.write(&row.shard, row.category, row.object, row.payload.clone());
         }
         drop(txn);
+    }
+
+    async fn begin(&self, store: &MemoryStore) -> Box<dyn WriterTransaction> {
+        Box::new(store.begin())
     }
 
     async fn reconnect(&self, store: &MemoryStore) -> MemoryStore {

@@ -6,11 +6,13 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use outbox_core::conformance::{Backend, NewRow};
-use outbox_core::OutboxKind;
+use outbox_core::conformance::{Backend, NewRow, WriterTransaction};
+use outbox_core::{ClaimBeforeCommit, ClaimRequest, OutboxKind, ShardClaim, ShardKey, StoreError};
 use outbox_seaorm::testing::TestDatabase;
-use outbox_seaorm::{write_control, write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
-use sea_orm::{ConnectionTrait, DbBackend};
+use outbox_seaorm::{
+    write_control, write_region, ClaimOn, ObjectId, OutboxMessage, SeaOrmStore, ShardId,
+};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend};
 
 /// Fresh databases of one backend, kept until the test ends (dropped then,
 /// unless it failed).
@@ -69,6 +71,36 @@ async fn write_rows<Db: ConnectionTrait>(db: &Db, rows: &[NewRow]) -> Vec<i64> {
     ids
 }
 
+/// A request's transaction (`begin_write`), left open: it claims before its
+/// commit as the write API's callers do, with `ClaimOn(&txn)`.
+struct Writer(DatabaseTransaction);
+
+#[async_trait]
+impl ClaimBeforeCommit for Writer {
+    async fn claim_before_commit(
+        &self,
+        request: &ClaimRequest,
+        shards: &[(ShardKey, i64)],
+    ) -> Result<Vec<ShardClaim>, StoreError> {
+        ClaimOn(&self.0).claim_before_commit(request, shards).await
+    }
+}
+
+#[async_trait]
+impl WriterTransaction for Writer {
+    async fn write(&mut self, rows: &[NewRow]) -> Vec<i64> {
+        write_rows(&self.0, rows).await
+    }
+
+    async fn commit(self: Box<Self>) {
+        self.0.commit().await.unwrap();
+    }
+
+    async fn rollback(self: Box<Self>) {
+        self.0.rollback().await.unwrap();
+    }
+}
+
 #[async_trait]
 impl Backend for Databases {
     type Store = SeaOrmStore;
@@ -97,9 +129,22 @@ impl Backend for Databases {
         txn.rollback().await.unwrap();
     }
 
+    async fn begin(&self, store: &SeaOrmStore) -> Box<dyn WriterTransaction> {
+        let txn = outbox_seaorm::begin_write(store.connection())
+            .await
+            .unwrap();
+        Box::new(Writer(txn))
+    }
+
     async fn reconnect(&self, store: &SeaOrmStore) -> SeaOrmStore {
         let database = self.made(store);
         SeaOrmStore::new(database.connect_again(4).await.unwrap()).unwrap()
+    }
+
+    /// SQLite has one writer at a time: a transaction begun with
+    /// `begin_write` holds its lock until it ends.
+    fn concurrent_writers(&self) -> bool {
+        self.backend != DbBackend::Sqlite
     }
 }
 

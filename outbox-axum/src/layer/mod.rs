@@ -9,10 +9,15 @@
 //!    [`OutboxContext`](outbox_core::OutboxContext) around the handler, so that
 //!    every outbox row written during the request is noted;
 //! 2. after the handler, commits when the response is a success (by default:
-//!    not 4xx or 5xx; see [`OutboxLayer::commit_when`]) and rolls back otherwise;
-//! 3. after the commit, flushes each shard the request wrote, up to the
-//!    highest id it wrote, *before* the response goes out, so a client that
-//!    gets its response can read the replicated effect;
+//!    not 4xx or 5xx; see [`OutboxLayer::commit_when`]) and rolls back
+//!    otherwise; before a `COMMIT`, its last statement claims the shards the
+//!    request wrote (one statement that never waits for another worker or
+//!    request: see [`OutboxLayer::claim_before_commit`]);
+//! 3. after the commit, delivers each shard the request wrote, up to the
+//!    highest id it wrote, from the rows its claim read, *before* the
+//!    response goes out, so a client that gets its response can read the
+//!    replicated effect; the delete and release run in the background
+//!    (nothing more is sent to the database before the response);
 //! 4. wakes the background drain when rows were left to it (the worker of
 //!    this process, or others with `NOTIFY` on PostgreSQL when this process
 //!    drains no rows of that kind).

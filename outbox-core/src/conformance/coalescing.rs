@@ -220,3 +220,71 @@ pub async fn concurrent_writes_of_a_category_that_does_not_coalesce_are_each_del
         }
     }
 }
+
+/// 20 shards × 5 objects × 20 updates, written interleaved (consecutive ids
+/// cycle through the shards, so that any window of due rows cuts every
+/// shard), drained by `drain_due` in a loop with the default configuration:
+/// each (shard, object) group is one receiver call, with its newest payload,
+/// acknowledging its 20 rows. A deep shard of a full window is read beyond
+/// the window, so that the claim never splits a group with the next one.
+pub async fn the_groups_of_many_interleaved_shards_are_each_delivered_once<B: Backend>(
+    backend: &B,
+) {
+    const SHARDS: i64 = 20;
+    const OBJECTS: i64 = 5;
+    const UPDATES: i64 = 20;
+    let store = backend.fresh("coalescing_interleaved").await;
+    let mut rows = Vec::new();
+    for n in 0..UPDATES {
+        for object in 0..OBJECTS {
+            for shard in 1..=SHARDS {
+                rows.push(update(&org(shard), object, n));
+            }
+        }
+    }
+    let ids = backend.write(&store, &rows).await;
+    // Each group's ids, lowest first.
+    let mut groups: HashMap<(ShardKey, i64), Vec<i64>> = HashMap::new();
+    for (row, id) in rows.iter().zip(&ids) {
+        groups
+            .entry((row.shard.clone(), row.object))
+            .or_default()
+            .push(*id);
+    }
+
+    let clock = ManualClock::starting_now();
+    let recorder = Recorder::new();
+    let drainer = drainer(store.clone(), &recorder, &clock, DrainConfig::default());
+    let mut rounds = 0;
+    while store.pending_count(OutboxKind::Region).await.unwrap() > 0 {
+        rounds += 1;
+        assert!(rounds <= 100, "still pending after 100 rounds");
+        drainer.drain_due(OutboxKind::Region).await.unwrap();
+    }
+
+    let mut delivered: HashMap<(ShardKey, i64), usize> = HashMap::new();
+    for delivery in recorder.deliveries() {
+        let key = (delivery.shard.clone(), delivery.object);
+        *delivered.entry(key.clone()).or_default() += 1;
+        let group = &groups[&key];
+        assert_eq!(
+            (
+                v(&delivery.payload),
+                delivery.coalesced,
+                delivery.first_id,
+                delivery.id
+            ),
+            (UPDATES - 1, group.len(), group[0], group[group.len() - 1]),
+            "object {} of {}: a group split, or not its newest payload",
+            key.1,
+            key.0
+        );
+    }
+    let split: Vec<_> = delivered.iter().filter(|(_, calls)| **calls > 1).collect();
+    assert!(
+        split.is_empty(),
+        "groups delivered more than once: {split:?}"
+    );
+    assert_eq!(delivered.len(), groups.len(), "every group delivered");
+    assert_eq!(recorder.calls(), (SHARDS * OBJECTS) as usize);
+}

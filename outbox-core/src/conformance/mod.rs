@@ -12,6 +12,7 @@
 //! | [`control`] | 2. an operator's pause or cull holds in every process; lifted, the kept rows flow |
 //! | [`at_least_once`] | 6. a delivery whose commit was lost is made again |
 //! | [`fencing`] | 7. no transaction across a receiver; an expired claim writes nothing |
+//! | [`flush`] | 3, 6. the synchronous flush claimed before the commit: never waited for, never shared, taken back by a rollback, delivered again when its completion is lost |
 //!
 //! `MemoryStore` runs it in this crate; `outbox-seaorm` runs it against real
 //! PostgreSQL and SQLite. Tests synchronise on gates, barriers and a
@@ -24,7 +25,7 @@
 //!
 //! ```
 //! use async_trait::async_trait;
-//! use outbox_core::conformance::{Backend, NewRow};
+//! use outbox_core::conformance::{Backend, NewRow, WriterTransaction};
 //! use outbox_core::MemoryStore;
 //!
 //! #[derive(Clone)]
@@ -56,6 +57,10 @@
 //!         drop(txn); // rolls back
 //!     }
 //!
+//!     async fn begin(&self, store: &MemoryStore) -> Box<dyn WriterTransaction> {
+//!         Box::new(store.begin()) // a `MemoryTransaction` is one
+//!     }
+//!
 //!     async fn reconnect(&self, store: &MemoryStore) -> MemoryStore {
 //!         store.clone() // one process: the same store
 //!     }
@@ -83,6 +88,7 @@ pub mod coalescing;
 pub mod control;
 pub mod exclusivity;
 pub mod fencing;
+pub mod flush;
 pub mod no_loss;
 pub mod order;
 
@@ -91,8 +97,9 @@ use serde_json::Value;
 
 use crate::clock::ManualClock;
 use crate::drain::{DrainConfig, Drainer};
+use crate::memory::MemoryTransaction;
 use crate::shard::ShardKey;
-use crate::store::{DrainStore, StoreAdmin};
+use crate::store::{ClaimBeforeCommit, DrainStore, StoreAdmin};
 use crate::testing::Recorder;
 
 crate::registry! {
@@ -127,9 +134,64 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// Writes `rows` in one transaction that rolls back.
     async fn write_rolled_back(&self, store: &Self::Store, rows: &[NewRow]);
 
+    /// Begins a writer's transaction, left open until the caller commits it
+    /// or rolls it back: a request that writes rows and claims their shards
+    /// before its `COMMIT` (the synchronous flush, see [`flush`]).
+    async fn begin(&self, store: &Self::Store) -> Box<dyn WriterTransaction>;
+
     /// Another store over the same data with connections of its own: another
     /// process.
     async fn reconnect(&self, store: &Self::Store) -> Self::Store;
+
+    /// Whether other connections can write (a drain's claim, another
+    /// writer's transaction) while a writer's transaction is open. `false`
+    /// where one transaction writes at a time (SQLite: the others would wait
+    /// for its lock); the tests then run those writes after it ended instead.
+    /// Default: `true`.
+    fn concurrent_writers(&self) -> bool {
+        true
+    }
+}
+
+/// A writer's transaction left open ([`Backend::begin`]): it writes rows,
+/// claims their shards before it commits (it is the
+/// [`ClaimBeforeCommit`] that [`PreparedFlush::claim`](crate::PreparedFlush::claim)
+/// runs on), then commits or rolls back. A failure is a panic.
+#[async_trait]
+pub trait WriterTransaction: ClaimBeforeCommit {
+    /// Writes `rows` in the transaction; returns their ids.
+    async fn write(&mut self, rows: &[NewRow]) -> Vec<i64>;
+
+    /// Commits: the rows and the claims made on it become visible.
+    async fn commit(self: Box<Self>);
+
+    /// Rolls back: the rows and the claims made on it are gone.
+    async fn rollback(self: Box<Self>);
+}
+
+#[async_trait]
+impl WriterTransaction for MemoryTransaction {
+    async fn write(&mut self, rows: &[NewRow]) -> Vec<i64> {
+        rows.iter()
+            .map(|row| {
+                MemoryTransaction::write(
+                    self,
+                    &row.shard,
+                    row.category,
+                    row.object,
+                    row.payload.clone(),
+                )
+            })
+            .collect()
+    }
+
+    async fn commit(self: Box<Self>) {
+        MemoryTransaction::commit(*self);
+    }
+
+    async fn rollback(self: Box<Self>) {
+        drop(self);
+    }
 }
 
 /// A row to write.
@@ -214,6 +276,7 @@ macro_rules! conformance_tests {
             coalescing::rows_written_during_a_delivery_stay_for_the_next_round,
             coalescing::a_category_that_does_not_coalesce_delivers_every_row_in_order,
             coalescing::concurrent_writes_of_a_category_that_does_not_coalesce_are_each_delivered,
+            coalescing::the_groups_of_many_interleaved_shards_are_each_delivered_once,
             backoff::a_failing_shard_backs_off_as_a_whole_and_others_flow,
             backoff::a_flush_racing_a_drain_on_a_failing_shard_tries_once_per_step,
             backoff::an_opted_in_scope_dead_letters_and_the_shard_goes_on,
@@ -228,6 +291,11 @@ macro_rules! conformance_tests {
             at_least_once::a_delivery_whose_lease_ended_before_its_commit_is_made_again,
             fencing::a_worker_whose_lease_ended_writes_nothing,
             fencing::receivers_run_outside_any_transaction,
+            flush::a_claim_before_the_commit_is_neither_waited_for_nor_taken_by_a_drain,
+            flush::a_request_that_rolls_back_after_its_claim_leaves_its_bucket_free,
+            flush::a_flush_whose_completion_is_lost_is_delivered_again_once_its_lease_ends,
+            flush::a_flush_whose_shard_is_held_leaves_it_to_the_background_at_once,
+            flush::a_flush_delivers_the_older_rows_of_its_shard_first,
         );
     };
     (@tests $backend:expr; $($file:ident :: $test:ident),* $(,)?) => {

@@ -3,18 +3,24 @@
 //! A [`Drainer`] pairs a [`Store`](crate::Store) with [`Receivers`](crate::Receivers).
 //! It has two entry points:
 //!
-//! - [`Drainer::drain_shard`] is the *synchronous flush*: after a transaction that
-//!   wrote rows commits, deliver one shard up to the highest id it wrote, now,
-//!   and report the first failure to the caller.
+//! - The *synchronous flush* delivers what a transaction wrote right after it
+//!   commits, and reports the first failure to the caller:
+//!   [`Drainer::prepare_flush`] claims the shards inside the transaction,
+//!   before its `COMMIT`, and leaves the delete and release to a background
+//!   completer (nothing sent after the commit); [`Drainer::drain_shard`]
+//!   claims one shard after the commit (see `flush.rs`).
 //! - [`Drainer::drain_due`] is one *background round*: claim a batch of due
 //!   shards, deliver them concurrently (each shard in order), and commit.
 //!
 //! # One round
 //!
-//! 1. Claim: lease the free buckets (at most half of them) that hold the
-//!    oldest due rows, and read those rows, in one statement on PostgreSQL.
-//!    A lease lasts seconds and carries a random fencing token; nobody else
-//!    takes any shard of a leased bucket until it ends.
+//! 1. Claim: lease free buckets (at most half of them) that hold due rows,
+//!    chosen in a window of due rows taken from the oldest or the newest end
+//!    (the planner alternates, so that neither a backlog nor a deep shard
+//!    delays the rest), and read each leased shard from its oldest pending
+//!    row, a deep one in batches, in one statement on PostgreSQL. A lease
+//!    lasts seconds and carries a random fencing token; nobody else takes
+//!    any shard of a leased bucket until it ends.
 //! 2. Fold each shard's rows into coalescing groups ordered by lowest id and
 //!    deliver each shard's groups in order, shards concurrently, each in its
 //!    own task, outside any transaction. The first failure stops its shard.
@@ -28,8 +34,9 @@
 //!    commit under an expired lease writes nothing (fencing), so two workers
 //!    never deliver one shard at the same time.
 //!
-//! How many rows a round claims follows the receivers' speed: about what they
-//! deliver in `round_duration` at the configured concurrency.
+//! How many rows a round's window holds follows the receivers' speed (about
+//! what they deliver in `round_duration` at the configured concurrency) and
+//! what the last claims found (see `planner.rs`).
 //!
 //! # Example
 //!

@@ -1,9 +1,15 @@
 //! PostgreSQL: a round in two statements when nothing failed.
 //!
-//! - The claim leases the free buckets of the oldest due rows and reads those
-//!   rows in one statement (`claim_due.sql`), `FOR UPDATE SKIP LOCKED`, so
-//!   that workers never wait for each other; the synchronous flush claims one
-//!   shard's bucket and reads its rows the same way (`claim_shard.sql`).
+//! - The claim leases free buckets of a window of due rows and reads their
+//!   shards by range in one statement (`claim_due.sql`), `FOR UPDATE SKIP
+//!   LOCKED`, so that workers never wait for each other, and streams its rows
+//!   to a decoder that reads them by column position. The synchronous flush
+//!   claims the shards a request wrote the same way, inside the request's
+//!   transaction before its commit (`claim_one_before_commit.sql`,
+//!   `claim_before_commit.sql`), or one shard after a commit
+//!   (`claim_shard.sql`).
+//! - Finished flushes are completed in the background, many in one statement
+//!   (`complete.sql`).
 //! - The common commit releases the leases and deletes the delivered rows in
 //!   one statement (`commit_finished.sql`), without waiting for the WAL flush.
 //!   A round with failures, dead letters, recovered shards or deliveries
