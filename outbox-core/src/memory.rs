@@ -406,7 +406,7 @@ impl DrainStore for MemoryStore {
         }
         // A bounded scan, whatever is held; the window is its rows of free
         // buckets.
-        due.truncate(request.rows.saturating_mul(2));
+        due.truncate(request.scan_limit());
         let scanned = due.len();
         let window: Vec<&StoredRow> = due
             .into_iter()

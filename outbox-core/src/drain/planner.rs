@@ -2,7 +2,7 @@
 //! from which end of the due rows, and how far it reads deep shards.
 //!
 //! A claim picks its shards among a window of due rows of free buckets,
-//! scanning at most twice the window ([`ClaimRequest::rows`]). Taken from
+//! scanning a bounded number of them ([`ClaimRequest::scan_limit`]). Taken from
 //! the oldest end only, that window has two blind spots: a backlog delays
 //! every row written after it until it is drained, and a deep shard whose
 //! bucket is held while a round delivers it fills the scan with rows that
@@ -267,7 +267,7 @@ mod tests {
         let request = next(&planner);
         assert_eq!(request.order, ClaimOrder::Oldest);
         // The whole bounded scan, and not a window's worth of free rows.
-        planner.observe(&request, &claim(3, request.rows * 2));
+        planner.observe(&request, &claim(3, request.scan_limit()));
         next(&planner);
         let probe = next(&planner);
         assert_eq!((probe.order, probe.rows), (ClaimOrder::Oldest, PROBE_ROWS));

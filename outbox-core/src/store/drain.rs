@@ -24,7 +24,7 @@ pub struct ClaimRequest {
     pub owner: String,
     /// The claim's window: [`claim_due`](DrainStore::claim_due) chooses its
     /// shards among this many due rows of free buckets (scanning at most
-    /// twice as many), and reads at most as many rows of each as it had in
+    /// [`scan_limit`](Self::scan_limit) of them), and reads at most as many rows of each as it had in
     /// the window, beyond which only `beyond` is read. The other claims
     /// return at most this many rows per shard.
     pub rows: usize,
@@ -45,6 +45,15 @@ pub struct ClaimRequest {
     /// other shards' claims need not wait for it for long
     /// ([`claim_due`](DrainStore::claim_due) only).
     pub shard_rows: usize,
+}
+
+impl ClaimRequest {
+    /// How many due rows a background claim scans at most to fill its
+    /// window: a quarter more than the window, whatever is held, so that a
+    /// deep shard whose bucket is held costs a claim a bounded scan.
+    pub fn scan_limit(&self) -> usize {
+        self.rows.saturating_add(self.rows / 4)
+    }
 }
 
 /// Which end of the due rows a background claim starts from.
@@ -72,16 +81,17 @@ pub struct DueClaim {
     /// Due rows of free buckets the claim chose among (at most the request's
     /// `rows`).
     pub window: usize,
-    /// Due rows it scanned to find them (at most twice `rows`): far more than
-    /// `window` means most of them sat in buckets held elsewhere.
+    /// Due rows it scanned to find them (at most the request's
+    /// [`scan_limit`](ClaimRequest::scan_limit)): far more than `window`
+    /// means most of them sat in buckets held elsewhere.
     pub scanned: usize,
 }
 
 impl DueClaim {
     /// Whether the claim's scan was mostly rows of held buckets: it scanned
-    /// as far as it may and found less than a full window.
+    /// as far as it may and found less than half a window.
     pub fn is_blocked(&self, request: &ClaimRequest) -> bool {
-        self.window < request.rows && self.scanned >= request.rows.saturating_mul(2)
+        self.window.saturating_mul(2) < request.rows && self.scanned >= request.scan_limit()
     }
 
     /// Whether due rows may be left that this claim saw but did not take:

@@ -286,10 +286,20 @@ mod tests {
         // core's constant must not drift apart.
         assert_eq!(CLAIM_BUCKETS, 1024);
         for sql in [
-            include_str!("postgres/sql/region/claim_due.sql"),
-            include_str!("postgres/sql/control/claim_due.sql"),
+            include_str!("postgres/sql/region/claim_due_oldest.sql"),
+            include_str!("postgres/sql/control/claim_due_oldest.sql"),
+            include_str!("postgres/sql/region/claim_due_newest.sql"),
+            include_str!("postgres/sql/control/claim_due_newest.sql"),
+            include_str!("postgres/sql/region/claim_before_commit.sql"),
+            include_str!("postgres/sql/control/claim_before_commit.sql"),
             include_str!("postgres/sql/region/commit_finished.sql"),
             include_str!("postgres/sql/control/commit_finished.sql"),
+            include_str!("postgres/sql/region/complete.sql"),
+            include_str!("postgres/sql/control/complete.sql"),
+            include_str!("postgres/sql/region/has_due.sql"),
+            include_str!("postgres/sql/control/has_due.sql"),
+            include_str!("sqlite/sql/region/has_due.sql"),
+            include_str!("sqlite/sql/control/has_due.sql"),
             include_str!("sqlite/sql/region/candidates.sql"),
             include_str!("sqlite/sql/control/candidates.sql"),
         ] {

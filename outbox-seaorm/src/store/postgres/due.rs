@@ -1,12 +1,17 @@
-//! Decoding a background claim's rows (`claim_due.sql`) as they arrive.
+//! Decoding a background claim's rows (`claim_due_oldest.sql`,
+//! `claim_due_newest.sql`) as they arrive.
 //!
 //! Every result row carries its shard's key, place in the window and
-//! backoff state, and one of its rows; a shard's rows come together, in id
-//! order. Columns are read by position (the order of the statement's
-//! `SELECT`, named below), not by name: a claim returns thousands of rows,
-//! and a lookup by name per column and row costs more than the rest of the
-//! decoding. The key and the state are read once per shard.
+//! backoff state, and one of its rows; a row without a shard carries only
+//! the window's counts (nothing was leased). Rows of one shard may come in
+//! several runs (the oldest-end claim returns its window rows, then the
+//! deep shards' rows beyond). Columns are read by position (the order of
+//! the statements' `SELECT`, named below), not by name: a claim returns
+//! thousands of rows, and a lookup by name per column and row costs more
+//! than the rest of the decoding. The key and the state are read once per
+//! run of a shard's rows.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -19,7 +24,7 @@ use outbox_core::{
 
 use crate::store::codec;
 
-/// The columns of `claim_due.sql`'s result, by position.
+/// The columns of the claims' results, by position.
 mod column {
     pub(super) const FIRST: usize = 0;
     pub(super) const WINDOW_ROWS: usize = 1;
@@ -55,6 +60,10 @@ pub(super) struct Decoder {
     claim: DueClaim,
     /// Each shard's place in the window.
     firsts: Vec<i64>,
+    /// Where each shard is in `claim.shards`.
+    index: HashMap<ShardKey, usize>,
+    /// The shard of the last row.
+    current: Option<usize>,
 }
 
 impl Decoder {
@@ -63,6 +72,8 @@ impl Decoder {
             kind,
             claim: DueClaim::default(),
             firsts: Vec::new(),
+            index: HashMap::new(),
+            current: None,
         }
     }
 
@@ -73,35 +84,42 @@ impl Decoder {
             return Ok(());
         };
         let identifier: i64 = at(row, column::SHARD_IDENTIFIER)?;
-        let same_shard = match self.claim.shards.last() {
-            Some(last) => {
-                last.shard.scope() == scope
-                    && last.shard.identifier() == identifier
-                    && (self.kind == OutboxKind::Region
-                        || last.shard.region_name().unwrap_or("")
-                            == at::<String>(row, column::REGION_NAME)?)
-            }
-            None => false,
+        let region = match self.kind {
+            OutboxKind::Region => None,
+            OutboxKind::Control => Some(at::<String>(row, column::REGION_NAME)?),
         };
+        let same_shard = self.current.is_some_and(|at| {
+            let shard = &self.claim.shards[at].shard;
+            shard.scope() == scope
+                && shard.identifier() == identifier
+                && shard.region_name() == region.as_deref()
+        });
         if !same_shard {
             if self.claim.shards.is_empty() {
-                let count =
-                    |index| at::<i64>(row, index).map(|count| usize::try_from(count).unwrap_or(0));
-                self.claim.window = count(column::WINDOW_ROWS)?;
-                self.claim.scanned = count(column::SCANNED_ROWS)?;
+                self.count(row)?;
             }
-            let region = match self.kind {
-                OutboxKind::Region => None,
-                OutboxKind::Control => Some(at::<String>(row, column::REGION_NAME)?),
+            let shard = ShardKey::from_raw(self.kind, scope, identifier, region);
+            let first: i64 = at(row, column::FIRST)?;
+            let at = match self.index.get(&shard) {
+                Some(&at) => {
+                    self.firsts[at] = self.firsts[at].min(first);
+                    at
+                }
+                None => {
+                    self.index.insert(shard.clone(), self.claim.shards.len());
+                    self.firsts.push(first);
+                    self.claim.shards.push(ClaimedShard {
+                        shard,
+                        rows: Vec::new(),
+                        state: state(row)?,
+                    });
+                    self.claim.shards.len() - 1
+                }
             };
-            self.firsts.push(at(row, column::FIRST)?);
-            self.claim.shards.push(ClaimedShard {
-                shard: ShardKey::from_raw(self.kind, scope, identifier, region),
-                rows: Vec::new(),
-                state: state(row)?,
-            });
+            self.current = Some(at);
         }
-        if let Some(shard) = self.claim.shards.last_mut() {
+        if let Some(at) = self.current {
+            let shard = &mut self.claim.shards[at];
             if let Some(stored) = stored_row(row, &shard.shard)? {
                 shard.rows.push(stored);
             }

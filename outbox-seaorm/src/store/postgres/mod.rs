@@ -1,7 +1,8 @@
 //! PostgreSQL: a round in two statements when nothing failed.
 //!
-//! - The claim leases free buckets of a window of due rows and reads their
-//!   shards by range in one statement (`claim_due.sql`), `FOR UPDATE SKIP
+//! - The claim leases free buckets of a window of due rows and returns their
+//!   shards' rows in one statement (`claim_due_oldest.sql`,
+//!   `claim_due_newest.sql`), `FOR UPDATE SKIP
 //!   LOCKED`, so that workers never wait for each other, and streams its rows
 //!   to a decoder that reads them by column position. The synchronous flush
 //!   claims the shards a request wrote the same way, inside the request's
@@ -62,7 +63,8 @@ const BACKEND: DbBackend = DbBackend::Postgres;
 
 /// The statements that touch one outbox table.
 struct TableSql {
-    claim_due: &'static str,
+    claim_due_oldest: &'static str,
+    claim_due_newest: &'static str,
     claim_shard: &'static str,
     claim_before_commit: &'static str,
     claim_one_before_commit: &'static str,
@@ -81,7 +83,8 @@ struct TableSql {
 }
 
 const REGION: TableSql = TableSql {
-    claim_due: include_str!("sql/region/claim_due.sql"),
+    claim_due_oldest: include_str!("sql/region/claim_due_oldest.sql"),
+    claim_due_newest: include_str!("sql/region/claim_due_newest.sql"),
     claim_shard: include_str!("sql/region/claim_shard.sql"),
     claim_before_commit: include_str!("sql/region/claim_before_commit.sql"),
     claim_one_before_commit: include_str!("sql/region/claim_one_before_commit.sql"),
@@ -100,7 +103,8 @@ const REGION: TableSql = TableSql {
 };
 
 const CONTROL: TableSql = TableSql {
-    claim_due: include_str!("sql/control/claim_due.sql"),
+    claim_due_oldest: include_str!("sql/control/claim_due_oldest.sql"),
+    claim_due_newest: include_str!("sql/control/claim_due_newest.sql"),
     claim_shard: include_str!("sql/control/claim_shard.sql"),
     claim_before_commit: include_str!("sql/control/claim_before_commit.sql"),
     claim_one_before_commit: include_str!("sql/control/claim_one_before_commit.sql"),
@@ -129,22 +133,6 @@ const CREATE_BUCKETS: &str = include_str!("sql/create_buckets.sql");
 const LOCK_FREE_BUCKETS: &str = include_str!("sql/lock_free_buckets.sql");
 const RETRY_STATES: &str = include_str!("sql/retry_states.sql");
 const TABLE_HEALTH: &str = include_str!("sql/table_health.sql");
-
-/// `claim_due.sql` from the newest end of the due rows: its scan and its
-/// order of buckets and shards reversed where the file marks them.
-fn newest_first(kind: OutboxKind) -> &'static str {
-    static NEWEST: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
-        [REGION.claim_due, CONTROL.claim_due].map(|sql| {
-            sql.replace("/*dir*/", "DESC")
-                .replace("min(id) /*first*/", "-max(id)")
-                .replace("min(w.id) /*first*/", "-max(w.id)")
-        })
-    });
-    match kind {
-        OutboxKind::Region => &NEWEST[0],
-        OutboxKind::Control => &NEWEST[1],
-    }
-}
 
 fn table(kind: OutboxKind) -> &'static TableSql {
     match kind {
@@ -650,8 +638,8 @@ impl DrainStore for PgStore {
             codec::limit(request.shard_rows).into(),
         ];
         let sql = match request.order {
-            ClaimOrder::Oldest => table(kind).claim_due,
-            ClaimOrder::Newest => newest_first(kind),
+            ClaimOrder::Oldest => table(kind).claim_due_oldest,
+            ClaimOrder::Newest => table(kind).claim_due_newest,
         };
         // Decoded as they arrive, while the server still sends the rest.
         let mut decoder = due::Decoder::new(kind);

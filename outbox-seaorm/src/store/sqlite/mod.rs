@@ -347,7 +347,7 @@ impl DrainStore for SqliteStore {
                 at(request.now),
                 request.up_to_id.unwrap_or(i64::MAX).into(),
                 kind.as_i16().into(),
-                codec::limit(request.rows.saturating_mul(2)).into(),
+                codec::limit(request.scan_limit()).into(),
             ],
             OP,
         )

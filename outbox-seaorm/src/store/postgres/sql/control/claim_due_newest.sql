@@ -1,19 +1,21 @@
 -- Leases free buckets that hold due rows and returns the rows of their
--- shards, in one statement (a background round's claim).
+-- shards, in one statement: a background round's claim from the newest end
+-- of the due rows (claim_due_oldest.sql takes the oldest end).
 -- $1 kind, $2 now, $3 highest id, $4 window rows, $5 buckets at most,
 -- $6 token, $7 owner, $8 lease end, $9 rows read beyond the window, $10
 -- rows of one shard at most.
 --
 -- The window: the first $4 due rows of free buckets in the due index, from
--- its oldest end (this file) or its newest (the engine alternates, see
--- outbox_core's drain planner; the newest-first form is this one with the
--- order reversed where marked). The scan is bounded, at twice the window,
+-- its newest end (the engine alternates between the ends, see outbox_core's
+-- drain planner). The scan is bounded, at a quarter more than the window
+-- (`ClaimRequest::scan_limit`),
 -- whatever is held: a deep shard being delivered, its bucket held, costs a
 -- claim at most that much, and a claim that found only held rows says so
 -- (`window_rows` 0, `scanned_rows` > 0) instead of walking its whole backlog.
 --
 -- The rows: each leased shard is read by range from its oldest pending row
--- (the shard index), as many as it had in the window; when the window was
+-- (the shard index: from this end, the window holds a shard's newest rows,
+-- and it may have older ones), as many as it had in the window; when the window was
 -- full, a shard with more than one row in it is read further, as far as
 -- its share of $4 + $9 rows (the window and beyond), so that its groups are
 -- delivered once by this claim rather than split with the next; no shard
@@ -35,18 +37,14 @@
 -- `(… = ANY (SELECT …)) IS TRUE`, a hashed subplan, never a join a generic
 -- plan could turn into nested loops over CTEs.
 WITH scanned AS MATERIALIZED (
-    SELECT o.id, o.shard_scope, o.shard_identifier,
+    SELECT o.id, o.region_name, o.shard_scope, o.shard_identifier,
            ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int AS bucket
-    FROM region_outbox o
+    FROM control_outbox o
     WHERE o.scheduled_for <= $2 AND o.id <= $3
-    ORDER BY o.scheduled_for /*dir*/, o.id /*dir*/
-    LIMIT $4 * 2
+    ORDER BY o.scheduled_for DESC, o.id DESC
+    LIMIT $4 + $4 / 4
 ), held AS MATERIALIZED (
-    -- The live leases among the scanned rows' buckets (through the key: a
-    -- handful when little is due, at most every bucket of the kind).
-    SELECT b.bucket FROM outbox_claim_bucket b
-    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT DISTINCT bucket FROM scanned))
-      AND b.lease_until > $2
+    SELECT bucket FROM outbox_claim_bucket WHERE kind = $1 AND lease_until > $2
 ), win AS MATERIALIZED (
     SELECT s.* FROM scanned s
     WHERE (s.bucket = ANY (SELECT bucket FROM held)) IS NOT TRUE
@@ -55,7 +53,7 @@ WITH scanned AS MATERIALIZED (
     LIMIT $4
 ), wanted AS MATERIALIZED (
     SELECT bucket FROM win
-    GROUP BY bucket ORDER BY min(id) /*first*/ LIMIT $5
+    GROUP BY bucket ORDER BY -max(id) LIMIT $5
 ), snapshot AS MATERIALIZED (
     SELECT b.bucket, b.version FROM outbox_claim_bucket b
     WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM wanted))
@@ -85,10 +83,10 @@ WITH scanned AS MATERIALIZED (
 ), mine AS MATERIALIZED (
     SELECT bucket FROM claimed UNION ALL SELECT bucket FROM created
 ), shards AS MATERIALIZED (
-    SELECT w.shard_scope, w.shard_identifier, count(*) AS seen, min(w.id) /*first*/ AS first
+    SELECT w.region_name, w.shard_scope, w.shard_identifier, count(*) AS seen, -max(w.id) AS first
     FROM win w
     WHERE (w.bucket = ANY (SELECT bucket FROM mine)) IS TRUE
-    GROUP BY w.shard_scope, w.shard_identifier
+    GROUP BY w.region_name, w.shard_scope, w.shard_identifier
 ), beyond AS MATERIALIZED (
     -- Rows each deep shard may read: its share of the window and beyond,
     -- when the window was full.
@@ -101,10 +99,10 @@ WITH scanned AS MATERIALIZED (
     FROM outbox_shard_state s
     WHERE s.kind = $1
       AND ((s.region_name, s.shard_scope, s.shard_identifier) = ANY (
-          SELECT ''::text, shard_scope, shard_identifier FROM shards)) IS TRUE
+          SELECT region_name, shard_scope, shard_identifier FROM shards)) IS TRUE
 )
 SELECT sh.first, (SELECT count(*) FROM win) AS window_rows, (SELECT count(*) FROM scanned) AS scanned_rows,
-       o.id, ''::text AS region_name, sh.shard_scope, sh.shard_identifier, o.category,
+       o.id, sh.region_name AS region_name, sh.shard_scope, sh.shard_identifier, o.category,
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
        o.traceparent, o.message_id,
        st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at
@@ -113,14 +111,14 @@ FROM (SELECT 1) AS one
 -- tell the planner whether the scan was blocked.
 LEFT JOIN shards sh ON true
 LEFT JOIN states st
-  ON st.region_name = '' AND st.shard_scope = sh.shard_scope
+  ON st.region_name = sh.region_name AND st.shard_scope = sh.shard_scope
  AND st.shard_identifier = sh.shard_identifier
 LEFT JOIN LATERAL (
     -- In id order: a shard that backs off, once it may be tried again, as
     -- far as a window (its rescheduled rows sort after newer due ones);
     -- any other shard, its rows in the window and, when deep, beyond.
-    SELECT * FROM region_outbox o
-    WHERE o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
+    SELECT * FROM control_outbox o
+    WHERE o.region_name = sh.region_name AND o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
       AND o.id <= $3
       AND (st.retry_at IS NULL OR st.retry_at <= $2)
     ORDER BY o.id

@@ -1,0 +1,161 @@
+-- Leases free buckets that hold due rows and returns the rows of their
+-- shards, in one statement: a background round's claim from the oldest end
+-- of the due rows (claim_due_newest.sql takes the newest end).
+-- $1 kind, $2 now, $3 highest id, $4 window rows, $5 buckets at most,
+-- $6 token, $7 owner, $8 lease end, $9 rows read beyond the window, $10
+-- rows of one shard at most.
+--
+-- The window: the first $4 due rows of free buckets, oldest first, whole
+-- rows. The scan is bounded, at a quarter more than the window
+-- (`ClaimRequest::scan_limit`), whatever is held: a deep shard being
+-- delivered, its bucket held, costs a claim at most that much. When the
+-- window came out less than half full, the rows scanned are counted (a
+-- claim that found mostly held rows says so); otherwise `scanned_rows` is
+-- the window's.
+--
+-- The rows: from this end, a shard without a backoff state has its window
+-- rows as the prefix of its pending rows (all its rows are due since 2016,
+-- in id order: a backoff reschedules them with the state), so they are
+-- returned as read. When the window was full, a shard with more than one
+-- row in it is read further by range (the shard index), as far as its
+-- share of $4 + $9 rows (the window and beyond), at most $10, so that its
+-- coalescing groups are delivered once by this claim rather than split
+-- with the next. A shard with a state is read by range once it may be
+-- tried again (its rescheduled rows sort after newer due ones). Rows come
+-- back grouped by part, not by shard; the caller groups them.
+--
+-- Buckets are leased only if unchanged since this statement's snapshot,
+-- which the reads use (see claim_due_newest.sql), through their key and
+-- hashed subplans, never joins a generic plan could turn into nested loops
+-- over CTEs.
+WITH held AS MATERIALIZED (
+    SELECT bucket FROM outbox_claim_bucket WHERE kind = $1 AND lease_until > $2
+), win AS MATERIALIZED (
+    SELECT s.* FROM (
+        SELECT o.*, ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int AS bucket
+        FROM region_outbox o
+        WHERE o.scheduled_for <= $2 AND o.id <= $3
+        ORDER BY o.scheduled_for, o.id
+        LIMIT $4 + $4 / 4
+    ) s
+    WHERE (s.bucket = ANY (SELECT bucket FROM held)) IS NOT TRUE
+    LIMIT $4
+), counted AS MATERIALIZED (
+    SELECT count(*) AS window_rows,
+           CASE WHEN count(*) * 2 < $4 THEN (
+               SELECT count(*) FROM (
+                   SELECT 1 FROM region_outbox o
+                   WHERE o.scheduled_for <= $2 AND o.id <= $3
+                   ORDER BY o.scheduled_for, o.id
+                   LIMIT $4 + $4 / 4) x)
+           ELSE count(*) END AS scanned_rows
+    FROM win
+), wanted AS MATERIALIZED (
+    SELECT bucket FROM win
+    GROUP BY bucket ORDER BY min(id) LIMIT $5
+), snapshot AS MATERIALIZED (
+    SELECT b.bucket, b.version FROM outbox_claim_bucket b
+    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM wanted))
+      AND b.lease_until <= $2
+), locked AS MATERIALIZED (
+    SELECT b.bucket FROM outbox_claim_bucket b
+    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM snapshot))
+      AND ((b.bucket, b.version) = ANY (SELECT bucket, version FROM snapshot)) IS TRUE
+    ORDER BY b.bucket
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE outbox_claim_bucket b
+    SET token = $6, owner = $7, lease_until = $8, version = b.version + 1
+    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM locked))
+    RETURNING b.bucket
+), created AS (
+    -- A bucket's row is created with the tables, and again here after a
+    -- crash emptied the unlogged table.
+    INSERT INTO outbox_claim_bucket (kind, bucket, token, owner, lease_until, version)
+    SELECT $1, w.bucket, $6, $7, $8, 1 FROM wanted w
+    WHERE (w.bucket = ANY (
+        SELECT b.bucket FROM outbox_claim_bucket b
+        WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM wanted)))) IS NOT TRUE
+    ORDER BY w.bucket
+    ON CONFLICT DO NOTHING
+    RETURNING bucket
+), mine AS MATERIALIZED (
+    SELECT bucket FROM claimed UNION ALL SELECT bucket FROM created
+), taken AS MATERIALIZED (
+    SELECT w.* FROM win w WHERE (w.bucket = ANY (SELECT bucket FROM mine)) IS TRUE
+), shards AS MATERIALIZED (
+    SELECT w.shard_scope, w.shard_identifier, count(*) AS seen, min(w.id) AS first,
+           max(w.id) AS last
+    FROM taken w
+    GROUP BY w.shard_scope, w.shard_identifier
+), beyond AS MATERIALIZED (
+    -- Rows each deep shard may read: its share of the window and beyond,
+    -- when the window was full.
+    SELECT CASE WHEN (SELECT window_rows FROM counted) >= $4
+                THEN ($4 + $9) / GREATEST(1, (SELECT count(*) FROM shards WHERE seen > 1))
+                ELSE 0 END AS rows
+), states AS MATERIALIZED (
+    SELECT s.region_name, s.shard_scope, s.shard_identifier, s.attempts, s.last_backoff_ms,
+           s.retry_at, s.last_error, s.failed_at
+    FROM outbox_shard_state s
+    WHERE s.kind = $1
+      AND ((s.region_name, s.shard_scope, s.shard_identifier) = ANY (
+          SELECT ''::text, shard_scope, shard_identifier FROM shards)) IS TRUE
+)
+-- The window rows of the leased shards without a state: as read.
+SELECT w.id AS first, c.window_rows, c.scanned_rows,
+       w.id, ''::text AS region_name, w.shard_scope, w.shard_identifier, w.category,
+       w.object_identifier, w.payload, w.scheduled_from, w.scheduled_for, w.date_added,
+       w.traceparent, w.message_id,
+       NULL::int AS attempts, NULL::bigint AS last_backoff_ms, NULL::timestamptz AS retry_at,
+       NULL::text AS last_error, NULL::timestamptz AS failed_at
+FROM taken w, counted c
+WHERE ((w.shard_scope, w.shard_identifier) = ANY (
+      SELECT shard_scope, shard_identifier FROM states)) IS NOT TRUE
+UNION ALL
+-- Deep shards without a state, beyond their window rows.
+SELECT sh.first, c.window_rows, c.scanned_rows,
+       o.id, ''::text, sh.shard_scope, sh.shard_identifier, o.category,
+       o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
+       o.traceparent, o.message_id,
+       NULL::int, NULL::bigint, NULL::timestamptz, NULL::text, NULL::timestamptz
+FROM shards sh
+CROSS JOIN counted c
+CROSS JOIN LATERAL (
+    SELECT * FROM region_outbox o
+    WHERE o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
+      AND o.id > sh.last AND o.id <= $3
+    ORDER BY o.id
+    LIMIT GREATEST(0, LEAST($10, (SELECT rows FROM beyond)) - sh.seen)
+) o
+WHERE sh.seen > 1 AND LEAST($10, (SELECT rows FROM beyond)) > sh.seen
+  AND ((sh.shard_scope, sh.shard_identifier) = ANY (
+      SELECT shard_scope, shard_identifier FROM states)) IS NOT TRUE
+UNION ALL
+-- Shards with a state: in id order once they may be tried again, as far as
+-- a window; until then, their state alone.
+SELECT sh.first, c.window_rows, c.scanned_rows,
+       o.id, ''::text, sh.shard_scope, sh.shard_identifier, o.category,
+       o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
+       o.traceparent, o.message_id,
+       st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at
+FROM shards sh
+JOIN states st
+  ON st.region_name = '' AND st.shard_scope = sh.shard_scope
+ AND st.shard_identifier = sh.shard_identifier
+CROSS JOIN counted c
+LEFT JOIN LATERAL (
+    SELECT * FROM region_outbox o
+    WHERE st.retry_at <= $2
+      AND o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
+      AND o.id <= $3
+    ORDER BY o.id
+    LIMIT LEAST($4, $10)
+) o ON true
+UNION ALL
+-- Nothing leased: the counts alone, for the planner.
+SELECT NULL, c.window_rows, c.scanned_rows,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL
+FROM counted c
+WHERE NOT EXISTS (SELECT 1 FROM shards)
