@@ -1,4 +1,4 @@
-//! A hot shard never starves cold ones (issue 23, item 5), on PostgreSQL:
+//! A hot shard never starves cold ones, on PostgreSQL:
 //! the commit-to-receiver latency of rows on quiet ("cold") shards while one
 //! shard holds a deep backlog, as a ratio to the same rows without it.
 //!

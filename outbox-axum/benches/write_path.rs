@@ -1,4 +1,4 @@
-//! The write path next to pgbench running the same SQL (issue 23, item 2):
+//! The write path next to pgbench running the same SQL:
 //! requests per second of a small write (a model row, with or without its
 //! outbox row, in one transaction) at 8 concurrent clients, on one
 //! PostgreSQL server, from pgbench, from Rust without Axum, and through

@@ -232,7 +232,7 @@ async fn shard_rows(db: DatabaseConnection) -> u64 {
 }
 
 /// One worker of the bucket design, through the shipped PostgreSQL store's
-/// statements (`claim_due.sql`, `commit_finished.sql`): claim+read, commit
+/// statements (`claim_due_oldest.sql`, `commit_finished.sql`): claim+read, commit
 /// until idle.
 async fn buckets(db: DatabaseConnection, rows_per_claim: usize) -> u64 {
     let store = PgStore::new(db).unwrap();

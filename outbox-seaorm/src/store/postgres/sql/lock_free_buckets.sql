@@ -1,7 +1,7 @@
 -- Locks the buckets of $2 that no lease holds at $3, for a change of shard
 -- states outside a claim (`retry_now`), and bumps their `version`, so that a
 -- claim whose snapshot predates this change cannot lease them (see
--- claim_due.sql). Buckets are locked in key order, like claims lock them.
+-- claim_due_newest.sql). Buckets are locked in key order, like claims lock them.
 -- Bucket rows appear on first use: `create_buckets.sql` runs first.
 -- $1 kind, $2 buckets, $3 now.
 WITH free AS (

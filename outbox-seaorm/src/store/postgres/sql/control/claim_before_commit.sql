@@ -18,7 +18,7 @@
 -- 1), whether its bucket was claimed, and its backoff state; a shard
 -- without rows to deliver gets one result row, its row columns null.
 -- A bucket is leased only if unchanged since this statement's snapshot,
--- which the read uses (see claim_due.sql).
+-- which the read uses (see claim_due_newest.sql).
 WITH shards AS MATERIALIZED (
     SELECT s.ord, s.region_name, s.shard_scope, s.shard_identifier, s.up_to,
            ((((s.shard_identifier % 1024) + (s.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int

@@ -6,7 +6,7 @@
 -- Every result row repeats `claimed` and the state; row columns are null
 -- when nothing was claimed or the shard has no rows.
 -- The bucket is leased only if unchanged since this statement's snapshot,
--- which the read uses (see claim_due.sql).
+-- which the read uses (see claim_due_newest.sql).
 WITH state AS (
     SELECT attempts, last_backoff_ms, retry_at, last_error, failed_at
     FROM outbox_shard_state
