@@ -126,6 +126,27 @@ pub use m20261123_000007_message_ids::Migration as MessageIds;
 pub use m20261123_000008_inbox::Migration as Inbox;
 pub use m20261125_000009_flush_before_commit::Migration as FlushBeforeCommit;
 
+/// Makes the migration's connection read the schema as it is now, on
+/// SQLite, before its statements are prepared.
+///
+/// SQLite prepares a statement against the schema its connection cached
+/// when it last read, and notices a change another connection made only
+/// when it next reads a table; an `ALTER TABLE` is checked at preparation.
+/// `sea-orm-migration` runs SQLite migrations on the pool, so a connection
+/// that last read before another one migrated down would find a dropped
+/// column still there ("duplicate column name") when migrating up again.
+/// Each outbox migration therefore runs in a transaction (one connection,
+/// and all of it or none), which starts with this read.
+async fn fresh_schema(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
+    if manager.get_database_backend() == sea_orm::DbBackend::Sqlite {
+        manager
+            .get_connection()
+            .execute_unprepared("SELECT count(*) FROM sqlite_master")
+            .await?;
+    }
+    Ok(())
+}
+
 /// The outbox migrations, in order, to append to your own `MigratorTrait::migrations`.
 pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
     vec![

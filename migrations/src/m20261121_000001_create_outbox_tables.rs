@@ -110,7 +110,14 @@ const DOWN: &[&str] = &[
 #[allow(elided_lifetimes_in_paths)]
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
+    /// In a transaction on SQLite too, after a read of the schema (see
+    /// [`crate::fresh_schema`]).
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::fresh_schema(manager).await?;
         let backend = manager.get_database_backend();
         if !matches!(backend, DbBackend::Postgres | DbBackend::Sqlite) {
             return Err(DbErr::Migration(format!(
@@ -124,6 +131,7 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::fresh_schema(manager).await?;
         run(manager, DOWN).await
     }
 }

@@ -19,7 +19,14 @@ impl MigrationName for Migration {
 #[allow(elided_lifetimes_in_paths)]
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
+    /// In a transaction on SQLite too, after a read of the schema (see
+    /// [`crate::fresh_schema`]).
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::fresh_schema(manager).await?;
         let backend = manager.get_database_backend();
         if !matches!(backend, DbBackend::Postgres | DbBackend::Sqlite) {
             return Err(DbErr::Migration(format!(
@@ -46,6 +53,7 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::fresh_schema(manager).await?;
         let db = manager.get_connection();
         db.execute_unprepared("DROP TABLE outbox_option").await?;
         db.execute_unprepared("DROP TABLE outbox_backfill_cursor")

@@ -160,12 +160,20 @@ fn down_statements(d: &Dialect) -> Vec<String> {
 #[allow(elided_lifetimes_in_paths)]
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
+    /// In a transaction on SQLite too, after a read of the schema (see
+    /// [`crate::fresh_schema`]).
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::fresh_schema(manager).await?;
         let statements = up_statements(&dialect(manager.get_database_backend())?);
         run(manager, &statements).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::fresh_schema(manager).await?;
         let statements = down_statements(&dialect(manager.get_database_backend())?);
         run(manager, &statements).await
     }

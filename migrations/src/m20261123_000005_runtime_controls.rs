@@ -20,7 +20,14 @@ impl MigrationName for Migration {
 #[allow(elided_lifetimes_in_paths)]
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
+    /// In a transaction on SQLite too, after a read of the schema (see
+    /// [`crate::fresh_schema`]).
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::fresh_schema(manager).await?;
         let timestamp = match manager.get_database_backend() {
             DbBackend::Postgres => "timestamptz",
             DbBackend::Sqlite => "timestamp_text",
@@ -50,6 +57,7 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::fresh_schema(manager).await?;
         manager
             .get_connection()
             .execute_unprepared("DROP TABLE outbox_control")

@@ -34,7 +34,14 @@ fn supported(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
 #[allow(elided_lifetimes_in_paths)]
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
+    /// In a transaction on SQLite too, after a read of the schema (see
+    /// [`crate::fresh_schema`]).
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::fresh_schema(manager).await?;
         supported(manager)?;
         for table in TABLES {
             manager
@@ -48,6 +55,7 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::fresh_schema(manager).await?;
         supported(manager)?;
         // SQLite drops columns since 3.35 (the bundled one is newer).
         for table in TABLES {

@@ -115,7 +115,14 @@ async fn fill(
 #[allow(elided_lifetimes_in_paths)]
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
+    /// In a transaction on SQLite too, after a read of the schema (see
+    /// [`crate::fresh_schema`]).
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::fresh_schema(manager).await?;
         let backend = backend(manager)?;
         let db = manager.get_connection();
         let column_type = match backend {
@@ -133,6 +140,7 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::fresh_schema(manager).await?;
         backend(manager)?;
         // SQLite drops columns since 3.35 (the bundled one is newer).
         for (table, _) in TABLES {

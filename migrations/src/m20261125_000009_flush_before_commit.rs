@@ -73,7 +73,14 @@ fn create_buckets(backend: DbBackend) -> Result<String, DbErr> {
 #[allow(elided_lifetimes_in_paths)]
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
+    /// In a transaction on SQLite too, after a read of the schema (see
+    /// [`crate::fresh_schema`]).
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::fresh_schema(manager).await?;
         let backend = manager.get_database_backend();
         let sql = create_buckets(backend)?;
         let db = manager.get_connection();
@@ -92,6 +99,7 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        crate::fresh_schema(manager).await?;
         // Checks the backend.
         create_buckets(manager.get_database_backend())?;
         let db = manager.get_connection();

@@ -158,7 +158,45 @@ async fn the_trace_context_migration_goes_down_and_up_with_rows(backend: DbBacke
     assert_eq!(stored_traceparents(&t, "region_outbox").await, [None, None]);
 }
 
+/// One pool migrates down past the trace context migration; the migration
+/// then goes up again on another pool, whose only connection read the
+/// outbox table before. On SQLite a connection checks an `ALTER TABLE`
+/// against the schema it cached when it last read: without a fresh read
+/// first, it would find the dropped column still there ("duplicate column
+/// name"), as a pooled connection did once in CI.
+async fn a_pool_that_read_the_schema_before_another_migrated_down_migrates_up(backend: DbBackend) {
+    use sea_orm_migration::{MigrationName, MigrationTrait, MigratorTrait, SchemaManager};
+    let t = TestDatabase::of(backend, "trace_migration_pools")
+        .await
+        .unwrap();
+    let select = |sql: &str| Statement::from_string(t.db.get_database_backend(), sql);
+    let stale = t.connect_again(1).await.unwrap();
+    stale
+        .query_all_raw(select("SELECT traceparent FROM region_outbox"))
+        .await
+        .unwrap();
+    let after = outbox_migrations::migrations()
+        .iter()
+        .rev()
+        .position(|m| m.name() == outbox_migrations::TraceContext.name())
+        .unwrap() as u32;
+    outbox_migrations::OutboxMigrator::down(&t.db, Some(after + 1))
+        .await
+        .unwrap();
+    // The migration itself, on the stale connection (the migrator would
+    // read its table first, on that same connection).
+    outbox_migrations::TraceContext
+        .up(&SchemaManager::new(&stale))
+        .await
+        .unwrap();
+    stale
+        .query_all_raw(select("SELECT traceparent FROM region_outbox"))
+        .await
+        .unwrap();
+}
+
 outbox_seaorm::on_both_backends!(
     a_traceparent_survives_claims_dead_letters_and_replay,
     the_trace_context_migration_goes_down_and_up_with_rows,
+    a_pool_that_read_the_schema_before_another_migrated_down_migrates_up,
 );
