@@ -73,8 +73,9 @@ fn create_buckets(backend: DbBackend) -> Result<String, DbErr> {
 #[allow(elided_lifetimes_in_paths)]
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
-    /// In a transaction on SQLite too, after a read of the schema (see
-    /// [`crate::fresh_schema`]).
+    /// In a transaction on SQLite too, which starts with a read of the
+    /// schema: a pooled SQLite connection would otherwise check its
+    /// statements against the schema it cached at its last read.
     fn use_transaction(&self) -> Option<bool> {
         Some(true)
     }
