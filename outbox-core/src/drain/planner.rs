@@ -16,7 +16,12 @@
 //! the receivers' pace allows, and falls back to small when a claim was blocked
 //! (it scanned as far as it may and found mostly held rows). A deep shard
 //! being delivered then costs the claims looking past it a cheap look, not
-//! a scan over its backlog. Whatever the end and the window, a claimed
+//! a scan over its backlog; and while the oldest end's last claim was
+//! blocked and claims keep finding a deep shard (within [`CONTENDED_FOR`]),
+//! every claim looks at the newest end, where everything else written
+//! since is (the deep shard too: it is read from its oldest row whatever
+//! end found it), and the cold rows no longer wait every other claim for a
+//! look at held rows. Once the deep shard is gone, claims alternate again. Whatever the end and the window, a claimed
 //! shard is read from its oldest pending row: the window only chooses the
 //! shards, never their order.
 //!
@@ -68,6 +73,8 @@ struct PlannerState {
     deep_at: Option<Instant>,
     /// When a claim last returned a shard read in full.
     shallow_at: Option<Instant>,
+    /// Whether the last claim from the oldest end was blocked.
+    oldest_blocked: bool,
 }
 
 impl Default for PlannerState {
@@ -79,14 +86,21 @@ impl Default for PlannerState {
             newest_window: PROBE_ROWS,
             deep_at: None,
             shallow_at: None,
+            oldest_blocked: false,
         }
     }
 }
 
 impl PlannerState {
     fn contended(&self) -> bool {
-        let recent = |at: Option<Instant>| at.is_some_and(|at| at.elapsed() < CONTENDED_FOR);
         recent(self.deep_at) && recent(self.shallow_at)
+    }
+
+    /// The oldest end's last claim was blocked and a deep shard is still
+    /// being read: the oldest end holds its held rows, the newest end
+    /// whatever else comes.
+    fn oldest_held(&self) -> bool {
+        self.oldest_blocked && recent(self.deep_at)
     }
 
     fn window(&mut self, order: ClaimOrder) -> &mut usize {
@@ -95,6 +109,10 @@ impl PlannerState {
             ClaimOrder::Newest => &mut self.newest_window,
         }
     }
+}
+
+fn recent(at: Option<Instant>) -> bool {
+    at.is_some_and(|at| at.elapsed() < CONTENDED_FOR)
 }
 
 fn other(order: ClaimOrder) -> ClaimOrder {
@@ -118,7 +136,11 @@ impl ClaimPlanner {
     pub(crate) fn plan(&self, config: &DrainConfig, request: &mut ClaimRequest) {
         let rows = self.pace.rows_per_round(config);
         let mut state = self.lock();
-        let order = other(state.last);
+        let order = if state.oldest_held() {
+            ClaimOrder::Newest
+        } else {
+            other(state.last)
+        };
         state.last = order;
         request.order = order;
         request.rows = (*state.window(order)).min(rows);
@@ -150,6 +172,9 @@ impl ClaimPlanner {
             .any(|shard| shard.rows.len() < request.shard_rows)
         {
             state.shallow_at = now;
+        }
+        if request.order == ClaimOrder::Oldest {
+            state.oldest_blocked = claim.is_blocked(request);
         }
         let window = state.window(request.order);
         if claim.is_blocked(request) {
@@ -268,10 +293,57 @@ mod tests {
         assert_eq!(request.order, ClaimOrder::Oldest);
         // The whole bounded scan, and not a window's worth of free rows.
         planner.observe(&request, &claim(3, request.scan_limit()));
+        // (The deep shard is gone: otherwise every claim now looks at the
+        // newest end, see the next test.)
+        planner.lock().deep_at = None;
         next(&planner);
         let probe = next(&planner);
         assert_eq!((probe.order, probe.rows), (ClaimOrder::Oldest, PROBE_ROWS));
         assert_eq!(probe.rows + probe.beyond, DrainConfig::default().batch_size);
+    }
+
+    #[test]
+    fn while_a_deep_shard_blocks_the_oldest_end_claims_look_at_the_newest() {
+        let planner = ClaimPlanner::default();
+        let oldest = next(&planner);
+        assert_eq!(oldest.order, ClaimOrder::Oldest);
+        planner.observe(&oldest, &claim(0, oldest.scan_limit()));
+        // Blocked, but no deep shard seen: the other end, then this one.
+        assert_eq!(next(&planner).order, ClaimOrder::Newest);
+        assert_eq!(next(&planner).order, ClaimOrder::Oldest);
+        planner.observe(&oldest, &claim(0, oldest.scan_limit()));
+        // The newest end finds the deep shard (read as far as it may be).
+        let newest = next(&planner);
+        assert_eq!(newest.order, ClaimOrder::Newest);
+        let mut deep = claim(0, 0);
+        deep.shards = vec![ClaimedShard {
+            shard: ShardKey::from_raw(OutboxKind::Region, 0, 1, None),
+            rows: (0..newest.shard_rows as i64).map(row).collect(),
+            state: None,
+        }];
+        planner.observe(&newest, &deep);
+        for _ in 0..4 {
+            assert_eq!(next(&planner).order, ClaimOrder::Newest);
+        }
+        // The deep shard gone (not seen for CONTENDED_FOR): both ends again.
+        planner.lock().deep_at = Some(Instant::now() - CONTENDED_FOR);
+        let orders: Vec<_> = (0..2).map(|_| next(&planner).order).collect();
+        assert!(orders.contains(&ClaimOrder::Oldest), "{orders:?}");
+        // And an oldest claim that is not blocked clears the flag.
+        let oldest = next_from_oldest(&planner);
+        planner.observe(&oldest, &claim(3, 3));
+        planner.lock().deep_at = Some(Instant::now());
+        let orders: Vec<_> = (0..2).map(|_| next(&planner).order).collect();
+        assert!(orders.contains(&ClaimOrder::Oldest), "{orders:?}");
+    }
+
+    fn next_from_oldest(planner: &ClaimPlanner) -> ClaimRequest {
+        loop {
+            let request = next(planner);
+            if request.order == ClaimOrder::Oldest {
+                return request;
+            }
+        }
     }
 
     #[test]
