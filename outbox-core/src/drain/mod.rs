@@ -16,8 +16,8 @@
 //!
 //! 1. Claim: lease free buckets (at most half of them) that hold due rows,
 //!    chosen in a window of due rows taken from the oldest or the newest end
-//!    (the planner alternates, so that neither a backlog nor a deep shard
-//!    delays the rest), and read each leased shard from its oldest pending
+//!    (the planner looks at both, so that neither a backlog nor a deep
+//!    shard delays the rest), and read each leased shard from its oldest pending
 //!    row, a deep one in batches, in one statement on PostgreSQL. A lease
 //!    lasts seconds and carries a random fencing token; nobody else takes
 //!    any shard of a leased bucket until it ends.

@@ -8,8 +8,11 @@
 //! bucket is held while a round delivers it fills the scan with rows that
 //! cannot be taken, so that the claim finds nothing else, at the price of a
 //! scan over them. Taken from the newest end, it finds what was just
-//! written at once. So claims alternate between the two ends, and each end
-//! has a window of its own: it starts small ([`PROBE_ROWS`]), doubles with
+//! written at once. So claims look at both ends: three claims in four at
+//! the oldest end (there the window holds each shard's oldest rows, which
+//! a store may return as read: the cheaper claim on a backlog of shallow
+//! shards), the fourth at the newest ([`OLDEST_RUN`]). Each end has a
+//! window of its own: it starts small ([`PROBE_ROWS`]), doubles with
 //! every claim that filled it without being *blocked* and read each of its
 //! shards in full (a backlog of shallow shards: bigger windows cost less per
 //! row; not a deep shard that filled it and was read in part), up to what
@@ -20,8 +23,8 @@
 //! blocked and claims keep finding a deep shard (within [`CONTENDED_FOR`]),
 //! every claim looks at the newest end, where everything else written
 //! since is (the deep shard too: it is read from its oldest row whatever
-//! end found it), and the cold rows no longer wait every other claim for a
-//! look at held rows. Once the deep shard is gone, claims alternate again. Whatever the end and the window, a claimed
+//! end found it), and the cold rows no longer wait for looks at held rows.
+//! Once the deep shard is gone, the oldest end is favoured again. Whatever the end and the window, a claimed
 //! shard is read from its oldest pending row: the window only chooses the
 //! shards, never their order.
 //!
@@ -46,6 +49,10 @@ use crate::store::{ClaimOrder, ClaimRequest, DueClaim};
 /// rows.
 pub(crate) const PROBE_ROWS: usize = 256;
 
+/// Claims from the oldest end between two from the newest (unless a deep
+/// shard blocks the oldest end): 3.
+pub(crate) const OLDEST_RUN: u32 = 3;
+
 /// A deep shard's batch while other shards keep coming: 128 rows.
 pub(crate) const CONTENDED_SHARD_ROWS: usize = 128;
 
@@ -63,8 +70,8 @@ pub(crate) struct ClaimPlanner {
 
 #[derive(Debug)]
 struct PlannerState {
-    /// The end of the last claim planned.
-    last: ClaimOrder,
+    /// Claims from the oldest end since the last from the newest.
+    oldest_run: u32,
     /// The window of the oldest end.
     oldest_window: usize,
     /// The window of the newest end.
@@ -81,7 +88,7 @@ impl Default for PlannerState {
     /// The first claim takes the oldest rows.
     fn default() -> Self {
         Self {
-            last: ClaimOrder::Newest,
+            oldest_run: 0,
             oldest_window: PROBE_ROWS,
             newest_window: PROBE_ROWS,
             deep_at: None,
@@ -115,13 +122,6 @@ fn recent(at: Option<Instant>) -> bool {
     at.is_some_and(|at| at.elapsed() < CONTENDED_FOR)
 }
 
-fn other(order: ClaimOrder) -> ClaimOrder {
-    match order {
-        ClaimOrder::Oldest => ClaimOrder::Newest,
-        ClaimOrder::Newest => ClaimOrder::Oldest,
-    }
-}
-
 impl ClaimPlanner {
     fn lock(&self) -> std::sync::MutexGuard<'_, PlannerState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -136,12 +136,13 @@ impl ClaimPlanner {
     pub(crate) fn plan(&self, config: &DrainConfig, request: &mut ClaimRequest) {
         let rows = self.pace.rows_per_round(config);
         let mut state = self.lock();
-        let order = if state.oldest_held() {
+        let order = if state.oldest_held() || state.oldest_run >= OLDEST_RUN {
+            state.oldest_run = 0;
             ClaimOrder::Newest
         } else {
-            other(state.last)
+            state.oldest_run += 1;
+            ClaimOrder::Oldest
         };
-        state.last = order;
         request.order = order;
         request.rows = (*state.window(order)).min(rows);
         // Deep shards read on up to the batch size in all, each as far as
@@ -248,16 +249,30 @@ mod tests {
         request
     }
 
+    /// The next claim planned from `order`, the others planned before it
+    /// left unanswered.
+    fn next_from(planner: &ClaimPlanner, order: ClaimOrder) -> ClaimRequest {
+        loop {
+            let request = next(planner);
+            if request.order == order {
+                return request;
+            }
+        }
+    }
+
     #[test]
-    fn claims_alternate_between_the_two_ends() {
+    fn claims_look_at_the_newest_end_one_time_in_four() {
         let planner = ClaimPlanner::default();
         let mut orders = Vec::new();
-        for _ in 0..4 {
+        for _ in 0..8 {
             // Planned before the others answer: claims run at the same time.
             orders.push(next(&planner).order);
         }
         use ClaimOrder::{Newest, Oldest};
-        assert_eq!(orders, [Oldest, Newest, Oldest, Newest]);
+        assert_eq!(
+            orders,
+            [Oldest, Oldest, Oldest, Newest, Oldest, Oldest, Oldest, Newest]
+        );
     }
 
     #[test]
@@ -265,19 +280,16 @@ mod tests {
         let planner = ClaimPlanner::default();
         let mut oldest = Vec::new();
         for _ in 0..4 {
-            let request = next(&planner);
-            assert_eq!(request.order, ClaimOrder::Oldest);
+            let request = next_from(&planner, ClaimOrder::Oldest);
             oldest.push(request.rows);
             planner.observe(&request, &claim(request.rows, request.rows));
-            // The newest end finds little: its window stays.
-            let newest = next(&planner);
-            assert_eq!(newest.rows, PROBE_ROWS);
-            planner.observe(&newest, &claim(1, 1));
         }
         // Up to what the pace allows (1,600 rows before any delivery).
         assert_eq!(oldest, [256, 512, 1024, 1600]);
+        // The newest end found nothing: its window stays.
+        assert_eq!(next_from(&planner, ClaimOrder::Newest).rows, PROBE_ROWS);
         // A deep shard that filled the window, read in part.
-        let deep = next(&planner);
+        let deep = next_from(&planner, ClaimOrder::Oldest);
         let mut read_in_part = claim(0, deep.rows);
         read_in_part.window = deep.rows;
         read_in_part.shards = vec![ClaimedShard {
@@ -286,35 +298,29 @@ mod tests {
             state: None,
         }];
         planner.observe(&deep, &read_in_part);
-        next(&planner);
-        assert_eq!(next(&planner).rows, deep.rows, "did not grow");
-        next(&planner);
-        let request = next(&planner);
-        assert_eq!(request.order, ClaimOrder::Oldest);
+        let request = next_from(&planner, ClaimOrder::Oldest);
+        assert_eq!(request.rows, deep.rows, "did not grow");
         // The whole bounded scan, and not a window's worth of free rows.
         planner.observe(&request, &claim(3, request.scan_limit()));
         // (The deep shard is gone: otherwise every claim now looks at the
         // newest end, see the next test.)
         planner.lock().deep_at = None;
-        next(&planner);
-        let probe = next(&planner);
-        assert_eq!((probe.order, probe.rows), (ClaimOrder::Oldest, PROBE_ROWS));
+        let probe = next_from(&planner, ClaimOrder::Oldest);
+        assert_eq!(probe.rows, PROBE_ROWS);
         assert_eq!(probe.rows + probe.beyond, DrainConfig::default().batch_size);
     }
 
     #[test]
     fn while_a_deep_shard_blocks_the_oldest_end_claims_look_at_the_newest() {
+        use ClaimOrder::{Newest, Oldest};
         let planner = ClaimPlanner::default();
         let oldest = next(&planner);
-        assert_eq!(oldest.order, ClaimOrder::Oldest);
+        assert_eq!(oldest.order, Oldest);
         planner.observe(&oldest, &claim(0, oldest.scan_limit()));
-        // Blocked, but no deep shard seen: the other end, then this one.
-        assert_eq!(next(&planner).order, ClaimOrder::Newest);
-        assert_eq!(next(&planner).order, ClaimOrder::Oldest);
-        planner.observe(&oldest, &claim(0, oldest.scan_limit()));
+        // Blocked, but no deep shard seen: claims go on as before.
+        assert_eq!(next(&planner).order, Oldest);
         // The newest end finds the deep shard (read as far as it may be).
-        let newest = next(&planner);
-        assert_eq!(newest.order, ClaimOrder::Newest);
+        let newest = next_from(&planner, Newest);
         let mut deep = claim(0, 0);
         deep.shards = vec![ClaimedShard {
             shard: ShardKey::from_raw(OutboxKind::Region, 0, 1, None),
@@ -322,28 +328,19 @@ mod tests {
             state: None,
         }];
         planner.observe(&newest, &deep);
-        for _ in 0..4 {
-            assert_eq!(next(&planner).order, ClaimOrder::Newest);
-        }
-        // The deep shard gone (not seen for CONTENDED_FOR): both ends again.
+        let orders: Vec<_> = (0..8).map(|_| next(&planner).order).collect();
+        assert_eq!(orders, [Newest; 8]);
+        // The deep shard gone (not seen for CONTENDED_FOR): the oldest end
+        // again.
         planner.lock().deep_at = Some(Instant::now() - CONTENDED_FOR);
-        let orders: Vec<_> = (0..2).map(|_| next(&planner).order).collect();
-        assert!(orders.contains(&ClaimOrder::Oldest), "{orders:?}");
-        // And an oldest claim that is not blocked clears the flag.
-        let oldest = next_from_oldest(&planner);
+        let orders: Vec<_> = (0..4).map(|_| next(&planner).order).collect();
+        assert!(orders.contains(&Oldest), "{orders:?}");
+        // And a claim from the oldest end that is not blocked clears it.
+        let oldest = next_from(&planner, Oldest);
         planner.observe(&oldest, &claim(3, 3));
         planner.lock().deep_at = Some(Instant::now());
-        let orders: Vec<_> = (0..2).map(|_| next(&planner).order).collect();
-        assert!(orders.contains(&ClaimOrder::Oldest), "{orders:?}");
-    }
-
-    fn next_from_oldest(planner: &ClaimPlanner) -> ClaimRequest {
-        loop {
-            let request = next(planner);
-            if request.order == ClaimOrder::Oldest {
-                return request;
-            }
-        }
+        let orders: Vec<_> = (0..4).map(|_| next(&planner).order).collect();
+        assert!(orders.contains(&Oldest), "{orders:?}");
     }
 
     #[test]

@@ -60,9 +60,9 @@ impl ClaimRequest {
 ///
 /// The oldest first serves rows in the order they became due; the newest
 /// first finds what was just written at once, however long the backlog
-/// before it, or held elsewhere. The drain alternates (see its planner), so
-/// that neither a backlog nor a deep shard being delivered delays the rest
-/// for long. Either way a claimed shard is read from its oldest pending row:
+/// before it, or held elsewhere. The drain looks at both (see its planner),
+/// so that neither a backlog nor a deep shard being delivered delays the
+/// rest for long. Either way a claimed shard is read from its oldest pending row:
 /// the order only picks the shards.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ClaimOrder {

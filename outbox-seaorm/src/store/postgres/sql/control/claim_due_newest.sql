@@ -6,7 +6,7 @@
 -- rows of one shard at most.
 --
 -- The window: the first $4 due rows of free buckets in the due index, from
--- its newest end (the engine alternates between the ends, see outbox_core's
+-- its newest end (the engine looks at both ends, see outbox_core's
 -- drain planner). The scan is bounded, at a quarter more than the window
 -- (`ClaimRequest::scan_limit`),
 -- whatever is held: a deep shard being delivered, its bucket held, costs a
