@@ -109,14 +109,19 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
 }
 
-async fn with_layer(tx: Tx, Path(n): Path<i64>) -> StatusCode {
-    tx.execute_raw(Statement::from_sql_and_values(
-        tx.get_database_backend(),
+/// The model row every write endpoint inserts.
+async fn insert_widget(conn: &impl ConnectionTrait, n: i64) {
+    conn.execute_raw(Statement::from_sql_and_values(
+        conn.get_database_backend(),
         "INSERT INTO widgets (organization_id, name) VALUES ($1, $2)",
         [n.into(), format!("w{n}").into()],
     ))
     .await
     .unwrap();
+}
+
+async fn with_layer(tx: Tx, Path(n): Path<i64>) -> StatusCode {
+    insert_widget(&tx, n).await;
     write_region(
         &tx,
         OutboxMessage::new(
@@ -137,13 +142,7 @@ async fn drain_shard_after_commit(
     Path(n): Path<i64>,
 ) -> StatusCode {
     let txn = db.begin().await.unwrap();
-    txn.execute_raw(Statement::from_sql_and_values(
-        txn.get_database_backend(),
-        "INSERT INTO widgets (organization_id, name) VALUES ($1, $2)",
-        [n.into(), format!("w{n}").into()],
-    ))
-    .await
-    .unwrap();
+    insert_widget(&txn, n).await;
     let row = write_region(
         &txn,
         OutboxMessage::new(
@@ -161,13 +160,7 @@ async fn drain_shard_after_commit(
 
 async fn hand_written(State(db): State<DatabaseConnection>, Path(n): Path<i64>) -> StatusCode {
     let txn = db.begin().await.unwrap();
-    txn.execute_raw(Statement::from_sql_and_values(
-        txn.get_database_backend(),
-        "INSERT INTO widgets (organization_id, name) VALUES ($1, $2)",
-        [n.into(), format!("w{n}").into()],
-    ))
-    .await
-    .unwrap();
+    insert_widget(&txn, n).await;
     txn.commit().await.unwrap();
     StatusCode::CREATED
 }

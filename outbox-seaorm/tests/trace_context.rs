@@ -125,23 +125,28 @@ async fn a_traceparent_survives_claims_dead_letters_and_replay(backend: DbBacken
     assert_eq!(delivered, [(1, parsed), (2, None), (3, parsed)]);
 }
 
-/// The migration goes down (dropping the columns) and up again, on tables
-/// that hold rows.
-async fn the_trace_context_migration_goes_down_and_up_with_rows(backend: DbBackend) {
+/// Migrates down past the trace context migration (and the ones after it).
+async fn down_past_trace_context(db: &sea_orm::DatabaseConnection) {
     use sea_orm_migration::{MigrationName, MigratorTrait};
-    let t = TestDatabase::of(backend, "trace_migration").await.unwrap();
-    let message = OutboxMessage::new(OutboxCategory::AuditLogEvent, ShardId(1), ObjectId(1));
-    let id = write_region(&t.db, message.clone()).await.unwrap().id;
-    set_traceparent(&t, "region_outbox", id, VALID).await;
-    // Down past the trace context migration (and the ones after it).
     let after = outbox_migrations::migrations()
         .iter()
         .rev()
         .position(|m| m.name() == outbox_migrations::TraceContext.name())
         .unwrap() as u32;
-    outbox_migrations::OutboxMigrator::down(&t.db, Some(after + 1))
+    outbox_migrations::OutboxMigrator::down(db, Some(after + 1))
         .await
         .unwrap();
+}
+
+/// The migration goes down (dropping the columns) and up again, on tables
+/// that hold rows.
+async fn the_trace_context_migration_goes_down_and_up_with_rows(backend: DbBackend) {
+    use sea_orm_migration::MigratorTrait;
+    let t = TestDatabase::of(backend, "trace_migration").await.unwrap();
+    let message = OutboxMessage::new(OutboxCategory::AuditLogEvent, ShardId(1), ObjectId(1));
+    let id = write_region(&t.db, message.clone()).await.unwrap().id;
+    set_traceparent(&t, "region_outbox", id, VALID).await;
+    down_past_trace_context(&t.db).await;
     let backend = t.db.get_database_backend();
     let gone =
         t.db.query_all_raw(Statement::from_string(
@@ -165,7 +170,7 @@ async fn the_trace_context_migration_goes_down_and_up_with_rows(backend: DbBacke
 /// first, it would find the dropped column still there ("duplicate column
 /// name"), as a pooled connection did once in CI.
 async fn a_pool_that_read_the_schema_before_another_migrated_down_migrates_up(backend: DbBackend) {
-    use sea_orm_migration::{MigrationName, MigrationTrait, MigratorTrait, SchemaManager};
+    use sea_orm_migration::{MigrationTrait, SchemaManager};
     let t = TestDatabase::of(backend, "trace_migration_pools")
         .await
         .unwrap();
@@ -175,14 +180,7 @@ async fn a_pool_that_read_the_schema_before_another_migrated_down_migrates_up(ba
         .query_all_raw(select("SELECT traceparent FROM region_outbox"))
         .await
         .unwrap();
-    let after = outbox_migrations::migrations()
-        .iter()
-        .rev()
-        .position(|m| m.name() == outbox_migrations::TraceContext.name())
-        .unwrap() as u32;
-    outbox_migrations::OutboxMigrator::down(&t.db, Some(after + 1))
-        .await
-        .unwrap();
+    down_past_trace_context(&t.db).await;
     // The migration itself, on the stale connection (the migrator would
     // read its table first, on that same connection).
     outbox_migrations::TraceContext
