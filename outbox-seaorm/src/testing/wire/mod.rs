@@ -23,7 +23,7 @@
 //! before a [`snapshot`](StatementCounter::snapshot) (and before a
 //! [`reset`](StatementCounter::reset)), or it lands in the next one.
 //!
-//! Statements carry a short [label](label): the file name for the
+//! Statements carry a short [`label`]: the file name for the
 //! PostgreSQL store's own SQL (`region/claim_shard.sql`), the leading
 //! `-- …` comment for other commented SQL, the verb and table of an
 //! `INSERT`, `UPDATE` or `DELETE` (`INSERT INTO widgets`), and otherwise the
