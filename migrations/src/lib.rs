@@ -27,7 +27,11 @@
 //!   each message, assigned when it is written, that receivers record to
 //!   apply it once (see [`MessageIds`]; rows already there get one);
 //! - `outbox_inbox`, the message ids each consumer has applied, recorded in
-//!   the transaction that applied them (see `outbox_seaorm::inbox`).
+//!   the transaction that applied them (see `outbox_seaorm::inbox`);
+//! - `outbox_fence`, the counter of fencing tokens that claims draw (a
+//!   sequence on PostgreSQL), and `outbox_inbox_fence`, the highest token
+//!   each fenced consumer applied per sender and shard (see
+//!   [`FencingTokens`]).
 //!
 //! Both PostgreSQL and SQLite are supported.
 //!
@@ -115,6 +119,7 @@ mod m20261123_000006_trace_context;
 mod m20261123_000007_message_ids;
 mod m20261123_000008_inbox;
 mod m20261125_000009_flush_before_commit;
+mod m20261125_000010_fencing_tokens;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
 pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
@@ -125,6 +130,7 @@ pub use m20261123_000006_trace_context::Migration as TraceContext;
 pub use m20261123_000007_message_ids::Migration as MessageIds;
 pub use m20261123_000008_inbox::Migration as Inbox;
 pub use m20261125_000009_flush_before_commit::Migration as FlushBeforeCommit;
+pub use m20261125_000010_fencing_tokens::Migration as FencingTokens;
 
 /// Makes the migration's connection read the schema as it is now, on
 /// SQLite, before its statements are prepared.
@@ -159,6 +165,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(MessageIds),
         Box::new(Inbox),
         Box::new(FlushBeforeCommit),
+        Box::new(FencingTokens),
     ]
 }
 

@@ -66,6 +66,7 @@ pub mod conformance;
 pub mod context;
 pub mod control;
 pub mod drain;
+pub mod fence;
 #[cfg(feature = "test-utils")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
 pub mod memory;
@@ -94,6 +95,7 @@ pub use drain::{
     Backlog, DeadLetterPolicy, DeliveryError, DrainConfig, DrainReport, Drainer, FlushError,
     FlushOutcome, PreparedFlush, ScopeBacklog, ShardFailure,
 };
+pub use fence::FencingToken;
 #[cfg(feature = "test-utils")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
 pub use memory::{MemoryStore, MemoryTransaction};

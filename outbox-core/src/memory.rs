@@ -14,6 +14,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::clock::Clock;
+use crate::fence::FencingToken;
 use crate::message::StoredRow;
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey, MAX_BUCKETS_PER_CLAIM};
@@ -42,6 +43,8 @@ impl Lease {
 #[derive(Clone, Debug, Default)]
 struct State {
     next_id: i64,
+    /// The last fencing token handed out (a database sequence).
+    fence: i64,
     rows: HashMap<OutboxKind, BTreeMap<i64, StoredRow>>,
     leases: HashMap<(OutboxKind, i32), Lease>,
     states: HashMap<ShardKey, ShardState>,
@@ -74,6 +77,12 @@ impl State {
             .take(limit)
             .cloned()
             .collect()
+    }
+
+    /// A new fencing token, higher than every one before.
+    fn next_fence(&mut self) -> FencingToken {
+        self.fence += 1;
+        FencingToken::new(self.fence)
     }
 
     fn grant(&mut self, request: &ClaimRequest, bucket: i32) {
@@ -215,6 +224,7 @@ impl ClaimBeforeCommit for MemoryTransaction {
         let mut state = self.store.lock();
         MemoryStore::check_failure(&mut state, "claim shards before a commit")?;
         let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        let fence = state.next_fence();
         let mut found = Vec::with_capacity(shards.len());
         for (shard, up_to) in shards {
             let shard_state = state.states.get(shard).cloned();
@@ -251,6 +261,7 @@ impl ClaimBeforeCommit for MemoryTransaction {
                 shard: shard.clone(),
                 rows,
                 state: shard_state,
+                fence,
             }));
         }
         Ok(found)
@@ -438,6 +449,7 @@ impl DrainStore for MemoryStore {
             0
         };
         let window = window.len();
+        let fence = state.next_fence();
         for &bucket in &buckets {
             state.grant(request, bucket);
         }
@@ -460,6 +472,7 @@ impl DrainStore for MemoryStore {
                     rows: state.shard_rows(&shard, request.up_to_id, limit),
                     shard,
                     state: shard_state,
+                    fence,
                 }
             })
             .collect();
@@ -487,10 +500,12 @@ impl DrainStore for MemoryStore {
             return Ok(ShardClaim::Held);
         }
         state.grant(request, shard.bucket());
+        let fence = state.next_fence();
         Ok(ShardClaim::Claimed(ClaimedShard {
             shard: shard.clone(),
             rows: state.shard_rows(shard, request.up_to_id, request.rows),
             state: shard_state,
+            fence,
         }))
     }
 

@@ -5,6 +5,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::fence::FencingToken;
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey};
 use crate::trace::TraceParent;
@@ -56,6 +57,11 @@ pub struct Message<C> {
     pub coalesced: usize,
     /// The shard.
     pub shard: ShardKey,
+    /// The fencing token of the claim that read the message: it only grows
+    /// per shard, so a receiver that keeps the highest one it applied for
+    /// the shard refuses a delivery from a worker that lost its claim (see
+    /// [`crate::fence`]).
+    pub fence: FencingToken,
     /// The category.
     pub category: C,
     /// The object the message is about.

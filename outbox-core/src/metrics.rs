@@ -65,6 +65,11 @@ pub const SINK_DUPLICATES: &str = "outbox.sink.duplicates";
 /// been applied, then its delivery did not reach the outbox delete (tags:
 /// consumer). See `outbox_seaorm::inbox`.
 pub const INBOX_DUPLICATES: &str = "outbox.inbox.duplicates";
+/// Counter: deliveries a fenced receiver refused as superseded: their
+/// fencing token was lower than one it had applied for the shard, so they
+/// came from a worker that lost its claim (tags: category, consumer). See
+/// [`crate::fence`].
+pub const SUPERSEDED: &str = "outbox.superseded";
 /// Counter: inbox rows deleted after their retention (no tags).
 pub const INBOX_PRUNED: &str = "outbox.inbox.pruned";
 /// Gauge: rows pending in the outbox table (tags: kind).

@@ -209,3 +209,48 @@ async fn a_crash_that_empties_the_bucket_table_ends_every_lease() {
         .unwrap();
     assert_eq!(buckets, 1, "the bucket's row was created again");
 }
+
+/// A crash may restart the fencing sequence a few dozen values back (values
+/// handed out that it had not written to disk), and empties the bucket
+/// table: the claim that creates a bucket row again moves the sequence far
+/// forward first, so every token after the crash is higher than every token
+/// before it, whichever claim comes first (a round's, or a flush's after
+/// its commit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fencing_tokens_keep_growing_across_a_crash_that_empties_the_bucket_table() {
+    let t = database(DbBackend::Postgres, "fence_after_crash").await;
+    let store = t.store();
+    let crash = |back_to: i64| {
+        let db = t.db.clone();
+        async move {
+            db.execute_unprepared("TRUNCATE outbox_claim_bucket")
+                .await
+                .unwrap();
+            db.execute_unprepared(&format!("SELECT setval('outbox_fence', {back_to})"))
+                .await
+                .unwrap();
+        }
+    };
+    let fence_of = |claimed: &outbox_core::ClaimedShard| claimed.fence.get();
+    // As if a thousand claims had been made.
+    t.db.execute_unprepared("SELECT setval('outbox_fence', 1000)")
+        .await
+        .unwrap();
+
+    write(&t.db, &org(1)).await;
+    let before = fence_of(&store.claim_due(&request(1)).await.unwrap().shards[0]);
+    crash(before - 30).await;
+    write(&t.db, &org(2)).await;
+    let after = fence_of(&store.claim_due(&request(2)).await.unwrap().shards[0]);
+    assert!(after > before, "a round after the crash: {after} > {before}");
+
+    crash(after - 30).await;
+    let ShardClaim::Claimed(claimed) = store.claim_shard(&request(3), &org(3)).await.unwrap() else {
+        panic!("the shard's bucket is free");
+    };
+    assert!(
+        fence_of(&claimed) > after,
+        "a flush after the crash: {} > {after}",
+        fence_of(&claimed)
+    );
+}

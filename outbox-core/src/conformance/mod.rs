@@ -12,6 +12,7 @@
 //! | [`control`] | 2. an operator's pause or cull holds in every process; lifted, the kept rows flow |
 //! | [`at_least_once`] | 6. a delivery whose commit was lost is made again |
 //! | [`fencing`] | 7. no transaction across a receiver; an expired claim writes nothing |
+//! | [`fencing_tokens`] | 12. tokens grow with every claim of a shard; a worker paused past its lease is refused by a fenced receiver, and calls nothing once its lease ended by its own clock |
 //! | [`flush`] | 3, 6. the synchronous flush claimed before the commit: never waited for, never shared, taken back by a rollback, delivered again when its completion is lost |
 //!
 //! `MemoryStore` runs it in this crate; `outbox-seaorm` runs it against real
@@ -88,6 +89,7 @@ pub mod coalescing;
 pub mod control;
 pub mod exclusivity;
 pub mod fencing;
+pub mod fencing_tokens;
 pub mod flush;
 pub mod no_loss;
 pub mod order;
@@ -291,6 +293,9 @@ macro_rules! conformance_tests {
             at_least_once::a_delivery_whose_lease_ended_before_its_commit_is_made_again,
             fencing::a_worker_whose_lease_ended_writes_nothing,
             fencing::receivers_run_outside_any_transaction,
+            fencing_tokens::fencing_tokens_grow_with_every_claim_of_a_shard,
+            fencing_tokens::a_worker_paused_past_its_lease_is_refused_by_a_fenced_receiver,
+            fencing_tokens::a_worker_whose_lease_ended_calls_no_further_receiver,
             flush::a_claim_before_the_commit_is_neither_waited_for_nor_taken_by_a_drain,
             flush::a_request_that_rolls_back_after_its_claim_leaves_its_bucket_free,
             flush::a_flush_whose_completion_is_lost_is_delivered_again_once_its_lease_ends,

@@ -10,10 +10,12 @@ use tracing::Instrument;
 
 use super::claim::to_chrono;
 use super::drainer::{Drainer, DELIVERING};
+use super::lease::LeaseEnd;
 use super::observe;
 use super::report::{DeliveryError, ShardFailure};
 use crate::coalesce::{coalesce, CoalescingGroup};
 use crate::control::ControlAction;
+use crate::fence::FencingToken;
 use crate::message::Message;
 use crate::registry::{Category, Scope};
 use crate::shard::ShardKey;
@@ -36,6 +38,9 @@ pub(crate) struct ShardOutcome {
     pub(crate) failures: Vec<ShardFailure>,
     /// The shard was backing off and left alone.
     pub(crate) backing_off: bool,
+    /// Its lease ended by this process's clock before it was delivered in
+    /// full: the rest was not sent.
+    pub(crate) gave_up: bool,
 }
 
 impl ShardOutcome {
@@ -51,6 +56,7 @@ impl ShardOutcome {
             culled: 0,
             failures: Vec::new(),
             backing_off: false,
+            gave_up: false,
         }
     }
 
@@ -86,10 +92,16 @@ pub(crate) fn is_backing_off<C: Category>(drainer: &Drainer<C>, claimed: &Claime
 pub(crate) async fn deliver_shard<C: Category>(
     drainer: &Drainer<C>,
     claimed: ClaimedShard,
+    lease: &LeaseEnd,
     synchronous: bool,
     stack: Arc<Vec<ShardKey>>,
 ) -> ShardOutcome {
-    let ClaimedShard { shard, rows, state } = claimed;
+    let ClaimedShard {
+        shard,
+        rows,
+        state,
+        fence,
+    } = claimed;
     let recovered_end = if state.is_some() {
         ShardEnd::Recovered
     } else {
@@ -142,23 +154,37 @@ pub(crate) async fn deliver_shard<C: Category>(
     let mut dead_lettered_any = false;
     let mut retrying = attempts > 0;
     for mut group in groups {
-        let error = match deliver_group(drainer, &mut group, synchronous, stack.clone()).await {
-            Ok(category) => {
-                observe::delivered_group(
-                    category.name(),
-                    shard.kind(),
-                    synchronous,
-                    group.ids.len(),
-                    retrying,
-                );
-                retrying = false;
-                drainer.recovery().succeeded(group.category(), &shard);
-                outcome.commit.delete_ids.extend_from_slice(&group.ids);
-                outcome.delivered.push((category.name(), group.ids.len()));
-                continue;
+        if !lease.allows_call(drainer.now(), drainer.config().lease_margin()) {
+            // Rule 12, the sender's half: the lease ended by this process's
+            // clock (it was paused, or starved, past it), so another worker
+            // may hold the shard and deliver newer rows. Nothing more is
+            // called; what was delivered is committed if the lease is still
+            // live, and the rest waits for the next claim.
+            observe::claims_lost(shard.kind(), 1, "the lease ended before a delivery");
+            if outcome.delivered.is_empty() && !dead_lettered_any {
+                outcome.commit.end = ShardEnd::Done;
             }
-            Err(error) => error,
-        };
+            outcome.gave_up = true;
+            return outcome;
+        }
+        let error =
+            match deliver_group(drainer, &mut group, fence, synchronous, stack.clone()).await {
+                Ok(category) => {
+                    observe::delivered_group(
+                        category.name(),
+                        shard.kind(),
+                        synchronous,
+                        group.ids.len(),
+                        retrying,
+                    );
+                    retrying = false;
+                    drainer.recovery().succeeded(group.category(), &shard);
+                    outcome.commit.delete_ids.extend_from_slice(&group.ids);
+                    outcome.delivered.push((category.name(), group.ids.len()));
+                    continue;
+                }
+                Err(error) => error,
+            };
         attempts = attempts.saturating_add(1);
         retrying = true;
         let category_name = C::try_from(group.category()).ok().map(|c| c.name());
@@ -283,6 +309,7 @@ fn backoff_end<C: Category>(
 async fn deliver_group<C: Category>(
     drainer: &Drainer<C>,
     group: &mut CoalescingGroup,
+    fence: FencingToken,
     synchronous: bool,
     stack: Arc<Vec<ShardKey>>,
 ) -> Result<C, DeliveryError> {
@@ -314,6 +341,7 @@ async fn deliver_group<C: Category>(
         first_id: group.first.id,
         coalesced: group.ids.len(),
         shard: newest.shard.clone(),
+        fence,
         category,
         object_identifier: newest.object_identifier,
         payload,

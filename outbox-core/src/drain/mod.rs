@@ -19,8 +19,10 @@
 //!    (the planner looks at both, so that neither a backlog nor a deep
 //!    shard delays the rest), and read each leased shard from its oldest pending
 //!    row, a deep one in batches, in one statement on PostgreSQL. A lease
-//!    lasts seconds and carries a random fencing token; nobody else takes
-//!    any shard of a leased bucket until it ends.
+//!    lasts seconds and carries a random token that fences the claim's
+//!    commits, and a [`FencingToken`](crate::FencingToken) that only grows,
+//!    which every message carries to its receiver; nobody else takes any
+//!    shard of a leased bucket until it ends.
 //! 2. Fold each shard's rows into coalescing groups ordered by lowest id and
 //!    deliver each shard's groups in order, shards concurrently, each in its
 //!    own task, outside any transaction. The first failure stops its shard.
@@ -32,7 +34,11 @@
 //! 4. While receivers run, renew the leases every third of the lease. A round
 //!    that cannot renew cancels its receivers before the lease ends, and a
 //!    commit under an expired lease writes nothing (fencing), so two workers
-//!    never deliver one shard at the same time.
+//!    never deliver one shard at the same time. Before each receiver call a
+//!    worker checks its lease by its own clock and calls nothing once it
+//!    ended (a process paused past its lease resumes there); what a pause
+//!    between that check and the call lets through, the receiver refuses by
+//!    the message's fencing token.
 //!
 //! How many rows a round's window holds follows the receivers' speed (about
 //! what they deliver in `round_duration` at the configured concurrency) and
@@ -67,6 +73,7 @@ mod config;
 mod deliver;
 mod drainer;
 mod flush;
+mod lease;
 pub(crate) mod observe;
 mod pace;
 mod planner;

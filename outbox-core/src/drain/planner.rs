@@ -218,6 +218,7 @@ mod tests {
                 shard: ShardKey::from_raw(OutboxKind::Region, 0, id as i64, None),
                 rows: vec![row(id as i64)],
                 state: None,
+                fence: crate::FencingToken::default(),
             })
             .collect();
         DueClaim {
@@ -296,6 +297,7 @@ mod tests {
             shard: ShardKey::from_raw(OutboxKind::Region, 0, 1, None),
             rows: (0..deep.shard_rows as i64).map(row).collect(),
             state: None,
+            fence: crate::FencingToken::default(),
         }];
         planner.observe(&deep, &read_in_part);
         let request = next_from(&planner, ClaimOrder::Oldest);
@@ -326,6 +328,7 @@ mod tests {
             shard: ShardKey::from_raw(OutboxKind::Region, 0, 1, None),
             rows: (0..newest.shard_rows as i64).map(row).collect(),
             state: None,
+            fence: crate::FencingToken::default(),
         }];
         planner.observe(&newest, &deep);
         let orders: Vec<_> = (0..8).map(|_| next(&planner).order).collect();
@@ -358,6 +361,7 @@ mod tests {
             shard: ShardKey::from_raw(OutboxKind::Region, 0, 1, None),
             rows: (0..request.shard_rows as i64).map(row).collect(),
             state: None,
+            fence: crate::FencingToken::default(),
         }];
         planner.observe(&request, &deep);
         let alone = next(&planner);

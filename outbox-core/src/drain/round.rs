@@ -12,6 +12,7 @@ use super::abandoned::{AbandonedClaim, ClaimGuard};
 use super::claim::to_chrono;
 use super::deliver::{deliver_shard, is_backing_off, ShardOutcome};
 use super::drainer::{Drainer, DELIVERING};
+use super::lease::LeaseEnd;
 use super::observe;
 use super::report::{DrainReport, ShardFailure};
 use crate::registry::Category;
@@ -34,6 +35,8 @@ pub(crate) struct Round<C: Category> {
     kind: OutboxKind,
     token: i64,
     lease_until: DateTime<Utc>,
+    /// `lease_until`, as the delivery tasks read it before each call.
+    lease_end: LeaseEnd,
     synchronous: bool,
     /// Hand a finished commit to the completer instead of applying it (a
     /// flush claimed before its transaction's commit).
@@ -47,6 +50,7 @@ struct Finished {
     culled: usize,
     failures: Vec<ShardFailure>,
     backing_off: bool,
+    gave_up: bool,
 }
 
 /// The shards of a claim waiting for a delivery task, shared by the tasks.
@@ -63,6 +67,7 @@ impl<C: Category> Round<C> {
             kind: request.kind,
             token: request.token,
             lease_until: request.lease_until,
+            lease_end: LeaseEnd::new(request.lease_until),
             synchronous,
             complete_later: false,
         }
@@ -121,6 +126,7 @@ impl<C: Category> Round<C> {
                 self.drainer.clone(),
                 queue.clone(),
                 outcomes.clone(),
+                self.lease_end.clone(),
                 self.synchronous,
                 stack.clone(),
             ));
@@ -216,10 +222,12 @@ impl<C: Category> Round<C> {
         {
             Ok(0) => {
                 self.lease_until = now;
+                self.lease_end.set(now);
                 true
             }
             Ok(_) => {
                 self.lease_until = until;
+                self.lease_end.set(until);
                 guard.renewed(until);
                 true
             }
@@ -248,6 +256,7 @@ impl<C: Category> Round<C> {
                 culled: outcome.culled,
                 failures: outcome.failures,
                 backing_off: outcome.backing_off,
+                gave_up: outcome.gave_up,
             });
             commits.push(outcome.commit);
         }
@@ -281,6 +290,7 @@ impl<C: Category> Round<C> {
         };
         if let Some(until) = kept_until {
             self.lease_until = until;
+            self.lease_end.set(until);
             guard.renewed(until);
         }
         report.rows_deleted += outcome.deleted;
@@ -301,6 +311,11 @@ impl<C: Category> Round<C> {
                 report.deliveries += finished.delivered.len();
                 report.culled += finished.culled;
                 report.backing_off += usize::from(finished.backing_off);
+                if finished.gave_up {
+                    // Delivered in part: the rest is delivered by the next
+                    // claim.
+                    report.lost_claims.push(finished.shard);
+                }
             }
             report.failures.extend(finished.failures);
         }
@@ -314,6 +329,7 @@ async fn deliver_queue<C: Category>(
     drainer: Drainer<C>,
     queue: Queue,
     outcomes: mpsc::UnboundedSender<ShardOutcome>,
+    lease: LeaseEnd,
     synchronous: bool,
     stack: Arc<Vec<ShardKey>>,
 ) {
@@ -321,7 +337,7 @@ async fn deliver_queue<C: Category>(
         let Some(claimed) = lock(&queue).pop_front() else {
             return;
         };
-        let outcome = deliver_shard(&drainer, claimed, synchronous, stack.clone()).await;
+        let outcome = deliver_shard(&drainer, claimed, &lease, synchronous, stack.clone()).await;
         if outcomes.send(outcome).is_err() {
             return;
         }

@@ -142,6 +142,7 @@
 //! | `Outbox-Object` ([`OBJECT_HEADER`]) | the object identifier |
 //! | `Outbox-Shard` ([`SHARD_HEADER`]) | the shard: `region:0/42`, or `control[us]:0/42` (kind, region, scope value, identifier) |
 //! | `Outbox-Row-Id` ([`ROW_ID_HEADER`]) | the delivered row's id (in its outbox table) |
+//! | `Outbox-Fence` ([`FENCE_HEADER`]) | the claim's fencing token (see [`crate::fence`]): a consumer that keeps the highest one it applied per shard drops a message with a lower one, published late by a worker that lost its claim |
 //! | `Outbox-Coalesced` ([`COALESCED_HEADER`]) | how many rows the message stands for (1 without coalescing) |
 //! | `Outbox-Date-Added` ([`DATE_ADDED_HEADER`]) | when the oldest of them was written, RFC 3339 in UTC |
 //! | `traceparent` ([`TRACEPARENT_HEADER`]) | W3C trace context, when there is one (see below) |
@@ -195,6 +196,10 @@ pub const OBJECT_HEADER: &str = "Outbox-Object";
 pub const SHARD_HEADER: &str = "Outbox-Shard";
 /// Header: the id of the delivered outbox row.
 pub const ROW_ID_HEADER: &str = "Outbox-Row-Id";
+/// Header: the fencing token of the claim that published the message (see
+/// [`crate::fence`]): it grows per shard, so a consumer that keeps the
+/// highest one it applied per shard drops a message with a lower one.
+pub const FENCE_HEADER: &str = "Outbox-Fence";
 /// Header: how many outbox rows the message stands for.
 pub const COALESCED_HEADER: &str = "Outbox-Coalesced";
 /// Header: when the oldest of those rows was written (RFC 3339, UTC).
@@ -453,6 +458,7 @@ fn headers<C: Category>(message: &Message<C>) -> HeaderMap {
     // Region names with a line break never get here: the subject refused them.
     headers.insert(SHARD_HEADER, message.shard.to_string());
     headers.insert(ROW_ID_HEADER, message.id.to_string());
+    headers.insert(FENCE_HEADER, message.fence.to_string());
     headers.insert(COALESCED_HEADER, message.coalesced.to_string());
     headers.insert(
         DATE_ADDED_HEADER,
@@ -674,6 +680,7 @@ mod tests {
             first_id: 10,
             coalesced: 3,
             shard: ShardKey::control("us", OutboxScope::ShopScope, 42),
+            fence: crate::FencingToken::new(9),
             category: OutboxCategory::PriceChanged,
             object_identifier: 7,
             payload: None,
@@ -700,6 +707,7 @@ mod tests {
         assert_eq!(text(&headers, OBJECT_HEADER), Some("7"));
         assert_eq!(text(&headers, SHARD_HEADER), Some("control[us]:0/42"));
         assert_eq!(text(&headers, ROW_ID_HEADER), Some("12"));
+        assert_eq!(text(&headers, FENCE_HEADER), Some("9"));
         assert_eq!(text(&headers, COALESCED_HEADER), Some("3"));
         assert_eq!(
             text(&headers, DATE_ADDED_HEADER),

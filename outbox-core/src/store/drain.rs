@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::error::StoreError;
+use crate::fence::FencingToken;
 use crate::message::StoredRow;
 use crate::shard::{OutboxKind, ShardKey};
 
@@ -151,6 +152,9 @@ pub struct ClaimedShard {
     /// `retry_at` is still ahead must not be delivered; its rows (new ones
     /// written meanwhile) are rescheduled instead ([`ShardEnd::Wait`]).
     pub state: Option<ShardState>,
+    /// The fencing token of the claim that leased the shard: higher than
+    /// that of any earlier claim of it (see [`crate::fence`]).
+    pub fence: FencingToken,
 }
 
 /// What a synchronous claim of one shard found.

@@ -110,6 +110,8 @@ pub struct Delivery<C> {
     pub traceparent: Option<crate::trace::TraceParent>,
     /// The message id of the delivered row.
     pub message_id: uuid::Uuid,
+    /// The fencing token of the claim that delivered it.
+    pub fence: crate::FencingToken,
 }
 
 type Rule<C> = Arc<dyn Fn(&crate::Message<C>) -> bool + Send + Sync>;
@@ -349,6 +351,7 @@ impl<C: Category> Recorder<C> {
             synchronous: message.synchronous,
             traceparent: message.traceparent,
             message_id: message.message_id,
+            fence: message.fence,
         });
         self.inner.delivered.notify_waiters();
         Ok(())

@@ -6,8 +6,8 @@ use std::time::Duration;
 use sea_orm::{DbBackend, DbErr, QueryResult, RuntimeErr, TryGetable};
 
 use outbox_core::{
-    ClaimedShard, CommitBatch, DeadLetterRow, FailingShard, OutboxKind, ShardKey, ShardState,
-    StoreError, StoredRow, TraceParent,
+    ClaimedShard, CommitBatch, DeadLetterRow, FailingShard, FencingToken, OutboxKind, ShardKey,
+    ShardState, StoreError, StoredRow, TraceParent,
 };
 
 use crate::time;
@@ -161,9 +161,11 @@ pub(super) fn state(
     }))
 }
 
-/// Groups claimed rows by shard, shards in order of their first row.
+/// Groups claimed rows by shard, shards in order of their first row, all
+/// leased by one claim with fencing token `fence`.
 pub(super) fn group(
     rows: Vec<(ShardKey, Option<StoredRow>, Option<ShardState>)>,
+    fence: FencingToken,
 ) -> Vec<ClaimedShard> {
     let mut shards: Vec<ClaimedShard> = Vec::new();
     let mut index = std::collections::HashMap::new();
@@ -173,6 +175,7 @@ pub(super) fn group(
                 shard,
                 rows: Vec::new(),
                 state: state.clone(),
+                fence,
             });
             shards.len() - 1
         });

@@ -19,7 +19,7 @@ use sea_orm::{QueryResult, TryGetable};
 
 use outbox_core::uuid::Uuid;
 use outbox_core::{
-    ClaimedShard, DueClaim, OutboxKind, ShardKey, ShardState, StoreError, StoredRow,
+    ClaimedShard, DueClaim, FencingToken, OutboxKind, ShardKey, ShardState, StoreError, StoredRow,
 };
 
 use crate::store::codec;
@@ -46,6 +46,7 @@ mod column {
     pub(super) const RETRY_AT: usize = 17;
     pub(super) const LAST_ERROR: usize = 18;
     pub(super) const FAILED_AT: usize = 19;
+    pub(super) const FENCE: usize = 20;
 }
 
 const OP: &str = "claim due shards";
@@ -112,6 +113,7 @@ impl Decoder {
                         shard,
                         rows: Vec::new(),
                         state: state(row)?,
+                        fence: fence(row)?,
                     });
                     self.claim.shards.len() - 1
                 }
@@ -179,6 +181,16 @@ fn stored_row(row: &QueryResult, shard: &ShardKey) -> Result<Option<StoredRow>, 
 }
 
 /// The shard's backoff state; `None` when it has none.
+/// The claim's fencing token: on every row of a leased shard.
+fn fence(row: &QueryResult) -> Result<FencingToken, StoreError> {
+    at::<Option<i64>>(row, column::FENCE)?
+        .map(FencingToken::new)
+        .ok_or_else(|| StoreError::Malformed {
+            what: "claim due shards",
+            detail: "a leased shard came without a fencing token".to_owned(),
+        })
+}
+
 fn state(row: &QueryResult) -> Result<Option<ShardState>, StoreError> {
     let Some(attempts) = at::<Option<i32>>(row, column::ATTEMPTS)? else {
         return Ok(None);

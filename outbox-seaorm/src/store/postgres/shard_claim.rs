@@ -4,7 +4,7 @@
 
 use sea_orm::{ConnectionTrait, QueryResult};
 
-use outbox_core::{ClaimRequest, ClaimedShard, ShardClaim, ShardKey, StoreError};
+use outbox_core::{ClaimRequest, ClaimedShard, FencingToken, ShardClaim, ShardKey, StoreError};
 
 use super::{key_arrays, statement, table, BACKEND};
 use crate::store::codec::{self, get, op};
@@ -34,11 +34,22 @@ pub(super) fn decode_shard_claim(
         shard: shard.clone(),
         rows: Vec::with_capacity(rows.len()),
         state,
+        fence: fence(first)?,
     };
     for row in rows {
         claimed.rows.extend(codec::stored_row(row, BACKEND, shard)?);
     }
     Ok(ShardClaim::Claimed(claimed))
+}
+
+/// The fencing token of a claim that leased a bucket.
+fn fence(row: &QueryResult) -> Result<FencingToken, StoreError> {
+    get::<Option<i64>>(row, "fence", "claim a shard")?
+        .map(FencingToken::new)
+        .ok_or_else(|| StoreError::Malformed {
+            what: "shard claim",
+            detail: "a leased shard came without a fencing token".to_owned(),
+        })
 }
 
 /// The synchronous flush's claim inside the writer's transaction `conn`
@@ -104,6 +115,7 @@ pub(crate) async fn claim_before_commit<C: ConnectionTrait>(
                             shard: shard.clone(),
                             rows: Vec::new(),
                             state,
+                            fence: fence(row)?,
                         })
                     }
                     _ => ShardClaim::Held,

@@ -22,8 +22,8 @@ use sea_orm::{
 
 use outbox_core::{
     ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore,
-    DueClaim, FailingShard, OutboxKind, ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardKey,
-    ShardState, StoreAdmin, StoreError, StoredRow, MAX_BUCKETS_PER_CLAIM,
+    DueClaim, FailingShard, FencingToken, OutboxKind, ShardClaim, ShardCommit, ShardDepth,
+    ShardEnd, ShardKey, ShardState, StoreAdmin, StoreError, StoredRow, MAX_BUCKETS_PER_CLAIM,
 };
 
 use super::codec::{self, get, op};
@@ -79,6 +79,7 @@ const CONTROL: TableSql = TableSql {
 };
 
 const LEASE: &str = include_str!("sql/lease.sql");
+const NEXT_FENCE: &str = include_str!("sql/next_fence.sql");
 const BUCKET_HELD: &str = include_str!("sql/bucket_held.sql");
 const STATES: &str = include_str!("sql/states.sql");
 const RENEW: &str = include_str!("sql/renew.sql");
@@ -264,11 +265,12 @@ async fn states(
         .collect())
 }
 
+/// Leases `buckets` and draws the claim's fencing token.
 async fn lease(
     txn: &impl ConnectionTrait,
     request: &ClaimRequest,
     buckets: &[i32],
-) -> Result<(), StoreError> {
+) -> Result<FencingToken, StoreError> {
     execute(
         txn,
         LEASE,
@@ -281,8 +283,18 @@ async fn lease(
         ],
         "lease buckets",
     )
-    .await
-    .map(|_| ())
+    .await?;
+    let rows = query_all(txn, NEXT_FENCE, Vec::new(), "draw a fencing token").await?;
+    let value: i64 = match rows.first() {
+        Some(row) => get(row, "value", "draw a fencing token")?,
+        None => {
+            return Err(StoreError::Malformed {
+                what: "fencing token",
+                detail: "the table outbox_fence has no row".to_owned(),
+            })
+        }
+    };
+    Ok(FencingToken::new(value))
 }
 
 /// The synchronous flush's claim inside the writer's transaction `txn`.
@@ -296,7 +308,7 @@ pub(crate) async fn claim_before_commit(
     const OP: &str = "claim shards before the commit";
     let keys: Vec<&ShardKey> = shards.iter().map(|(shard, _)| shard).collect();
     let mut found_states = states(txn, request.kind, &keys).await?;
-    let mut leased: Vec<i32> = Vec::new();
+    let mut leased: Vec<(i32, FencingToken)> = Vec::new();
     let mut found = Vec::with_capacity(shards.len());
     for (shard, up_to) in shards {
         let state = found_states.remove(shard);
@@ -305,26 +317,31 @@ pub(crate) async fn claim_before_commit(
             continue;
         }
         let bucket = shard.bucket();
-        if !leased.contains(&bucket) {
-            let held = query_all(
-                txn,
-                BUCKET_HELD,
-                vec![request.kind.as_i16().into(), bucket.into(), at(request.now)],
-                OP,
-            )
-            .await?;
-            if !held.is_empty() {
-                found.push(ShardClaim::Held);
-                continue;
+        let fence = match leased.iter().find(|(leased, _)| *leased == bucket) {
+            Some((_, fence)) => *fence,
+            None => {
+                let held = query_all(
+                    txn,
+                    BUCKET_HELD,
+                    vec![request.kind.as_i16().into(), bucket.into(), at(request.now)],
+                    OP,
+                )
+                .await?;
+                if !held.is_empty() {
+                    found.push(ShardClaim::Held);
+                    continue;
+                }
+                let fence = lease(txn, request, &[bucket]).await?;
+                leased.push((bucket, fence));
+                fence
             }
-            lease(txn, request, &[bucket]).await?;
-            leased.push(bucket);
-        }
+        };
         let rows = read_shard(txn, shard, Some(*up_to), request.rows).await?;
         found.push(ShardClaim::Claimed(ClaimedShard {
             shard: shard.clone(),
             rows,
             state,
+            fence,
         }));
     }
     Ok(found)
@@ -383,8 +400,8 @@ impl DrainStore for SqliteStore {
             txn.commit().await.map_err(op(OP))?;
             return Ok(claim);
         }
-        lease(&txn, request, &buckets).await?;
-        let mut shards = codec::group(window);
+        let fence = lease(&txn, request, &buckets).await?;
+        let mut shards = codec::group(window, fence);
         let deep = shards.iter().filter(|s| s.rows.len() > 1).count();
         // A deep shard's share of the rows, when the window was full.
         let share = if claim.window >= request.rows {
@@ -452,13 +469,14 @@ impl DrainStore for SqliteStore {
             txn.commit().await.map_err(op(OP))?;
             return Ok(ShardClaim::Held);
         }
-        lease(&txn, request, &[shard.bucket()]).await?;
+        let fence = lease(&txn, request, &[shard.bucket()]).await?;
         let rows = read_shard(&txn, shard, request.up_to_id, request.rows).await?;
         txn.commit().await.map_err(op(OP))?;
         Ok(ShardClaim::Claimed(ClaimedShard {
             shard: shard.clone(),
             rows,
             state,
+            fence,
         }))
     }
 

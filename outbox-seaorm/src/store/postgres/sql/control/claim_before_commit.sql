@@ -51,11 +51,16 @@ WITH shards AS MATERIALIZED (
     WHERE b.kind = $1 AND b.bucket = ANY($11::int[])
       AND (b.bucket = ANY (SELECT bucket FROM locked)) IS TRUE
     RETURNING b.bucket
+), fence AS MATERIALIZED (
+    -- The claim's fencing token (outbox_core::fence), drawn once a bucket
+    -- is leased (this claim never creates a bucket row: see
+    -- claim_due_newest.sql for what a created one does to the sequence).
+    SELECT nextval('outbox_fence') AS value WHERE EXISTS (SELECT 1 FROM claimed)
 )
 SELECT sh.ord, (sh.bucket = ANY (SELECT bucket FROM claimed)) IS TRUE AS claimed,
        st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
        o.id, o.category, o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for,
-       o.date_added, o.traceparent, o.message_id
+       o.date_added, o.traceparent, o.message_id, (SELECT value FROM fence) AS fence
 FROM shards sh
 LEFT JOIN states st ON st.ord = sh.ord
 LEFT JOIN LATERAL (

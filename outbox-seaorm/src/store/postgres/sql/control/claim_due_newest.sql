@@ -82,6 +82,15 @@ WITH scanned AS MATERIALIZED (
     RETURNING bucket
 ), mine AS MATERIALIZED (
     SELECT bucket FROM claimed UNION ALL SELECT bucket FROM created
+), fence AS MATERIALIZED (
+    -- The claim's fencing token (outbox_core::fence), drawn once a bucket
+    -- is leased. Creating a bucket row again (a crash emptied the unlogged
+    -- table) first moves the sequence a million forward: past any value
+    -- handed out before the crash that the sequence had not written to disk.
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM created)
+                THEN setval('outbox_fence', nextval('outbox_fence') + 1048576)
+                ELSE nextval('outbox_fence') END AS value
+    WHERE EXISTS (SELECT 1 FROM mine)
 ), shards AS MATERIALIZED (
     SELECT w.region_name, w.shard_scope, w.shard_identifier, count(*) AS seen, -max(w.id) AS first
     FROM win w
@@ -105,7 +114,8 @@ SELECT sh.first, (SELECT count(*) FROM win) AS window_rows, (SELECT count(*) FRO
        o.id, sh.region_name AS region_name, sh.shard_scope, sh.shard_identifier, o.category,
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
        o.traceparent, o.message_id,
-       st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at
+       st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
+       (SELECT value FROM fence) AS fence
 FROM (SELECT 1) AS one
 -- One row with null columns when no shard was leased: the counts still
 -- tell the planner whether the scan was blocked.

@@ -81,6 +81,15 @@ WITH held AS MATERIALIZED (
     RETURNING bucket
 ), mine AS MATERIALIZED (
     SELECT bucket FROM claimed UNION ALL SELECT bucket FROM created
+), fence AS MATERIALIZED (
+    -- The claim's fencing token (outbox_core::fence), drawn once a bucket
+    -- is leased. Creating a bucket row again (a crash emptied the unlogged
+    -- table) first moves the sequence a million forward: past any value
+    -- handed out before the crash that the sequence had not written to disk.
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM created)
+                THEN setval('outbox_fence', nextval('outbox_fence') + 1048576)
+                ELSE nextval('outbox_fence') END AS value
+    WHERE EXISTS (SELECT 1 FROM mine)
 ), taken AS MATERIALIZED (
     SELECT w.* FROM win w WHERE (w.bucket = ANY (SELECT bucket FROM mine)) IS TRUE
 ), shards AS MATERIALIZED (
@@ -108,7 +117,8 @@ SELECT w.id AS first, c.window_rows, c.scanned_rows,
        w.object_identifier, w.payload, w.scheduled_from, w.scheduled_for, w.date_added,
        w.traceparent, w.message_id,
        NULL::int AS attempts, NULL::bigint AS last_backoff_ms, NULL::timestamptz AS retry_at,
-       NULL::text AS last_error, NULL::timestamptz AS failed_at
+       NULL::text AS last_error, NULL::timestamptz AS failed_at,
+       (SELECT value FROM fence) AS fence
 FROM taken w, counted c
 WHERE ((w.region_name, w.shard_scope, w.shard_identifier) = ANY (
       SELECT region_name, shard_scope, shard_identifier FROM states)) IS NOT TRUE
@@ -118,7 +128,8 @@ SELECT sh.first, c.window_rows, c.scanned_rows,
        o.id, sh.region_name, sh.shard_scope, sh.shard_identifier, o.category,
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
        o.traceparent, o.message_id,
-       NULL::int, NULL::bigint, NULL::timestamptz, NULL::text, NULL::timestamptz
+       NULL::int, NULL::bigint, NULL::timestamptz, NULL::text, NULL::timestamptz,
+       (SELECT value FROM fence)
 FROM shards sh
 CROSS JOIN counted c
 CROSS JOIN LATERAL (
@@ -138,7 +149,8 @@ SELECT sh.first, c.window_rows, c.scanned_rows,
        o.id, sh.region_name, sh.shard_scope, sh.shard_identifier, o.category,
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
        o.traceparent, o.message_id,
-       st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at
+       st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
+       (SELECT value FROM fence)
 FROM shards sh
 JOIN states st
   ON st.region_name = sh.region_name AND st.shard_scope = sh.shard_scope
@@ -156,6 +168,6 @@ UNION ALL
 -- Nothing leased: the counts alone, for the planner.
 SELECT NULL, c.window_rows, c.scanned_rows,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL::bigint
 FROM counted c
 WHERE NOT EXISTS (SELECT 1 FROM shards)

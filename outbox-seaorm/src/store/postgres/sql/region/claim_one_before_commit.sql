@@ -37,11 +37,16 @@ WITH state AS (
     SET token = $7, owner = $8, lease_until = $9, version = b.version + 1
     WHERE b.kind = $1 AND b.bucket = (SELECT bucket FROM locked)
     RETURNING b.bucket
+), fence AS MATERIALIZED (
+    -- The claim's fencing token (outbox_core::fence), drawn once a bucket
+    -- is leased (this claim never creates a bucket row: see
+    -- claim_due_newest.sql for what a created one does to the sequence).
+    SELECT nextval('outbox_fence') AS value WHERE EXISTS (SELECT 1 FROM claimed)
 )
 SELECT (SELECT count(*) FROM claimed) AS claimed,
        st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
        o.id, o.category, o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for,
-       o.date_added, o.traceparent, o.message_id
+       o.date_added, o.traceparent, o.message_id, (SELECT value FROM fence) AS fence
 FROM (SELECT 1) AS one
 LEFT JOIN state st ON true
 LEFT JOIN LATERAL (

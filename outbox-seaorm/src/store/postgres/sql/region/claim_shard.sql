@@ -34,11 +34,20 @@ WITH state AS (
     RETURNING bucket
 ), mine AS (
     SELECT bucket FROM claimed UNION ALL SELECT bucket FROM created
+), fence AS MATERIALIZED (
+    -- The claim's fencing token (outbox_core::fence), drawn once a bucket
+    -- is leased. Creating a bucket row again (a crash emptied the unlogged
+    -- table) first moves the sequence a million forward: past any value
+    -- handed out before the crash that the sequence had not written to disk.
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM created)
+                THEN setval('outbox_fence', nextval('outbox_fence') + 1048576)
+                ELSE nextval('outbox_fence') END AS value
+    WHERE EXISTS (SELECT 1 FROM mine)
 )
 SELECT (SELECT count(*) FROM mine) AS claimed,
        st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
        o.id, o.category, o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for,
-       o.date_added, o.traceparent, o.message_id
+       o.date_added, o.traceparent, o.message_id, (SELECT value FROM fence) AS fence
 FROM (SELECT 1) AS one
 LEFT JOIN state st ON true
 LEFT JOIN LATERAL (
