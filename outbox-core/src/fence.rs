@@ -111,21 +111,21 @@ impl<T> Fenced<T> {
 /// library; call it from a receiver of your own that compares tokens.
 pub fn record_superseded(
     consumer: &str,
-    category: &'static str,
-    shard: &ShardKey,
+    category: &str,
+    shard: &dyn fmt::Display,
     token: FencingToken,
     highest: FencingToken,
 ) {
     metrics::counter!(
         crate::metrics::SUPERSEDED,
-        "category" => category,
+        "category" => category.to_owned(),
         "consumer" => consumer.to_owned()
     )
     .increment(1);
     tracing::info!(
         consumer,
         category,
-        %shard,
+        shard = %shard,
         fence = token.get(),
         highest = highest.get(),
         "outbox delivery superseded: a newer claim of its shard was applied; refused"

@@ -63,8 +63,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use outbox_core::fence::record_superseded;
 use outbox_core::uuid::Uuid;
-use outbox_core::{Clock, SystemClock};
+use outbox_core::{Category, Clock, FencingToken, Message, ShardKey, SystemClock};
 use sea_orm::{
     ConnectionTrait, DbBackend, DbErr, Statement, TransactionSession, TransactionTrait, Value,
 };
@@ -105,7 +106,7 @@ pub enum Received {
     Duplicate,
 }
 
-/// What [`Inbox::apply`] did.
+/// What [`Inbox::apply`] or [`Inbox::apply_fenced`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Applied<T> {
     /// The change was applied now and committed with the message id; the
@@ -114,6 +115,73 @@ pub enum Applied<T> {
     /// The message was applied by an earlier delivery: the closure did not
     /// run and nothing was written.
     Already,
+    /// Refused ([`Inbox::apply_fenced`] only): a delivery of the same shard
+    /// with a higher fencing token was applied before, so this one comes
+    /// from a worker that lost its claim, and a newer state is already
+    /// there. The closure did not run and nothing was written; acknowledge
+    /// the delivery (retrying would be refused again). Counted as
+    /// `outbox.superseded`.
+    Superseded {
+        /// The highest token applied for the shard.
+        highest: FencingToken,
+    },
+}
+
+/// Where a delivery comes from, for a fenced inbox
+/// ([`Inbox::apply_fenced`]): tokens are compared per consumer, sender and
+/// shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FenceKey {
+    /// The outbox the delivery comes from: its silo or service (a fencing
+    /// token grows per outbox database, so two senders' tokens must not be
+    /// compared). Keep it stable across deploys.
+    pub sender: String,
+    /// The shard, as [`ShardKey`]'s `Display` writes it (`region:0/42`).
+    pub shard: String,
+    /// The delivery's category, for the `outbox.superseded` counter.
+    pub category: String,
+    /// The claim's fencing token.
+    pub token: FencingToken,
+}
+
+impl FenceKey {
+    /// The key of a message delivered from `sender`'s outbox.
+    pub fn of<C: Category>(sender: impl Into<String>, message: &Message<C>) -> Self {
+        Self::new(
+            sender,
+            &message.shard,
+            message.category.name(),
+            message.fence,
+        )
+    }
+
+    /// A key from parts (e.g. headers of a forwarded delivery).
+    pub fn new(
+        sender: impl Into<String>,
+        shard: &ShardKey,
+        category: impl Into<String>,
+        token: FencingToken,
+    ) -> Self {
+        Self {
+            sender: sender.into(),
+            shard: shard.to_string(),
+            category: category.into(),
+            token,
+        }
+    }
+}
+
+/// What [`Inbox::fence`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fence {
+    /// The token is the highest of its shard (or equal to it): recorded;
+    /// apply the change in the same transaction.
+    Current,
+    /// A higher token of the shard was applied: skip the change.
+    Superseded {
+        /// The highest token applied for the shard.
+        highest: FencingToken,
+    },
 }
 
 /// What [`Inbox::apply`] could not do. Nothing was committed: the message
@@ -227,6 +295,157 @@ impl Inbox {
             }
             Received::First => {
                 // Dropped on error: rolled back, the id with it.
+                let value = apply(&txn).await.map_err(InboxError::Apply)?;
+                txn.commit().await.map_err(InboxError::Database)?;
+                Ok(Applied::Now(value))
+            }
+        }
+    }
+
+    /// Records `key`'s fencing token as the highest applied for its sender
+    /// and shard on `db`, which must be the transaction that applies the
+    /// change, unless a higher one was: [`Fence::Current`] (apply, then
+    /// commit) or [`Fence::Superseded`] (skip the change; counted as
+    /// `outbox.superseded`).
+    ///
+    /// The record's row is locked until the transaction ends, so concurrent
+    /// deliveries of one shard to this consumer apply one after the other,
+    /// and the later one sees the earlier one's token: two workers' calls
+    /// that overlap (one of them paused past its lease) cannot both win.
+    ///
+    /// # Errors
+    ///
+    /// [`DbErr`] when the statement fails (the fencing migration has not
+    /// run, the database is gone), or for a database other than PostgreSQL
+    /// or SQLite.
+    pub async fn fence<C: ConnectionTrait>(&self, db: &C, key: &FenceKey) -> Result<Fence, DbErr> {
+        let backend = supported(db)?;
+        let consumer = Value::from(self.consumer.to_string());
+        let (sender, shard) = (
+            Value::from(key.sender.clone()),
+            Value::from(key.shard.clone()),
+        );
+        let recorded = db
+            .query_one_raw(Statement::from_sql_and_values(
+                backend,
+                "INSERT INTO outbox_inbox_fence (consumer, sender, shard, fence, applied_at) \
+                 VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (consumer, sender, shard) DO UPDATE \
+                 SET fence = excluded.fence, applied_at = excluded.applied_at \
+                 WHERE outbox_inbox_fence.fence <= excluded.fence \
+                 RETURNING fence",
+                [
+                    consumer.clone(),
+                    sender.clone(),
+                    shard.clone(),
+                    Value::from(key.token.get()),
+                    time::bind(backend, self.clock.now()),
+                ],
+            ))
+            .await?;
+        if recorded.is_some() {
+            return Ok(Fence::Current);
+        }
+        let highest = db
+            .query_one_raw(Statement::from_sql_and_values(
+                backend,
+                "SELECT fence FROM outbox_inbox_fence WHERE consumer = $1 AND sender = $2 AND shard = $3",
+                [consumer, sender, shard],
+            ))
+            .await?
+            .map(|row| row.try_get::<i64>("", "fence"))
+            .transpose()?
+            .map_or(key.token, FencingToken::new);
+        record_superseded(
+            &self.consumer,
+            &key.category,
+            &key.shard,
+            key.token,
+            highest,
+        );
+        Ok(Fence::Superseded { highest })
+    }
+
+    /// Applies a message once, and only if no newer claim of its shard was
+    /// applied: [`apply`](Self::apply) with [`fence`](Self::fence) in the
+    /// same transaction. A delivery from a worker that was paused past its
+    /// lease (its token is lower than one applied since) is
+    /// [`Applied::Superseded`]: `apply` does not run, and the newer state
+    /// stays (rule 12).
+    ///
+    /// ```
+    /// # outbox_core::registry! { CatalogScope = 0 { ProductUpdate = 1 } }
+    /// use outbox_core::{HandlerError, Message, Receivers};
+    /// use outbox_seaorm::inbox::{Applied, FenceKey, Inbox};
+    /// use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
+    ///
+    /// fn receivers(db: DatabaseConnection) -> Receivers<OutboxCategory> {
+    ///     let inbox = Inbox::new("catalog-replica");
+    ///     Receivers::new().on(OutboxCategory::ProductUpdate, move |message: Message<OutboxCategory>| {
+    ///         let (db, inbox) = (db.clone(), inbox.clone());
+    ///         async move {
+    ///             let name = message.payload_as::<String>()?;
+    ///             let key = FenceKey::of("catalog", &message);
+    ///             let id = message.object_identifier;
+    ///             let applied = inbox
+    ///                 .apply_fenced(&db, message.message_id, &key, |txn| {
+    ///                     Box::pin(async move {
+    ///                         // Last writer wins: only a fenced inbox keeps a
+    ///                         // paused worker from putting an old name back.
+    ///                         txn.execute_unprepared(&format!(
+    ///                             "UPDATE product SET name = '{name}' WHERE id = {id}"
+    ///                         ))
+    ///                         .await?;
+    ///                         Ok::<_, DbErr>(())
+    ///                     })
+    ///                 })
+    ///                 .await?;
+    ///             if let Applied::Superseded { highest } = applied {
+    ///                 tracing::info!(%highest, "a newer state is already applied");
+    ///             }
+    ///             Ok::<_, HandlerError>(())
+    ///         }
+    ///     })
+    /// }
+    /// # let _ = receivers;
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`apply`](Self::apply).
+    pub async fn apply_fenced<D, F, T, E>(
+        &self,
+        db: &D,
+        message_id: Uuid,
+        key: &FenceKey,
+        apply: F,
+    ) -> Result<Applied<T>, InboxError<E>>
+    where
+        D: TransactionTrait,
+        F: for<'c> FnOnce(
+                &'c D::Transaction,
+            ) -> Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'c>>
+            + Send,
+        T: Send,
+        E: std::error::Error + Send,
+    {
+        let txn = db.begin().await.map_err(InboxError::Database)?;
+        if let Fence::Superseded { highest } =
+            self.fence(&txn, key).await.map_err(InboxError::Database)?
+        {
+            txn.rollback().await.map_err(InboxError::Database)?;
+            return Ok(Applied::Superseded { highest });
+        }
+        match self
+            .receive(&txn, message_id)
+            .await
+            .map_err(InboxError::Database)?
+        {
+            Received::Duplicate => {
+                txn.rollback().await.map_err(InboxError::Database)?;
+                Ok(Applied::Already)
+            }
+            Received::First => {
                 let value = apply(&txn).await.map_err(InboxError::Apply)?;
                 txn.commit().await.map_err(InboxError::Database)?;
                 Ok(Applied::Now(value))

@@ -242,10 +242,14 @@ async fn fencing_tokens_keep_growing_across_a_crash_that_empties_the_bucket_tabl
     crash(before - 30).await;
     write(&t.db, &org(2)).await;
     let after = fence_of(&store.claim_due(&request(2)).await.unwrap().shards[0]);
-    assert!(after > before, "a round after the crash: {after} > {before}");
+    assert!(
+        after > before,
+        "a round after the crash: {after} > {before}"
+    );
 
     crash(after - 30).await;
-    let ShardClaim::Claimed(claimed) = store.claim_shard(&request(3), &org(3)).await.unwrap() else {
+    let ShardClaim::Claimed(claimed) = store.claim_shard(&request(3), &org(3)).await.unwrap()
+    else {
         panic!("the shard's bucket is free");
     };
     assert!(

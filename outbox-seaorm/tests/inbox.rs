@@ -15,7 +15,7 @@ use chrono::Utc;
 use outbox_core::conformance::OutboxCategory;
 use outbox_core::uuid::Uuid;
 use outbox_core::{Drainer, HandlerError, ManualClock, Message, OutboxKind, Receivers, StoreAdmin};
-use outbox_seaorm::inbox::{self, Applied, Inbox, InboxError, Received};
+use outbox_seaorm::inbox::{self, Applied, Fence, FenceKey, Inbox, InboxError, Received};
 use outbox_seaorm::testing::{connect, DbBackend, TestDatabase};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use sea_orm::{ConnectionTrait, DbErr, Statement, TransactionTrait};
@@ -325,7 +325,195 @@ async fn a_concurrent_receive_waits_for_the_first_ones_outcome() {
     }
 }
 
+async fn name(db: &impl ConnectionTrait) -> String {
+    let backend = db.get_database_backend();
+    db.query_one_raw(Statement::from_string(
+        backend,
+        "SELECT name FROM product WHERE id = 1",
+    ))
+    .await
+    .unwrap()
+    .unwrap()
+    .try_get("", "name")
+    .unwrap()
+}
+
+/// Applies a message's `{"name": …}` to product 1 through a fenced inbox.
+async fn rename(
+    db: &sea_orm::DatabaseConnection,
+    inbox: &Inbox,
+    message: &Message<OutboxCategory>,
+) -> Result<Applied<()>, InboxError<DbErr>> {
+    let name = message.payload.as_ref().unwrap()["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let key = FenceKey::of("region-a", message);
+    inbox
+        .apply_fenced(db, message.message_id, &key, |txn| {
+            Box::pin(async move {
+                let backend = txn.get_database_backend();
+                txn.execute_raw(Statement::from_sql_and_values(
+                    backend,
+                    "UPDATE product SET name = $1 WHERE id = 1",
+                    [name.into()],
+                ))
+                .await?;
+                Ok::<_, DbErr>(())
+            })
+        })
+        .await
+}
+
+async fn write_name(t: &TestDatabase, name: &str) {
+    write_region(
+        &t.db,
+        OutboxMessage::new(OutboxCategory::OrganizationUpdate, ShardId(7), ObjectId(1))
+            .with_payload(serde_json::json!({ "name": name })),
+    )
+    .await
+    .unwrap();
+}
+
+/// Rule 12 on a real database: a worker's receiver stalls after it read
+/// "old" and before it applies it (a process paused past its lease); the
+/// lease ends by the manual clock, "new" is written and another worker
+/// applies it; the stalled receiver resumes and its fenced inbox refuses
+/// the delivery as superseded: the product keeps "new". A plain inbox
+/// would have applied "old" last (a message id it had not seen).
+async fn a_paused_workers_delivery_is_superseded_in_a_fenced_inbox(backend: DbBackend) {
+    let t = TestDatabase::of(backend, "inbox_fenced").await.unwrap();
+    t.db.execute_unprepared("CREATE TABLE product (id bigint PRIMARY KEY, name text NOT NULL)")
+        .await
+        .unwrap();
+    t.db.execute_unprepared("INSERT INTO product (id, name) VALUES (1, 'none')")
+        .await
+        .unwrap();
+    write_name(&t, "old").await;
+    let clock = ManualClock::starting_now();
+    let config = outbox_core::DrainConfig::default();
+    let inbox = Inbox::new("product-replica");
+    let outcomes: Arc<Mutex<Vec<Applied<()>>>> = Arc::default();
+
+    let (entered, mut stalled) = tokio::sync::mpsc::unbounded_channel();
+    let (resume, resumed) = tokio::sync::watch::channel(false);
+    let stale = Receivers::new().on(OutboxCategory::OrganizationUpdate, {
+        let (db, inbox, outcomes) = (t.db.clone(), inbox.clone(), outcomes.clone());
+        move |message: Message<OutboxCategory>| {
+            let (db, inbox, outcomes, entered) =
+                (db.clone(), inbox.clone(), outcomes.clone(), entered.clone());
+            let mut resumed = resumed.clone();
+            async move {
+                let _ = entered.send(());
+                let _ = resumed.wait_for(|go| *go).await;
+                let applied = rename(&db, &inbox, &message).await?;
+                outcomes.lock().unwrap().push(applied);
+                Ok::<_, HandlerError>(())
+            }
+        }
+    });
+    let stale = Drainer::new(t.store(), stale)
+        .with_clock(clock.clone())
+        .with_config(config);
+    let round = tokio::spawn(async move { stale.drain_due(OutboxKind::Region).await.unwrap() });
+    stalled.recv().await.unwrap();
+    clock.advance(config.lease_duration());
+
+    write_name(&t, "new").await;
+    let fresh = Receivers::new().on(OutboxCategory::OrganizationUpdate, {
+        let (db, inbox, outcomes) = (t.db.clone(), inbox.clone(), outcomes.clone());
+        move |message: Message<OutboxCategory>| {
+            let (db, inbox, outcomes) = (db.clone(), inbox.clone(), outcomes.clone());
+            async move {
+                let applied = rename(&db, &inbox, &message).await?;
+                outcomes.lock().unwrap().push(applied);
+                Ok::<_, HandlerError>(())
+            }
+        }
+    });
+    let fresh = Drainer::new(SeaOrmStore::new(t.db.clone()).unwrap(), fresh)
+        .with_clock(clock.clone())
+        .with_config(config);
+    let report = fresh.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!((report.deliveries, report.rows_deleted), (1, 2));
+    assert_eq!(name(&t.db).await, "new");
+
+    resume.send(true).unwrap();
+    let report = round.await.unwrap();
+    assert_eq!(report.lost_claims.len(), 1);
+    assert_eq!(name(&t.db).await, "new", "the newer state wins");
+    let outcomes = outcomes.lock().unwrap().clone();
+    assert!(
+        matches!(
+            &outcomes[..],
+            [Applied::Now(()), Applied::Superseded { highest }] if highest.get() > 0
+        ),
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        t.store().pending_count(OutboxKind::Region).await.unwrap(),
+        0
+    );
+}
+
+/// `Inbox::fence` itself: a lower token of a shard is superseded, an equal
+/// one is not (one claim's messages), senders and consumers are kept
+/// apart, and a transaction that rolls back records nothing.
+async fn fencing_tokens_are_kept_per_consumer_sender_and_shard(backend: DbBackend) {
+    use outbox_core::{FencingToken, ShardKey};
+    let t = TestDatabase::of(backend, "inbox_fence_keys").await.unwrap();
+    let inbox = Inbox::new("replica");
+    let shard = ShardKey::region(outbox_core::conformance::OutboxScope::OrganizationScope, 7);
+    let key = |sender: &str, token: i64| {
+        FenceKey::new(
+            sender,
+            &shard,
+            "OrganizationUpdate",
+            FencingToken::new(token),
+        )
+    };
+    let fence = |inbox: Inbox, key: FenceKey| {
+        let db = t.db.clone();
+        async move {
+            let txn = db.begin().await.unwrap();
+            let fence = inbox.fence(&txn, &key).await.unwrap();
+            txn.commit().await.unwrap();
+            fence
+        }
+    };
+    assert_eq!(fence(inbox.clone(), key("a", 5)).await, Fence::Current);
+    assert_eq!(fence(inbox.clone(), key("a", 5)).await, Fence::Current);
+    assert_eq!(
+        fence(inbox.clone(), key("a", 4)).await,
+        Fence::Superseded {
+            highest: FencingToken::new(5)
+        }
+    );
+    // Another sender's tokens, another consumer's record: independent.
+    assert_eq!(fence(inbox.clone(), key("b", 1)).await, Fence::Current);
+    assert_eq!(
+        fence(Inbox::new("audit"), key("a", 1)).await,
+        Fence::Current
+    );
+    // Rolled back: 9 was never applied, so 6 is still current.
+    let txn = t.db.begin().await.unwrap();
+    assert_eq!(
+        inbox.fence(&txn, &key("a", 9)).await.unwrap(),
+        Fence::Current
+    );
+    txn.rollback().await.unwrap();
+    assert_eq!(fence(inbox.clone(), key("a", 6)).await, Fence::Current);
+    assert_eq!(
+        fence(inbox, key("a", 5)).await,
+        Fence::Superseded {
+            highest: FencingToken::new(6)
+        }
+    );
+}
+
 outbox_seaorm::on_both_backends!(
+    a_paused_workers_delivery_is_superseded_in_a_fenced_inbox,
+    fencing_tokens_are_kept_per_consumer_sender_and_shard,
     a_crash_between_the_receivers_commit_and_the_delete_applies_once,
     a_failed_change_leaves_the_message_new,
     inbox_rows_are_pruned_after_their_retention,
