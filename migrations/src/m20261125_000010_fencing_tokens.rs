@@ -30,7 +30,7 @@ impl MigrationName for Migration {
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     /// In a transaction, which on SQLite starts with a read of the schema
-    /// (see [`crate::fresh_schema`]).
+    /// (see `fresh_schema` in this crate).
     fn use_transaction(&self) -> Option<bool> {
         Some(true)
     }

@@ -7,7 +7,7 @@
 //! a frozen VM, a starved host, a stalled network call) resumes and calls
 //! its receiver with what it read, after another worker delivered newer
 //! changes of the same shard. Every claim therefore gets a
-//! [`FencingToken`] that only grows, and every [`Message`](crate::Message)
+//! [`FencingToken`] that only grows, and every [`Message`]
 //! carries the token of the claim that read it. A receiver that keeps the
 //! highest token it applied per shard and refuses a lower one as
 //! superseded (`outbox_seaorm::inbox::Inbox::apply_fenced`, or the same

@@ -169,6 +169,15 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ("control_outbox", "control_outbox_group"),
         ],
     },
+    MigrationSchema {
+        migration: "m20261125_000010_fencing_tokens",
+        // With the counter `outbox_fence` (a sequence on PostgreSQL).
+        tables: &[(
+            "outbox_inbox_fence",
+            &["consumer", "sender", "shard", "fence", "applied_at"],
+        )],
+        dropped_indexes: &[],
+    },
 ];
 
 /// How to run the migrations, for the error messages.

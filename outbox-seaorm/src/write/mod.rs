@@ -14,6 +14,22 @@
 //! `traceparent` of that span, when an OpenTelemetry layer sees it: the row's
 //! delivery span continues its trace (see `outbox_core::trace`).
 //!
+//! # One shard's rows commit in id order (rule 11)
+//!
+//! On PostgreSQL each insert statement first takes a transaction-level lock
+//! of every shard it writes (an advisory lock, before any id is drawn): a
+//! second transaction writing the same shard waits in its insert until the
+//! first one commits or rolls back, so a receiver never gets a shard's row
+//! after one with a higher id. Writers of different shards do not wait for
+//! each other. The price: one shard's writers commit one at a time from
+//! their outbox insert on (write the outbox row last in the transaction,
+//! as the replicated models do), and a transaction that writes shard A then
+//! shard B in two calls while another writes B then A may deadlock
+//! (PostgreSQL ends one with SQLSTATE 40P01; write both in one
+//! `write_region_many` call, whose locks are taken in one order). SQLite
+//! needs no lock: one transaction writes at a time, holding the write lock
+//! to its end.
+//!
 //! ```no_run
 //! # outbox_core::registry! { OrganizationScope = 0 { OrganizationUpdate = 1 } }
 //! use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
@@ -41,6 +57,8 @@ use outbox_core::uuid::Uuid;
 use outbox_core::{Category, OutboxKind, Scope, ShardKey};
 
 use crate::time;
+
+mod shard_lock;
 
 /// Rows per insert statement (11–12 columns each, 6–7 of them bound per row,
 /// within every backend's parameter limit).
@@ -357,10 +375,33 @@ async fn insert<C: Category, Db: ConnectionTrait>(
     // an OpenTelemetry layer sees it: the delivery continues its trace.
     let traceparent = outbox_core::TraceParent::current();
     let mut written = Vec::with_capacity(rows.len());
+    // Rule 11 on PostgreSQL: the first statement locks every shard the call
+    // writes, in one order, before it draws an id (see `shard_lock`).
+    let mut locks = match backend {
+        DbBackend::Postgres => Some(shard_lock::keys(
+            kind,
+            rows.iter().map(|(region, message)| {
+                (
+                    region.as_deref(),
+                    message.category.scope().value(),
+                    message.shard_identifier.0,
+                )
+            }),
+        )),
+        _ => None,
+    };
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
         // In VALUES order, like the row ids: each row keeps its own.
         let message_ids: Vec<Uuid> = chunk.iter().map(|_| Uuid::now_v7()).collect();
-        let (sql, values) = insert_statement(backend, kind, chunk, &message_ids, now, traceparent);
+        let (sql, values) = insert_statement(
+            backend,
+            kind,
+            chunk,
+            &message_ids,
+            now,
+            traceparent,
+            locks.take().as_deref(),
+        );
         let results = db
             .query_all_raw(Statement::from_sql_and_values(backend, &sql, values))
             .await?;
@@ -407,14 +448,23 @@ fn insert_statement<C: Category>(
     message_ids: &[Uuid],
     now: chrono::DateTime<Utc>,
     traceparent: Option<outbox_core::TraceParent>,
+    locks: Option<&[i32]>,
 ) -> (String, Vec<Value>) {
     let control = kind == OutboxKind::Control;
     let mut sql = format!(
         "INSERT INTO {} ({}shard_scope, shard_identifier, category, object_identifier, payload, \
-         scheduled_from, scheduled_for, date_added, traceparent, message_id) VALUES ",
+         scheduled_from, scheduled_for, date_added, traceparent, message_id) ",
         table(kind),
         if control { "region_name, " } else { "" }
     );
+    // With locks, `SELECT … FROM (VALUES …) WHERE <the locks>`: the condition
+    // is a one-time filter, evaluated before the first row, and so before
+    // the first id is drawn from the sequence.
+    sql.push_str(if locks.is_some() {
+        "SELECT * FROM (VALUES "
+    } else {
+        "VALUES "
+    });
     let mut values = vec![
         time::bind(backend, now),
         time::bind(backend, outbox_core::the_past()),
@@ -449,6 +499,16 @@ fn insert_statement<C: Category>(
         // The timestamps and the trace context are shared by the rows.
         values.push(message_id);
         sql.push_str(&format!("$1, $2, $1, $3, ${})", values.len()));
+    }
+    if let Some(locks) = locks {
+        values.push(Value::from(shard_lock::class(kind)));
+        values.push(Value::from(locks.to_vec()));
+        sql.push_str(&format!(
+            ") AS v WHERE (SELECT count(*) FROM (SELECT pg_advisory_xact_lock(${}, k) \
+             FROM unnest(${}::int[]) AS k ORDER BY k) AS locked) >= 0",
+            values.len() - 1,
+            values.len()
+        ));
     }
     sql.push_str(" RETURNING id");
     (sql, values)
