@@ -9,8 +9,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use outbox_axum::Tx;
 use outbox_core::uuid::Uuid;
+use outbox_core::FencingToken;
 use outbox_core::HandlerError;
-use outbox_seaorm::inbox::{Inbox, Received};
+use outbox_seaorm::inbox::{Fence, FenceKey, Inbox, Received};
 use serde::Serialize;
 
 use crate::error::ApiError;
@@ -24,6 +25,19 @@ pub const SECRET_HEADER: &str = "x-silo-secret";
 /// after a crash between its RPC and the outbox delete is applied once.
 pub const MESSAGE_ID_HEADER: &str = "outbox-message-id";
 
+/// The headers that carry the delivery's fencing token, shard and category,
+/// and the silo that sent it (sent by [`RpcClient`] from within a
+/// receiver): [`apply_once`] refuses a call whose token is lower than one
+/// applied for the same sender and shard (a worker paused past its lease),
+/// so an old state is never put back over a newer one.
+pub const FENCE_HEADER: &str = "outbox-fence";
+/// See [`FENCE_HEADER`].
+pub const SHARD_HEADER: &str = "outbox-shard";
+/// See [`FENCE_HEADER`].
+pub const CATEGORY_HEADER: &str = "outbox-category";
+/// See [`FENCE_HEADER`].
+pub const SENDER_HEADER: &str = "outbox-sender";
+
 /// The inbox consumer of the RPC routes (one per silo database).
 const RPC_CONSUMER: &str = "rpc";
 
@@ -31,8 +45,13 @@ const RPC_CONSUMER: &str = "rpc";
 /// secret): applies each outbox message once. It records the message id of
 /// [`MESSAGE_ID_HEADER`] in the request's transaction, so that it commits
 /// with the route's change or not at all, and answers 204 without running
-/// the route when an earlier call applied it. A call without the header
-/// (made by hand) runs as it is; a malformed id is a 400.
+/// the route when an earlier call applied it. A call that carries a
+/// fencing token ([`FENCE_HEADER`], with its shard and sender) is also
+/// checked against the highest token applied for that sender and shard, in
+/// the same transaction: a lower one (from a worker paused past its lease,
+/// after a newer claim of the shard was applied) is answered 204 without
+/// running the route (rule 12). A call without the headers (made by hand)
+/// runs as it is; a malformed id or token is a 400.
 pub async fn apply_once(request: Request, next: Next) -> Response {
     match first_delivery(request).await {
         Ok(Some(request)) => next.run(request).await,
@@ -41,23 +60,75 @@ pub async fn apply_once(request: Request, next: Next) -> Response {
     }
 }
 
-/// The request back when it is to be applied, `None` for a duplicate.
+/// A header's text, if the request has it.
+fn header<'a>(request: &'a Request, name: &str) -> Result<Option<&'a str>, ApiError> {
+    request
+        .headers()
+        .get(name)
+        .map(|value| {
+            value
+                .to_str()
+                .map_err(|_| ApiError::bad_request(format!("{name} is not text")))
+        })
+        .transpose()
+}
+
+/// The fence of a call that carries [`FENCE_HEADER`]: then its shard and
+/// sender are required too.
+fn fence_key(request: &Request) -> Result<Option<FenceKey>, ApiError> {
+    let Some(fence) = header(request, FENCE_HEADER)? else {
+        return Ok(None);
+    };
+    let token: FencingToken = fence
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("{FENCE_HEADER} is not an integer")))?;
+    let required = |name: &str| {
+        header(request, name)?
+            .filter(|text| !text.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| ApiError::bad_request(format!("{FENCE_HEADER} needs {name}")))
+    };
+    Ok(Some(FenceKey {
+        sender: required(SENDER_HEADER)?,
+        shard: required(SHARD_HEADER)?,
+        category: header(request, CATEGORY_HEADER)?
+            .unwrap_or("unknown")
+            .to_owned(),
+        token,
+    }))
+}
+
+/// The request back when it is to be applied, `None` for a duplicate or a
+/// superseded delivery.
 async fn first_delivery(request: Request) -> Result<Option<Request>, ApiError> {
-    let Some(value) = request.headers().get(MESSAGE_ID_HEADER) else {
+    let Some(id) = header(&request, MESSAGE_ID_HEADER)? else {
         return Ok(Some(request));
     };
-    let id = value
-        .to_str()
-        .ok()
-        .and_then(|text| text.parse::<Uuid>().ok())
-        .ok_or_else(|| ApiError::bad_request(format!("{MESSAGE_ID_HEADER} is not a UUID")))?;
+    let id = id
+        .parse::<Uuid>()
+        .map_err(|_| ApiError::bad_request(format!("{MESSAGE_ID_HEADER} is not a UUID")))?;
+    let fence = fence_key(&request)?;
     let (mut parts, body) = request.into_parts();
     // The request's transaction; released (not ended) when `tx` drops, so
     // the route extracts it again and the layer commits both.
     let tx = Tx::from_request_parts(&mut parts, &())
         .await
         .map_err(|rejection| ApiError::new(rejection.status(), rejection.body_text()))?;
-    let received = Inbox::new(RPC_CONSUMER).receive(&tx, id).await?;
+    let inbox = Inbox::new(RPC_CONSUMER);
+    if let Some(key) = &fence {
+        if let Fence::Superseded { highest } = inbox.fence(&tx, key).await? {
+            drop(tx);
+            tracing::info!(
+                message_id = %id,
+                shard = %key.shard,
+                fence = %key.token,
+                %highest,
+                "outbox message superseded by a newer claim of its shard: not applied"
+            );
+            return Ok(None);
+        }
+    }
+    let received = inbox.receive(&tx, id).await?;
     drop(tx);
     if received == Received::Duplicate {
         tracing::info!(message_id = %id, "outbox message applied before: skipped");
@@ -126,6 +197,7 @@ pub struct RpcClient {
     http: reqwest::Client,
     base_url: String,
     secret: String,
+    sender: String,
 }
 
 impl RpcClient {
@@ -139,7 +211,16 @@ impl RpcClient {
             http,
             base_url: base_url.into().trim_end_matches('/').to_owned(),
             secret: secret.into(),
+            sender: String::new(),
         }
+    }
+
+    /// The name of the silo that calls (`control`, or a region's name),
+    /// sent with each delivery's fencing token: tokens grow per outbox
+    /// database, so the other silo compares them per sender.
+    pub fn from_silo(mut self, sender: impl Into<String>) -> Self {
+        self.sender = sender.into();
+        self
     }
 
     async fn send(
@@ -149,9 +230,17 @@ impl RpcClient {
         url: String,
     ) -> Result<(), HandlerError> {
         let mut builder = builder.header(SECRET_HEADER, &self.secret);
-        // Called from a receiver: the other silo applies the message once.
-        if let Some(id) = outbox_core::message::current_message_id() {
-            builder = builder.header(MESSAGE_ID_HEADER, id.to_string());
+        // Called from a receiver: the other silo applies the message once,
+        // and never after a newer claim of its shard.
+        if let Some(delivery) = outbox_core::message::current_delivery() {
+            builder = builder.header(MESSAGE_ID_HEADER, delivery.message_id.to_string());
+            if !self.sender.is_empty() {
+                builder = builder
+                    .header(FENCE_HEADER, delivery.fence.to_string())
+                    .header(SHARD_HEADER, delivery.shard.to_string())
+                    .header(CATEGORY_HEADER, delivery.category)
+                    .header(SENDER_HEADER, &self.sender);
+            }
         }
         let response = builder
             .send()

@@ -244,7 +244,7 @@ fn receivers_and_routes(
                 .map(|(name, url)| {
                     (
                         name.clone(),
-                        RpcClient::new(url.clone(), config.secret.clone()),
+                        RpcClient::new(url.clone(), config.secret.clone()).from_silo("control"),
                     )
                 })
                 .collect();
@@ -259,7 +259,8 @@ fn receivers_and_routes(
                 .ok_or_else(|| SiloError::UnknownRegion(name.clone()))?;
             let context = Arc::new(RegionContext {
                 region: name.clone(),
-                control: RpcClient::new(config.control_url.clone(), config.secret.clone()),
+                control: RpcClient::new(config.control_url.clone(), config.secret.clone())
+                    .from_silo(name.clone()),
             });
             (
                 region::receivers(db, context),

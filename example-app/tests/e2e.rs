@@ -667,17 +667,78 @@ async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(backend: D
     }
     let response = audit(900_003, "not-a-uuid".to_owned()).await.unwrap();
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+
+    // Rule 12: the deliveries carried their fencing token, recorded per
+    // sender and shard; a call with a lower token than one applied for its
+    // shard (a worker paused past its lease) is answered with success and
+    // applies nothing, though its message id is new.
+    let fences = control
+        .db
+        .query_one_raw(sea_orm::Statement::from_string(
+            control.db.get_database_backend(),
+            "SELECT count(*) AS n FROM outbox_inbox_fence WHERE consumer = 'rpc' AND sender = 'us'",
+        ))
+        .await
+        .unwrap()
+        .unwrap()
+        .try_get::<i64>("", "n")
+        .unwrap();
+    assert!(fences >= 1, "the region's deliveries carried their tokens");
+    let fenced = |sequence: i64, token: &str, shard: Option<&str>| {
+        use example_app::rpc::{CATEGORY_HEADER, FENCE_HEADER, SENDER_HEADER, SHARD_HEADER};
+        let mut request = app
+            .http
+            .post(app.control_url("/rpc/audit-logs"))
+            .header(example_app::rpc::SECRET_HEADER, SECRET)
+            .header(
+                example_app::rpc::MESSAGE_ID_HEADER,
+                outbox_core::uuid::Uuid::now_v7().to_string(),
+            )
+            .header(FENCE_HEADER, token)
+            .header(SENDER_HEADER, "us")
+            .header(CATEGORY_HEADER, "AuditLogEvent");
+        if let Some(shard) = shard {
+            request = request.header(SHARD_HEADER, shard);
+        }
+        request
+            .json(&json!({
+                "region": "us",
+                "region_sequence": sequence,
+                "organization_id": 4242,
+                "action": "organization.update",
+                "detail": format!("call {sequence}"),
+                "occurred_at": "2026-11-23T00:00:00Z",
+            }))
+            .send()
+    };
+    let shard = Some("region:2/4242");
+    for (sequence, token) in [(900_004, "1000000000000"), (900_005, "5")] {
+        let response = fenced(sequence, token, shard).await.unwrap();
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    }
+    let response = fenced(900_006, "1000000000001", None).await.unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::BAD_REQUEST,
+        "a token needs its shard"
+    );
+
     let (status, events) = app
         .get(app.control_url("/api/0/audit-logs?organization_id=4242"))
         .await;
     assert_eq!(status, StatusCode::OK);
-    let details: Vec<&str> = events
+    let mut details: Vec<&str> = events
         .as_array()
         .unwrap()
         .iter()
         .map(|e| e["detail"].as_str().unwrap())
         .collect();
-    assert_eq!(details, ["call 900001"]);
+    details.sort_unstable();
+    assert_eq!(
+        details,
+        ["call 900001", "call 900004"],
+        "call 900005 was superseded"
+    );
     app.shutdown().await;
 }
 

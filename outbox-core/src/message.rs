@@ -151,8 +151,26 @@ pub enum PayloadError {
 }
 
 tokio::task_local! {
-    /// The message id of the message whose handler runs on this task.
-    static DELIVERED: Uuid;
+    /// The delivery whose handler runs on this task.
+    static DELIVERED: CurrentDelivery;
+}
+
+/// What identifies the delivery whose receiver is running on this task
+/// ([`current_delivery`]): what a receiver that calls another service
+/// forwards (for example as headers), so that the service applies the
+/// message once (its id) and never after a newer claim of its shard (the
+/// fencing token).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CurrentDelivery {
+    /// The message id ([`Message::message_id`]).
+    pub message_id: Uuid,
+    /// The shard ([`Message::shard`]).
+    pub shard: ShardKey,
+    /// The claim's fencing token ([`Message::fence`]).
+    pub fence: FencingToken,
+    /// The category's name.
+    pub category: &'static str,
 }
 
 /// The message id of the message whose receiver is running on this task,
@@ -179,15 +197,23 @@ tokio::task_local! {
 /// # }
 /// ```
 pub fn current_message_id() -> Option<Uuid> {
-    DELIVERED.try_with(|id| *id).ok()
+    DELIVERED.try_with(|delivery| delivery.message_id).ok()
 }
 
-/// Runs `future` (a receiver's call) with `message_id` as the current one.
-pub(crate) async fn with_message_id<F: std::future::Future>(
-    message_id: Uuid,
+/// The delivery whose receiver is running on this task, if any: its
+/// message id, shard, fencing token and category. Like
+/// [`current_message_id`], set for the receiver's call and the tasks it
+/// awaits, not for tasks it spawns.
+pub fn current_delivery() -> Option<CurrentDelivery> {
+    DELIVERED.try_with(Clone::clone).ok()
+}
+
+/// Runs `future` (a receiver's call) with `delivery` as the current one.
+pub(crate) async fn with_delivery<F: std::future::Future>(
+    delivery: CurrentDelivery,
     future: F,
 ) -> F::Output {
-    DELIVERED.scope(message_id, future).await
+    DELIVERED.scope(delivery, future).await
 }
 
 /// The message id of a row stored without one: written by hand, by a

@@ -358,7 +358,15 @@ async fn deliver_group<C: Category>(
     // The span is entered while the handler's future is built too: a
     // receiver that opens its span before its first `.await` nests it there.
     let call = span.in_scope(|| AssertUnwindSafe(handler(message)).catch_unwind());
-    let call = crate::message::with_message_id(newest.message_id, call);
+    let call = crate::message::with_delivery(
+        crate::message::CurrentDelivery {
+            message_id: newest.message_id,
+            shard: newest.shard.clone(),
+            fence,
+            category: category.name(),
+        },
+        call,
+    );
     let result = DELIVERING
         .scope(stack, tokio::time::timeout(timeout, call))
         .instrument(span.clone())
