@@ -138,3 +138,48 @@ async fn sqlite_has_one_writer_at_a_time() {
     let b_row = write_region(&other, message(2)).await.unwrap();
     assert!(b_row.id > a_row.id);
 }
+
+/// The lock comes before the id: a writer that waits for the shard draws
+/// its id after the wait, so it is higher than the id of a row of another
+/// shard written while it waited (drawn before the wait, it would be lower,
+/// and could commit after a higher id of its own shard).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_writer_that_waits_for_its_shard_draws_its_id_after_the_wait() {
+    let t = database(DbBackend::Postgres, "commit_order_id_after_wait").await;
+    for rows in [1, 3] {
+        let a = begin_write(&t.db).await.unwrap();
+        write_region(&a, message(1)).await.unwrap();
+        let waiting = tokio::spawn({
+            let db = t.db.clone();
+            async move {
+                let b = begin_write(&db).await.unwrap();
+                // One row, or several rows of the shard and another.
+                let mut batch = vec![message(2)];
+                for object in 3..=rows {
+                    batch.push(OutboxMessage::new(
+                        OutboxCategory::OrganizationUpdate,
+                        ShardId(100 + object),
+                        ObjectId(object),
+                    ));
+                }
+                let written = outbox_seaorm::write_region_many(&b, batch).await.unwrap();
+                b.commit().await.unwrap();
+                written.iter().map(|row| row.id).min().unwrap()
+            }
+        });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while sessions_waiting_on_a_lock(&t.db).await == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "B never waited");
+            assert!(!waiting.is_finished(), "B did not wait for the shard");
+            tokio::task::yield_now().await;
+        }
+        let other = OutboxMessage::new(OutboxCategory::OrganizationUpdate, ShardId(8), ObjectId(1));
+        let meanwhile = write_region(&t.db, other).await.unwrap().id;
+        a.commit().await.unwrap();
+        let b_first = waiting.await.unwrap();
+        assert!(
+            b_first > meanwhile,
+            "{rows} rows: B's ids ({b_first}…) were drawn after its wait, above {meanwhile}"
+        );
+    }
+}

@@ -452,29 +452,48 @@ fn insert_statement<C: Category>(
 ) -> (String, Vec<Value>) {
     let control = kind == OutboxKind::Control;
     let mut sql = format!(
-        "INSERT INTO {} ({}shard_scope, shard_identifier, category, object_identifier, payload, \
-         scheduled_from, scheduled_for, date_added, traceparent, message_id) ",
+        "INSERT INTO {} ({}{}shard_scope, shard_identifier, category, object_identifier, payload, \
+         scheduled_from, scheduled_for, date_added, traceparent, message_id) VALUES ",
         table(kind),
+        if locks.is_some() { "id, " } else { "" },
         if control { "region_name, " } else { "" }
     );
-    // With locks, `SELECT … FROM (VALUES …) WHERE <the locks>`: the condition
-    // is a one-time filter, evaluated before the first row, and so before
-    // the first id is drawn from the sequence.
-    sql.push_str(if locks.is_some() {
-        "SELECT * FROM (VALUES "
-    } else {
-        "VALUES "
-    });
     let mut values = vec![
         time::bind(backend, now),
         time::bind(backend, outbox_core::the_past()),
         Value::String(traceparent.map(|parent| parent.to_string())),
     ];
+    if let Some(locks) = locks {
+        values.push(Value::from(shard_lock::class(kind)));
+        values.push(match locks {
+            [one] => Value::from(*one),
+            many => Value::from(many.to_vec()),
+        });
+    }
     for (i, ((region, message), message_id)) in rows.iter().zip(message_ids).enumerate() {
         if i > 0 {
             sql.push_str(", ");
         }
         sql.push('(');
+        if locks.is_some() {
+            // The first row's id is drawn by the subquery that takes the
+            // locks, after them; the others' by the column default, after
+            // the first row (VALUES rows are produced in order).
+            if i == 0 {
+                let lock = if locks.is_some_and(|keys| keys.len() == 1) {
+                    "SELECT pg_advisory_xact_lock($4, $5)"
+                } else {
+                    "SELECT count(*) FROM (SELECT pg_advisory_xact_lock($4, k) \
+                     FROM unnest($5::int[]) AS k ORDER BY k) AS locks"
+                };
+                sql.push_str(&format!(
+                    "(SELECT nextval(pg_get_serial_sequence('{}', 'id')) FROM ({lock}) AS locked), ",
+                    table(kind)
+                ));
+            } else {
+                sql.push_str("DEFAULT, ");
+            }
+        }
         if control {
             values.push(Value::from(region.clone().unwrap_or_default()));
             sql.push_str(&format!("${}, ", values.len()));
@@ -499,16 +518,6 @@ fn insert_statement<C: Category>(
         // The timestamps and the trace context are shared by the rows.
         values.push(message_id);
         sql.push_str(&format!("$1, $2, $1, $3, ${})", values.len()));
-    }
-    if let Some(locks) = locks {
-        values.push(Value::from(shard_lock::class(kind)));
-        values.push(Value::from(locks.to_vec()));
-        sql.push_str(&format!(
-            ") AS v WHERE (SELECT count(*) FROM (SELECT pg_advisory_xact_lock(${}, k) \
-             FROM unnest(${}::int[]) AS k ORDER BY k) AS locked) >= 0",
-            values.len() - 1,
-            values.len()
-        ));
     }
     sql.push_str(" RETURNING id");
     (sql, values)
