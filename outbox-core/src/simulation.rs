@@ -9,14 +9,23 @@
 //! its claims then end only with their lease, or as a cancellation, released
 //! early); synchronous flushes race the rounds; receivers fail, fail
 //! permanently or panic on demand; the clock jumps, past leases and
-//! backoffs; an operator releases quarantined shards.
+//! backoffs; an operator releases quarantined shards; a worker's process
+//! pauses past its lease in the middle of a receiver's call (after its
+//! lease check, before the receiver's write), and meanwhile another
+//! process's worker runs a round, which may claim the shard and deliver
+//! its newer rows first.
+//!
+//! The receiver is fenced, as rule 12 asks of one: it keeps the highest
+//! fencing token it applied per shard and refuses a lower one as
+//! superseded (counted in [`SimOutcome::superseded`]).
 //!
 //! After every step the simulator checks the outbox's rules (numbered as in `conformance`) that
 //! can be seen from outside: no committed row is lost and no rolled-back row
 //! is delivered (rules 1, 2, 6), a delivery carries the payload of the row it
-//! names (4), no shard is delivered by two workers at once (3), groups of a
-//! shard come in order of their lowest id between failures and crashes (3),
-//! a failing shard is not delivered before its backoff ends, a quarantined
+//! names (4), no shard is delivered by two workers at once (3), what the
+//! receiver applied of a shard goes forward: within one claim in order of
+//! the groups' lowest ids (3), never a claim's after a newer claim's (12),
+//! stalled workers' and synchronous deliveries included, a failing shard is not delivered before its backoff ends, a quarantined
 //! one not before an operator releases it (5). At the end, with faults
 //! stopped, everything drains. The first broken rule ends the schedule with
 //! a [`Violation`] that names the seed: `run(seed, &config)` replays it.
@@ -28,7 +37,14 @@
 //!
 //! A planted bug is caught: with the fencing check of `MemoryStore::commit`
 //! removed, seed 6 breaks rule 7 (a commit whose lease had ended changed
-//! its shard) within its 40 steps.
+//! its shard) within its 40 steps. With an unfenced receiver
+//! ([`SimConfig::fenced`] `false`), a quarter of the schedules break rule
+//! 12 (a stalled worker puts an old state back).
+//!
+//! The pause moves the engine's clock, not tokio's: advancing tokio's
+//! paused clock makes its timers fire in an order that differs from one
+//! process to the next, and a seed would no longer replay (an earlier
+//! variant that did so reported a redelivery that could not be replayed).
 
 // A simulator: a broken expectation is a violation or a panic by design.
 #![allow(clippy::unwrap_used)]
@@ -47,6 +63,7 @@ use tokio::sync::Notify;
 use crate::backoff::BackoffPolicy;
 use crate::clock::{Clock, ManualClock};
 use crate::drain::{DeadLetterPolicy, DrainConfig, Drainer};
+use crate::fence::FencingToken;
 use crate::memory::MemoryStore;
 use crate::message::Message;
 use crate::receiver::{HandlerError, Receivers};
@@ -83,6 +100,11 @@ pub struct SimConfig {
     pub shards: i64,
     /// Objects per shard (coalescing groups).
     pub objects: i64,
+    /// Whether the receiver is fenced: it keeps the highest fencing token it
+    /// applied per shard and refuses a lower one as superseded (rule 12).
+    /// `false` shows what fencing prevents: a stalled worker's late
+    /// delivery is applied after a newer claim's, and the check finds it.
+    pub fenced: bool,
 }
 
 impl Default for SimConfig {
@@ -92,6 +114,7 @@ impl Default for SimConfig {
             workers: 3,
             shards: 3,
             objects: 2,
+            fenced: true,
         }
     }
 }
@@ -105,6 +128,9 @@ pub struct SimOutcome {
     pub deliveries: usize,
     /// Worker crashes.
     pub crashes: usize,
+    /// Deliveries the fenced receiver refused as superseded (stalled
+    /// workers' late ones).
+    pub superseded: usize,
     /// One line per step: equal traces for equal seeds.
     pub trace: Vec<String>,
 }
@@ -265,22 +291,22 @@ impl DrainStore for SimStore {
     }
 
     async fn commit(&self, batch: &CommitBatch) -> Result<CommitOutcome, StoreError> {
-        let before: HashSet<i64> = self
-            .inner
-            .rows(batch.kind)
-            .iter()
-            .map(|row| row.id)
-            .collect();
-        let states_before = self.inner.failing_shards(batch.kind, 10_000).await?;
-        let outcome = self.op(self.inner.commit(batch)).await?;
+        // The store as the commit found and left it, read right around it
+        // (the memory store does not yield): another worker's commit while
+        // this one waits (the shard's new owner) is not counted as its.
+        let inner = &self.inner;
+        let ids = || -> HashSet<i64> { inner.rows(batch.kind).iter().map(|row| row.id).collect() };
+        let (outcome, before, after, states_before, states_after) = self
+            .op(async {
+                let before = ids();
+                let states_before = inner.failing_shards(batch.kind, 10_000).await?;
+                let outcome = inner.commit(batch).await?;
+                let after = ids();
+                let states_after = inner.failing_shards(batch.kind, 10_000).await?;
+                Ok((outcome, before, after, states_before, states_after))
+            })
+            .await?;
         // Rule 7: a shard whose lease was lost is left exactly as it was.
-        let after: HashSet<i64> = self
-            .inner
-            .rows(batch.kind)
-            .iter()
-            .map(|row| row.id)
-            .collect();
-        let states_after = self.inner.failing_shards(batch.kind, 10_000).await?;
         for shard in &outcome.lost {
             let Some(commit) = batch.shards.iter().find(|c| &c.shard == shard) else {
                 continue;
@@ -416,9 +442,8 @@ struct Seen {
     first_id: i64,
     payload: Option<Value>,
     at: DateTime<Utc>,
-    synchronous: bool,
-    /// The world's epoch when it was delivered.
-    epoch: u64,
+    /// The claim's fencing token.
+    fence: FencingToken,
 }
 
 /// The receivers' side: what was delivered, what to do next.
@@ -428,12 +453,17 @@ struct Receiver {
     faults: Mutex<HashMap<ShardKey, Fault>>,
     active: Mutex<HashSet<ShardKey>>,
     overlaps: Mutex<Vec<ShardKey>>,
-    /// Increases on every event after which redelivery or reordering is
-    /// allowed (failures, crashes, lease expiries, releases).
-    epoch: std::sync::atomic::AtomicU64,
-    /// Epochs in which a stalled worker (past its lease, not knowing it yet)
-    /// and the shard's next owner may both deliver: no order within them.
-    unordered: Mutex<HashSet<u64>>,
+    /// Whether it refuses superseded deliveries.
+    fenced: bool,
+    /// The highest fencing token applied per shard.
+    highest: Mutex<HashMap<ShardKey, FencingToken>>,
+    /// Another process's worker, which runs a round while a stalled one is
+    /// paused (taken out at the end of the schedule: it holds the receiver).
+    relief: Mutex<Option<Drainer<OutboxCategory>>>,
+    /// Whether the relief is running (a stall inside it does not recurse).
+    relieving: std::sync::atomic::AtomicBool,
+    /// Deliveries refused as superseded.
+    superseded: std::sync::atomic::AtomicUsize,
 }
 
 struct Active<'a>(&'a Receiver, ShardKey);
@@ -451,25 +481,52 @@ impl Receiver {
         }
         let _active = Active(self, message.shard.clone());
         tokio::task::yield_now().await;
-        // The epoch the delivery began in: a stalled one belongs to it.
-        let epoch = self.epoch.load(std::sync::atomic::Ordering::SeqCst);
         let fault = lock(&self.faults).remove(&message.shard);
         match fault {
             Some(Fault::Stall) => {
-                // Past its lease, this worker is as good as dead: another
-                // may take the shard, and redelivery is allowed.
+                // The process pauses past its lease between its lease
+                // check and this receiver's write: another worker may take
+                // the shard and deliver newer rows meanwhile, and only the
+                // token can refuse what follows. (The engine's clock jumps;
+                // tokio's does not: its timer wheel would fire in an order
+                // that differs between processes, and a seed would no
+                // longer replay. The lease check before each call reads
+                // the engine's clock.)
                 drop(_active);
                 self.clock.advance(Duration::from_secs(4));
-                let next = self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-                lock(&self.unordered).insert(next);
                 for _ in 0..8 {
                     tokio::task::yield_now().await;
+                }
+                // Meanwhile another process drains: it may claim this
+                // shard (its lease has ended) and deliver its newer rows.
+                let relief = lock(&self.relief).clone();
+                if let Some(relief) = relief {
+                    if !self
+                        .relieving
+                        .swap(true, std::sync::atomic::Ordering::SeqCst)
+                    {
+                        let _ = relief.drain_due(OutboxKind::Region).await;
+                        self.relieving
+                            .store(false, std::sync::atomic::Ordering::SeqCst);
+                    }
                 }
             }
             Some(Fault::Fail) => return Err("simulated failure".into()),
             Some(Fault::Permanent) => return Err(crate::permanent("simulated rejection")),
             Some(Fault::Panic) => panic!("simulated receiver panic"),
             None => {}
+        }
+        if self.fenced {
+            // Rule 12: the check and the write are one step (a database
+            // receiver does both in one transaction).
+            let mut highest = lock(&self.highest);
+            let applied = highest.entry(message.shard.clone()).or_default();
+            if message.fence < *applied {
+                self.superseded
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                return Ok(());
+            }
+            *applied = message.fence;
         }
         let now = self.clock.now();
         lock(&self.seen).push(Seen {
@@ -478,8 +535,7 @@ impl Receiver {
             first_id: message.first_id,
             payload: message.payload.clone(),
             at: now,
-            synchronous: message.synchronous,
-            epoch,
+            fence: message.fence,
         });
         Ok(())
     }
@@ -509,7 +565,8 @@ struct World {
     /// When each shard may be delivered again (failures and quarantines).
     retry_after: HashMap<ShardKey, DateTime<Utc>>,
     checked: usize,
-    last_first_id: HashMap<(ShardKey, u64), i64>,
+    /// The fencing token and first id of each shard's last applied delivery.
+    last_applied: HashMap<ShardKey, (FencingToken, i64)>,
     trace: Vec<String>,
     crashes: usize,
     next_worker: usize,
@@ -549,8 +606,11 @@ impl World {
                 faults: Mutex::default(),
                 active: Mutex::default(),
                 overlaps: Mutex::default(),
-                epoch: std::sync::atomic::AtomicU64::new(0),
-                unordered: Mutex::default(),
+                fenced: config.fenced,
+                highest: Mutex::default(),
+                relief: Mutex::default(),
+                relieving: std::sync::atomic::AtomicBool::new(false),
+                superseded: std::sync::atomic::AtomicUsize::new(0),
             }),
             workers: Vec::new(),
             worker_ids: Vec::new(),
@@ -558,7 +618,7 @@ impl World {
             rolled_back: HashSet::new(),
             retry_after: HashMap::new(),
             checked: 0,
-            last_first_id: HashMap::new(),
+            last_applied: HashMap::new(),
             trace: Vec::new(),
             crashes: 0,
             next_worker: 0,
@@ -568,6 +628,8 @@ impl World {
             world.workers.push(worker);
             world.worker_ids.push(id);
         }
+        let (relief, _) = world.new_worker();
+        *lock(&world.receiver.relief) = Some(relief);
         world
     }
 
@@ -603,13 +665,6 @@ impl World {
         } else {
             ShardKey::region(OutboxScope::SimOrgScope, identifier)
         }
-    }
-
-    /// Redelivery and reordering are allowed from here on.
-    fn bump(&self) {
-        self.receiver
-            .epoch
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn violation(&self, rule: &'static str, detail: String) -> Violation {
@@ -717,14 +772,6 @@ impl World {
             eprintln!("  racing {chosen:?} plans {plans:?} flush {flush:?}");
         }
         let results = futures::future::join_all(runs).await;
-        // After a stall, order holds again from the next round on.
-        let epoch = self
-            .receiver
-            .epoch
-            .load(std::sync::atomic::Ordering::SeqCst);
-        if lock(&self.receiver.unordered).contains(&epoch) {
-            self.bump();
-        }
         // The crash points are spent: what follows runs to its end.
         for (_, id, _) in &plans {
             if let Some(plan) = lock(&self.control.plans).get_mut(id) {
@@ -740,7 +787,6 @@ impl World {
         for (index, died) in results {
             if died {
                 self.crashes += 1;
-                self.bump();
                 if self.rng.chance(50) {
                     // A process death: its claims end with their lease.
                     let (worker, id) = self.new_worker();
@@ -782,13 +828,11 @@ impl World {
                 self.clock.advance(Duration::from_millis(millis));
                 if millis >= 3_000 {
                     // Leases may have ended: redelivery is allowed.
-                    self.bump();
                 }
                 self.trace.push(format!("advance {millis} ms"));
             }
             _ => {
                 let released = self.release_quarantined().await;
-                self.bump();
                 self.trace.push(format!(
                     "operator releases {:?}",
                     released
@@ -835,9 +879,7 @@ impl World {
             let previous = self
                 .retry_after
                 .insert(failing.shard.clone(), failing.state.retry_at);
-            if previous != Some(failing.state.retry_at) {
-                self.bump();
-            }
+            if previous != Some(failing.state.retry_at) {}
         }
         let unfenced = lock(&self.control.unfenced).clone();
         if let Some(what) = unfenced.first() {
@@ -883,20 +925,35 @@ impl World {
                     ));
                 }
             }
-            if !delivery.synchronous && !lock(&self.receiver.unordered).contains(&delivery.epoch) {
-                let key = (delivery.shard.clone(), delivery.epoch);
-                if let Some(previous) = self.last_first_id.insert(key, delivery.first_id) {
-                    if previous >= delivery.first_id {
-                        return Err(self.violation(
-                            "3: order",
-                            format!(
-                                "shard {} went back from {previous} to {}",
-                                delivery.shard, delivery.first_id
-                            ),
-                        ));
-                    }
+            // Rules 3 and 12, as the receiver saw what it applied: one
+            // claim's deliveries of a shard go forward; a later claim
+            // (higher token) may start again lower (a redelivery after a
+            // crash, a failure or a lost lease: rule 6); an older claim's
+            // delivery after a newer one's (a stalled worker's) is never
+            // applied.
+            let current = (delivery.fence, delivery.first_id);
+            if let Some(&(fence, first_id)) = self.last_applied.get(&delivery.shard) {
+                if delivery.fence < fence {
+                    return Err(self.violation(
+                        "12: fencing",
+                        format!(
+                            "shard {} applied a delivery of claim {} after one of claim {fence}: \
+                             a stale worker put an old state back",
+                            delivery.shard, delivery.fence
+                        ),
+                    ));
+                }
+                if delivery.fence == fence && delivery.first_id <= first_id {
+                    return Err(self.violation(
+                        "3: order",
+                        format!(
+                            "shard {} went back from {first_id} to {} within claim {fence}",
+                            delivery.shard, delivery.first_id
+                        ),
+                    ));
                 }
             }
+            self.last_applied.insert(delivery.shard.clone(), current);
         }
         self.checked = seen.len();
         // Rules 2 and 6: every committed row is pending, delivered (by a
@@ -941,7 +998,6 @@ impl World {
     /// Faults stop; time passes; everything must drain.
     async fn settle(&mut self) -> Result<(), Violation> {
         lock(&self.receiver.faults).clear();
-        self.bump();
         for _ in 0..40 {
             if self.store.pending_count(OutboxKind::Region).await.unwrap() == 0 {
                 return self.check().await;
@@ -990,19 +1046,29 @@ pub fn run(seed: u64, config: &SimConfig) -> Result<SimOutcome, Violation> {
     runtime.block_on(async move {
         let mut world = World::new(seed, config);
         let verbose = std::env::var_os("OUTBOX_SIM_TRACE").is_some();
-        for _ in 0..config.steps {
-            world.step().await;
-            if verbose {
-                eprintln!("{}", world.trace.last().map_or("", String::as_str));
+        let schedule = async {
+            for _ in 0..config.steps {
+                world.step().await;
+                if verbose {
+                    eprintln!("{}", world.trace.last().map_or("", String::as_str));
+                }
+                world.check().await?;
             }
-            world.check().await?;
+            world.settle().await
         }
-        world.settle().await?;
+        .await;
+        // The relief holds the receiver, which holds the relief.
+        lock(&world.receiver.relief).take();
+        schedule?;
         let deliveries = lock(&world.receiver.seen).len();
         Ok(SimOutcome {
             steps: config.steps,
             deliveries,
             crashes: world.crashes,
+            superseded: world
+                .receiver
+                .superseded
+                .load(std::sync::atomic::Ordering::SeqCst),
             trace: std::mem::take(&mut world.trace),
         })
     })
