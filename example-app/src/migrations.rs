@@ -62,9 +62,44 @@ impl MigrationTrait for RegionIdSequences {
         let mut statements = vec![
             "CREATE TABLE id_sequence (name text PRIMARY KEY, last bigint NOT NULL)".to_owned(),
         ];
-        for table in ["organization", "organization_member"] {
+        for table in crate::ids::TABLES {
             statements.push(format!(
                 "INSERT INTO id_sequence (name, last) SELECT '{table}', coalesce(max(id), 0) FROM {table}"
+            ));
+        }
+        run(manager, statements).await
+    }
+}
+
+/// PostgreSQL: the id sequences become database sequences (see
+/// `crate::ids`), whose `nextval` takes no lock a transaction holds: a
+/// request frozen half-way (a paused process) no longer stops every other
+/// create of its region. They start a million above the rows' counters, so
+/// that processes of the previous version, which still bump the rows
+/// during a rolling deploy, cannot hand out the same ids. SQLite keeps the
+/// rows (one writer at a time there anyway).
+pub struct RegionIdSequenceObjects;
+
+impl MigrationName for RegionIdSequenceObjects {
+    fn name(&self) -> &str {
+        "m20261125_000003_region_id_sequence_objects"
+    }
+}
+
+#[allow(elided_lifetimes_in_paths)]
+#[async_trait::async_trait]
+impl MigrationTrait for RegionIdSequenceObjects {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        if manager.get_database_backend() != DbBackend::Postgres {
+            return Ok(());
+        }
+        let mut statements = Vec::new();
+        for table in crate::ids::TABLES {
+            statements.push(format!("CREATE SEQUENCE id_sequence_{table} AS bigint"));
+            statements.push(format!(
+                "SELECT setval('id_sequence_{table}', coalesce((SELECT last FROM id_sequence \
+                 WHERE name = '{table}'), 0) + {}, false)",
+                crate::ids::SEQUENCE_HEADROOM
             ));
         }
         run(manager, statements).await
@@ -112,6 +147,7 @@ impl MigratorTrait for RegionMigrator {
         let mut migrations = outbox_migrations::migrations();
         migrations.push(Box::new(RegionSchema));
         migrations.push(Box::new(RegionIdSequences));
+        migrations.push(Box::new(RegionIdSequenceObjects));
         migrations
     }
 }
