@@ -188,3 +188,40 @@ pub async fn a_worker_whose_lease_ended_calls_no_further_receiver<B: Backend>(ba
     assert_eq!(objects, vec![1, 2, 3], "the fenced commit deleted nothing");
     assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
 }
+
+/// A request claims its shard before its commit, then its process pauses
+/// past the lease before it delivers (between the commit and the flush):
+/// once it resumes, the flush calls no receiver and reports the claim
+/// lost; another worker delivers the rows, each once.
+pub async fn a_flush_resumed_after_its_lease_delivers_nothing<B: Backend>(backend: &B) {
+    let store = backend.fresh("fencing_tokens_flush").await;
+    let shard = org(1);
+    let clock = ManualClock::starting_now();
+    let config = DrainConfig::default();
+    let flushed = Recorder::new();
+    let flusher = drainer(store.clone(), &flushed, &clock, config);
+    let mut txn = backend.begin(&store).await;
+    let ids = txn
+        .write(&[update(&shard, 1, 1), update(&shard, 2, 1)])
+        .await;
+    let mut flush = flusher.prepare_flush([(shard.clone(), ids[1])]);
+    flush.claim(&*txn).await.unwrap();
+    txn.commit().await;
+    // The pause.
+    clock.advance(config.lease_duration());
+    let outcome = flush.deliver().await;
+    assert_eq!(flushed.calls(), 0, "no receiver call after the lease ended");
+    assert!(
+        matches!(&outcome.errors[..], [crate::FlushError::ClaimLost { shard: lost }] if *lost == shard),
+        "{:?}",
+        outcome.errors
+    );
+    flusher.settled().await;
+
+    let fresh = Recorder::new();
+    let other = drainer(backend.reconnect(&store).await, &fresh, &clock, config);
+    other.drain_due(OutboxKind::Region).await.unwrap();
+    let objects: Vec<i64> = fresh.deliveries().iter().map(|d| d.object).collect();
+    assert_eq!(objects, vec![1, 2]);
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+}

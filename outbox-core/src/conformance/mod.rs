@@ -296,6 +296,7 @@ macro_rules! conformance_tests {
             fencing_tokens::fencing_tokens_grow_with_every_claim_of_a_shard,
             fencing_tokens::a_worker_paused_past_its_lease_is_refused_by_a_fenced_receiver,
             fencing_tokens::a_worker_whose_lease_ended_calls_no_further_receiver,
+            fencing_tokens::a_flush_resumed_after_its_lease_delivers_nothing,
             flush::a_claim_before_the_commit_is_neither_waited_for_nor_taken_by_a_drain,
             flush::a_request_that_rolls_back_after_its_claim_leaves_its_bucket_free,
             flush::a_flush_whose_completion_is_lost_is_delivered_again_once_its_lease_ends,
