@@ -293,13 +293,16 @@ impl Writer {
         self.ledger().user_renamed(id, &name, answer.is_ok());
     }
 
-    fn region_url(&self, region: &str) -> String {
-        self.urls
+    /// A process of `region` (one of two, when it runs two).
+    fn region_url(&mut self, region: &str) -> String {
+        let processes: Vec<String> = self
+            .urls
             .regions
             .iter()
-            .find(|(name, _)| name == region)
+            .filter(|(name, _)| name == region)
             .map(|(_, url)| url.clone())
-            .unwrap()
+            .collect();
+        processes[self.rng.random_range(0..processes.len())].clone()
     }
 }
 
@@ -366,4 +369,36 @@ impl Tally {
     pub fn merge(&mut self, other: Tally) {
         self.add(&other);
     }
+}
+
+/// Creates organizations through the process at `base`, one after the
+/// other, for `during`; returns the slowest answer. Not in the ledger (a
+/// create's id is only known from its answer; the replicas' comparison with
+/// the regions covers them).
+pub async fn probe_creates(base: String, during: Duration) -> Result<Duration, String> {
+    let http = client();
+    let started = Instant::now();
+    let mut slowest = Duration::ZERO;
+    let mut n = 0;
+    while started.elapsed() < during {
+        n += 1;
+        let slug = format!("probe-{}-{n}", started.elapsed().as_nanos());
+        let sent = Instant::now();
+        let response = http
+            .post(format!("{base}/api/0/organizations"))
+            .json(&json!({ "slug": slug, "name": slug }))
+            .send()
+            .await
+            .map_err(|error| error.to_string())?;
+        if response.status() != StatusCode::CREATED {
+            return Err(format!(
+                "{}: {}",
+                response.status(),
+                response.text().await.unwrap_or_default()
+            ));
+        }
+        slowest = slowest.max(sent.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(slowest)
 }

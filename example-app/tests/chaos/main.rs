@@ -2,8 +2,9 @@
 //! `de`) on a PostgreSQL server of its own, under write load over HTTP,
 //! while faults hit them: SIGKILL of a silo, crash restarts of the server,
 //! storms of `pg_terminate_backend`, sessions idle in transaction holding
-//! locks, waves of concurrent requests on small pools, and PgBouncer
-//! restarts. After each scenario's last fault the load stops, and the suite
+//! locks, waves of concurrent requests on small pools, PgBouncer restarts,
+//! and SIGSTOP/SIGCONT of one of two processes of a region for longer than
+//! the lease (the region's other process must keep creating in under 1 s). After each scenario's last fault the load stops, and the suite
 //! waits until every outbox is empty and every replica equals its source,
 //! then checks the ledger of acknowledged writes: nothing lost, nothing
 //! stale, nothing duplicated, and convergence within 5 s of the last fault.
@@ -13,7 +14,7 @@
 //! minute); `-- --ignored chaos_long` the long one. `OUTBOX_CHAOS_SEED`
 //! replays a run's choices (which silo is killed, when);
 //! `OUTBOX_CHAOS_ONLY=sigkill,waves` runs only the scenarios named (sigkill,
-//! crash_restart, terminate, lockers, waves, pgbouncer).
+//! crash_restart, terminate, lockers, waves, pgbouncer, pause).
 
 #![allow(clippy::unwrap_used, missing_docs)]
 

@@ -47,16 +47,18 @@ pub enum Scenario {
     IdleLockers,
     LoadWaves,
     PgBouncerRestart,
+    Pause,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Sigkill,
         Scenario::CrashRestart,
         Scenario::TerminateStorm,
         Scenario::IdleLockers,
         Scenario::LoadWaves,
         Scenario::PgBouncerRestart,
+        Scenario::Pause,
     ];
 
     pub fn name(self) -> &'static str {
@@ -67,6 +69,7 @@ impl Scenario {
             Scenario::IdleLockers => "lockers",
             Scenario::LoadWaves => "waves",
             Scenario::PgBouncerRestart => "pgbouncer",
+            Scenario::Pause => "pause",
         }
     }
 }
@@ -82,6 +85,8 @@ pub struct Row {
     converged: Option<Duration>,
     /// What was left when it did not converge.
     unconverged: Option<String>,
+    /// The scenario's own checks that failed.
+    failed: Vec<String>,
     logs: Option<String>,
 }
 
@@ -101,6 +106,9 @@ impl Row {
             if items.len() > 10 {
                 violations.push(format!("{name}: … {} more {what}", items.len() - 10));
             }
+        }
+        for failed in &self.failed {
+            violations.push(format!("{name}: {failed}"));
         }
         match self.converged {
             None => violations.push(format!(
@@ -160,6 +168,8 @@ struct Stage<'a> {
     rng: StdRng,
     seed: u64,
     tally: Tally,
+    /// The scenario's own checks that failed.
+    failed: Vec<String>,
 }
 
 /// Runs `scenario` on fresh databases and silos.
@@ -179,12 +189,19 @@ pub async fn run(scenario: Scenario, scale: Scale, postgres: &Postgres, seed: u6
         std::process::id(),
         scenario.name()
     ));
-    let silos = Silos::start(&dir, &silo_urls, None).await;
+    let mut silos = Silos::start(&dir, &silo_urls, None).await;
+    if scenario == Scenario::Pause {
+        // Two processes per region, on the region's database.
+        for region in &SILOS[1..] {
+            silos.start_twin(region).await;
+        }
+    }
     let urls = Urls {
         control: silos.url_of("control"),
-        regions: SILOS[1..]
-            .iter()
-            .map(|region| ((*region).to_owned(), silos.url_of(region)))
+        regions: silos
+            .region_processes()
+            .into_iter()
+            .map(|i| (silos.name(i).to_owned(), silos.url(i)))
             .collect(),
     };
     let ledger = Arc::new(Mutex::new(Ledger::default()));
@@ -198,6 +215,7 @@ pub async fn run(scenario: Scenario, scale: Scale, postgres: &Postgres, seed: u6
         rng: StdRng::seed_from_u64(seed ^ scenario as u64),
         seed,
         tally: Tally::default(),
+        failed: Vec::new(),
     };
 
     let load = Load::start(&stage.urls, &stage.ledger, WRITERS, seed);
@@ -238,6 +256,7 @@ pub async fn run(scenario: Scenario, scale: Scale, postgres: &Postgres, seed: u6
         client_errors: stage.tally.to_string(),
         converged,
         unconverged,
+        failed: std::mem::take(&mut stage.failed),
         logs: None,
     };
     let Stage { silos, bouncer, .. } = stage;
@@ -351,6 +370,52 @@ impl Stage<'_> {
                 }
                 (
                     format!("{waves} waves of {size} concurrent requests on pools of 10"),
+                    Instant::now(),
+                )
+            }
+            Scenario::Pause => {
+                let pauses = scale.pick(2, 7);
+                let mut slowest = Duration::ZERO;
+                for _ in 0..pauses {
+                    self.gap(0.5..1.5).await;
+                    let processes = self.silos.region_processes();
+                    let paused = processes[self.rng.random_range(0..processes.len())];
+                    let region = self.silos.name(paused);
+                    // The region's other process, which must keep serving.
+                    let other = processes
+                        .into_iter()
+                        .find(|&i| i != paused && self.silos.name(i) == region)
+                        .unwrap();
+                    let seconds = self.rng.random_range(4.0..8.0);
+                    self.silos.pause(paused);
+                    let probe = load::probe_creates(
+                        self.silos.url(other),
+                        Duration::from_secs_f64(seconds),
+                    );
+                    let (probed, _) =
+                        tokio::join!(probe, tokio::time::sleep(Duration::from_secs_f64(seconds)));
+                    self.silos.resume(paused);
+                    match probed {
+                        Ok(latency) => slowest = slowest.max(latency),
+                        Err(error) => self.failed.push(format!(
+                            "a create through the other process of {region} failed \
+                             during a pause: {error}"
+                        )),
+                    }
+                }
+                if slowest >= Duration::from_secs(1) {
+                    self.failed.push(format!(
+                        "a create through the other process of a paused one took {:.2} s \
+                         (bound 1 s)",
+                        slowest.as_secs_f64()
+                    ));
+                }
+                (
+                    format!(
+                        "SIGSTOP of a random region process (two per region) for 4–8 s, \
+                         {pauses} times; the other process's slowest create meanwhile {:.2} s",
+                        slowest.as_secs_f64()
+                    ),
                     Instant::now(),
                 )
             }

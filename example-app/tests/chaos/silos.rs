@@ -79,8 +79,67 @@ impl Silos {
         &self.dir
     }
 
+    /// Starts a second process of silo `name` on the same database (and
+    /// waits until it serves); returns its index.
+    pub async fn start_twin(&mut self, name: &str) -> usize {
+        let first = SILOS.iter().position(|silo| *silo == name).unwrap();
+        let twin = Silo {
+            name: SILOS[first],
+            addr: free_addr(),
+            database_url: self.silos[first].database_url.clone(),
+            listen_url: self.silos[first].listen_url.clone(),
+            log: self.dir.join(format!("{name}-2.log")),
+            child: None,
+        };
+        self.silos.push(twin);
+        let i = self.silos.len() - 1;
+        self.spawn(i);
+        self.wait_serving(i).await;
+        i
+    }
+
+    /// The indices of the processes of the regions.
+    pub fn region_processes(&self) -> Vec<usize> {
+        (0..self.silos.len())
+            .filter(|&i| self.silos[i].name != "control")
+            .collect()
+    }
+
+    /// The silo name of process `i`.
+    pub fn name(&self, i: usize) -> &'static str {
+        self.silos[i].name
+    }
+
+    /// SIGSTOP: process `i` freezes where it is (timers, sockets,
+    /// transactions and all) until [`resume`](Self::resume).
+    pub fn pause(&self, i: usize) {
+        self.signal(i, "-STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self, i: usize) {
+        self.signal(i, "-CONT");
+    }
+
+    fn signal(&self, i: usize, signal: &str) {
+        let pid = self.silos[i].child.as_ref().unwrap().id();
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
     fn spawn(&mut self, i: usize) {
-        let addr = |name: &str| self.silos[SILOS.iter().position(|s| *s == name).unwrap()].addr;
+        let own = (self.silos[i].name, self.silos[i].addr);
+        // A second process of a silo listens on its own address.
+        let addr = |name: &str| {
+            if name == own.0 {
+                own.1
+            } else {
+                self.silos[SILOS.iter().position(|s| *s == name).unwrap()].addr
+            }
+        };
         let silo = &self.silos[i];
         let log = File::options()
             .create(true)
