@@ -104,7 +104,9 @@ pub use receiver::{
     is_permanent, permanent, HandlerError, IncompleteReceivers, Permanent, Receivers,
 };
 pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
-pub use shard::{OutboxKind, ShardKey, UnknownOutboxKind, CLAIM_BUCKETS, MAX_BUCKETS_PER_CLAIM};
+pub use shard::{
+    InvalidShardKey, OutboxKind, ShardKey, UnknownOutboxKind, CLAIM_BUCKETS, MAX_BUCKETS_PER_CLAIM,
+};
 pub use store::{
     BoxError, ClaimBeforeCommit, ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch,
     CommitOutcome, DeadLetter, DeadLetterRow, DrainStore, DueClaim, FailingShard, ScopeDepth,

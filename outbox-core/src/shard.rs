@@ -190,9 +190,67 @@ impl fmt::Display for ShardKey {
     }
 }
 
+/// Text that is not a shard as [`ShardKey`]'s `Display` writes it
+/// (`region:0/42`, `control[us]:0/42`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not a shard (`region:<scope>/<identifier>` or `control[<region>]:<scope>/<identifier>`): {0:?}")]
+pub struct InvalidShardKey(pub String);
+
+impl std::str::FromStr for ShardKey {
+    type Err = InvalidShardKey;
+
+    /// Reads what `Display` writes: `region:0/42`, `control[us]:0/42`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = || InvalidShardKey(text.to_owned());
+        let (head, numbers) = text.split_once(':').ok_or_else(invalid)?;
+        let (kind, region) = match head.split_once('[') {
+            Some((kind, rest)) => {
+                let region = rest
+                    .strip_suffix(']')
+                    .filter(|r| !r.is_empty())
+                    .ok_or_else(invalid)?;
+                (kind, Some(region.to_owned()))
+            }
+            None => (head, None),
+        };
+        let kind: OutboxKind = kind.parse().map_err(|_| invalid())?;
+        if (kind == OutboxKind::Control) != region.is_some() {
+            return Err(invalid());
+        }
+        let (scope, identifier) = numbers.split_once('/').ok_or_else(invalid)?;
+        let scope = scope.parse().map_err(|_| invalid())?;
+        let identifier = identifier.parse().map_err(|_| invalid())?;
+        Ok(Self::from_raw(kind, scope, identifier, region))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shard_reads_back_what_it_writes() {
+        for shard in [
+            ShardKey::from_raw(OutboxKind::Region, 0, 42, None),
+            ShardKey::from_raw(OutboxKind::Region, 3, -7, None),
+            ShardKey::from_raw(OutboxKind::Control, 1, i64::MAX, Some("eu-west".to_owned())),
+        ] {
+            assert_eq!(shard.to_string().parse::<ShardKey>(), Ok(shard.clone()));
+        }
+        for text in [
+            "",
+            "region",
+            "region:0",
+            "region:x/1",
+            "region[us]:0/1",
+            "control:0/1",
+            "control[]:0/1",
+            "queue:0/1",
+            "region:0/1/2",
+        ] {
+            assert!(text.parse::<ShardKey>().is_err(), "{text:?}");
+        }
+    }
 
     #[test]
     fn kinds_are_written_and_parsed_as_their_names() {

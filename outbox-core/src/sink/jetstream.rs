@@ -449,6 +449,38 @@ impl JetStreamSink {
     }
 }
 
+/// The shard and fencing token a message was published with
+/// ([`SHARD_HEADER`], [`FENCE_HEADER`]), for a consumer that drops a
+/// message published late by a worker that lost its claim: keep the
+/// highest token applied per shard and skip a lower one (in memory with
+/// [`FenceBook::apply_token`](crate::fence::FenceBook::apply_token), in a
+/// database with `outbox_seaorm::inbox::Inbox::fence`). `None` when either
+/// header is missing (published by a sink older than the tokens) or does
+/// not parse.
+///
+/// ```
+/// use outbox_core::fence::{FenceBook, Fenced};
+/// use outbox_core::sink::jetstream::{async_nats::HeaderMap, fence_of, FENCE_HEADER, SHARD_HEADER};
+///
+/// let book = FenceBook::new("orders-consumer");
+/// let mut late = HeaderMap::new();
+/// late.insert(SHARD_HEADER, "region:0/42");
+/// late.insert(FENCE_HEADER, "7");
+/// let mut newer = late.clone();
+/// newer.insert(FENCE_HEADER, "9");
+/// for headers in [&newer, &late] {
+///     let (shard, fence) = fence_of(headers).unwrap();
+///     let applied = book.apply_token(&shard, fence, || { /* apply the message */ });
+///     println!("{fence}: {}", if applied.is_superseded() { "dropped" } else { "applied" });
+/// }
+/// assert_eq!(book.highest(&"region:0/42".parse().unwrap()).unwrap().get(), 9);
+/// ```
+pub fn fence_of(headers: &HeaderMap) -> Option<(ShardKey, crate::FencingToken)> {
+    let shard = headers.get(SHARD_HEADER)?.as_str().parse().ok()?;
+    let fence = headers.get(FENCE_HEADER)?.as_str().parse().ok()?;
+    Some((shard, fence))
+}
+
 /// The headers of `message` (see the module documentation).
 fn headers<C: Category>(message: &Message<C>) -> HeaderMap {
     let mut headers = HeaderMap::new();
@@ -708,6 +740,16 @@ mod tests {
         assert_eq!(text(&headers, SHARD_HEADER), Some("control[us]:0/42"));
         assert_eq!(text(&headers, ROW_ID_HEADER), Some("12"));
         assert_eq!(text(&headers, FENCE_HEADER), Some("9"));
+        assert_eq!(
+            fence_of(&headers),
+            Some((
+                ShardKey::control("us", OutboxScope::ShopScope, 42),
+                crate::FencingToken::new(9)
+            ))
+        );
+        let mut without = headers.clone();
+        without.insert(FENCE_HEADER, "not a token");
+        assert_eq!(fence_of(&without), None);
         assert_eq!(text(&headers, COALESCED_HEADER), Some("3"));
         assert_eq!(
             text(&headers, DATE_ADDED_HEADER),
