@@ -624,21 +624,24 @@ async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(backend: D
     app.create_org("us", "inboxed", "I0").await;
     // Delivered to Control at response time: the mapping and the audit event.
     let control = app.control.as_ref().unwrap();
-    let recorded = control
-        .db
-        .query_one_raw(sea_orm::Statement::from_string(
-            control.db.get_database_backend(),
-            "SELECT count(*) AS n FROM outbox_inbox WHERE consumer = 'rpc'",
-        ))
-        .await
-        .unwrap()
-        .unwrap()
-        .try_get::<i64>("", "n")
-        .unwrap();
+    let count = |sql: &'static str| async move {
+        control
+            .db
+            .query_one_raw(sea_orm::Statement::from_string(
+                control.db.get_database_backend(),
+                sql,
+            ))
+            .await
+            .unwrap()
+            .unwrap()
+            .try_get::<i64>("", "n")
+            .unwrap()
+    };
+    let recorded = count("SELECT count(*) AS n FROM outbox_inbox WHERE consumer = 'rpc'").await;
     assert_eq!(recorded, 2, "one inbox row per message applied");
 
     let message_id = outbox_core::uuid::Uuid::now_v7().to_string();
-    let audit = |sequence: i64, message_id: String| {
+    let audit_call = |sequence: i64, message_id: String| {
         app.http
             .post(app.control_url("/rpc/audit-logs"))
             .header(example_app::rpc::SECRET_HEADER, SECRET)
@@ -651,8 +654,8 @@ async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(backend: D
                 "detail": format!("call {sequence}"),
                 "occurred_at": "2026-11-23T00:00:00Z",
             }))
-            .send()
     };
+    let audit = |sequence: i64, message_id: String| audit_call(sequence, message_id).send();
     // The second call carries the same message id (a redelivery): applied
     // once, even though its body would insert a row of its own.
     for sequence in [900_001, 900_002] {
@@ -672,44 +675,21 @@ async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(backend: D
     // sender and shard; a call with a lower token than one applied for its
     // shard (a worker paused past its lease) is answered with success and
     // applies nothing, though its message id is new.
-    let fences = control
-        .db
-        .query_one_raw(sea_orm::Statement::from_string(
-            control.db.get_database_backend(),
-            "SELECT count(*) AS n FROM outbox_inbox_fence WHERE consumer = 'rpc' AND sender = 'us'",
-        ))
-        .await
-        .unwrap()
-        .unwrap()
-        .try_get::<i64>("", "n")
-        .unwrap();
+    let fences = count(
+        "SELECT count(*) AS n FROM outbox_inbox_fence WHERE consumer = 'rpc' AND sender = 'us'",
+    )
+    .await;
     assert!(fences >= 1, "the region's deliveries carried their tokens");
     let fenced = |sequence: i64, token: &str, shard: Option<&str>| {
         use example_app::rpc::{CATEGORY_HEADER, FENCE_HEADER, SENDER_HEADER, SHARD_HEADER};
-        let mut request = app
-            .http
-            .post(app.control_url("/rpc/audit-logs"))
-            .header(example_app::rpc::SECRET_HEADER, SECRET)
-            .header(
-                example_app::rpc::MESSAGE_ID_HEADER,
-                outbox_core::uuid::Uuid::now_v7().to_string(),
-            )
+        let mut request = audit_call(sequence, outbox_core::uuid::Uuid::now_v7().to_string())
             .header(FENCE_HEADER, token)
             .header(SENDER_HEADER, "us")
             .header(CATEGORY_HEADER, "AuditLogEvent");
         if let Some(shard) = shard {
             request = request.header(SHARD_HEADER, shard);
         }
-        request
-            .json(&json!({
-                "region": "us",
-                "region_sequence": sequence,
-                "organization_id": 4242,
-                "action": "organization.update",
-                "detail": format!("call {sequence}"),
-                "occurred_at": "2026-11-23T00:00:00Z",
-            }))
-            .send()
+        request.send()
     };
     let shard = Some("region:2/4242");
     for (sequence, token) in [(900_004, "1000000000000"), (900_005, "5")] {

@@ -283,23 +283,7 @@ impl Inbox {
         T: Send,
         E: std::error::Error + Send,
     {
-        let txn = db.begin().await.map_err(InboxError::Database)?;
-        match self
-            .receive(&txn, message_id)
-            .await
-            .map_err(InboxError::Database)?
-        {
-            Received::Duplicate => {
-                txn.rollback().await.map_err(InboxError::Database)?;
-                Ok(Applied::Already)
-            }
-            Received::First => {
-                // Dropped on error: rolled back, the id with it.
-                let value = apply(&txn).await.map_err(InboxError::Apply)?;
-                txn.commit().await.map_err(InboxError::Database)?;
-                Ok(Applied::Now(value))
-            }
-        }
+        self.apply_in_transaction(db, message_id, None, apply).await
     }
 
     /// Records `key`'s fencing token as the highest applied for its sender
@@ -429,12 +413,36 @@ impl Inbox {
         T: Send,
         E: std::error::Error + Send,
     {
+        self.apply_in_transaction(db, message_id, Some(key), apply)
+            .await
+    }
+
+    /// [`apply`](Self::apply), checking `fence` first when given
+    /// ([`apply_fenced`](Self::apply_fenced)).
+    async fn apply_in_transaction<D, F, T, E>(
+        &self,
+        db: &D,
+        message_id: Uuid,
+        fence: Option<&FenceKey>,
+        apply: F,
+    ) -> Result<Applied<T>, InboxError<E>>
+    where
+        D: TransactionTrait,
+        F: for<'c> FnOnce(
+                &'c D::Transaction,
+            ) -> Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'c>>
+            + Send,
+        T: Send,
+        E: std::error::Error + Send,
+    {
         let txn = db.begin().await.map_err(InboxError::Database)?;
-        if let Fence::Superseded { highest } =
-            self.fence(&txn, key).await.map_err(InboxError::Database)?
-        {
-            txn.rollback().await.map_err(InboxError::Database)?;
-            return Ok(Applied::Superseded { highest });
+        if let Some(key) = fence {
+            if let Fence::Superseded { highest } =
+                self.fence(&txn, key).await.map_err(InboxError::Database)?
+            {
+                txn.rollback().await.map_err(InboxError::Database)?;
+                return Ok(Applied::Superseded { highest });
+            }
         }
         match self
             .receive(&txn, message_id)
@@ -446,6 +454,7 @@ impl Inbox {
                 Ok(Applied::Already)
             }
             Received::First => {
+                // Dropped on error: rolled back, the id (and the token) with it.
                 let value = apply(&txn).await.map_err(InboxError::Apply)?;
                 txn.commit().await.map_err(InboxError::Database)?;
                 Ok(Applied::Now(value))
