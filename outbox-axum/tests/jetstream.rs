@@ -1,5 +1,5 @@
 //! The JetStream sink under crashes, on PostgreSQL and SQLite: worker
-//! processes publishing through `JetStreamSink` are killed with SIGKILL
+//! processes publishing through `JetStreamSink::batch_receiver` are killed with SIGKILL
 //! several times while messages are written, and `nats-server` is killed
 //! and started again in the middle; a last worker drains the outbox. The
 //! stream then holds every message once, each shard in order.
@@ -53,8 +53,8 @@ async fn jetstream_worker_child() {
     let jetstream = async_nats::jetstream::ContextBuilder::new()
         .timeout(Duration::from_secs(1))
         .build(client);
-    let sink = JetStreamSink::new(jetstream);
-    let receivers = Receivers::new().on(OutboxCategory::Webhook, sink.receiver());
+    let sink = JetStreamSink::new(jetstream).with_ack_timeout(Duration::from_secs(1));
+    let receivers = Receivers::new().on_batch(OutboxCategory::Webhook, sink.batch_receiver());
     let worker = OutboxWorker::builder(db.clone(), receivers)
         .drain_config(
             DrainConfig::default()

@@ -101,7 +101,8 @@ pub use fence::FencingToken;
 pub use memory::{MemoryStore, MemoryTransaction};
 pub use message::{Message, PayloadError, StoredRow};
 pub use receiver::{
-    is_permanent, permanent, HandlerError, IncompleteReceivers, Permanent, Receivers,
+    is_permanent, permanent, BatchFuture, BatchItem, HandlerError, IncompleteReceivers, Permanent,
+    Receivers,
 };
 pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
 pub use shard::{

@@ -96,7 +96,51 @@ pub fn is_permanent(error: &(dyn std::error::Error + 'static)) -> bool {
 /// The future a registered handler returns.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send + 'static>>;
 
-type Handler<C> = Arc<dyn Fn(Message<C>) -> HandlerFuture + Send + Sync + 'static>;
+/// The future a batch handler returns: one result per message of the
+/// batch, in the batch's order.
+pub type BatchFuture =
+    Pin<Box<dyn Future<Output = Vec<Result<(), HandlerError>>> + Send + 'static>>;
+
+/// One message of a batch (see [`Receivers::on_batch`]), with the span of
+/// its delivery: the drain opens one per message as for a single delivery
+/// (continuing the trace of the span that wrote the row), and a batch
+/// handler that traces its work per message makes its spans children of
+/// it (`tracing::Instrument::instrument(future, item.span.clone())`, or
+/// `info_span!(parent: &item.span, ...)`).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct BatchItem<C> {
+    /// The message, as a single delivery would get it.
+    pub message: Message<C>,
+    /// The span of its delivery.
+    pub span: tracing::Span,
+}
+
+impl<C> BatchItem<C> {
+    /// An item of `message` delivered under `span`: for tests of a batch
+    /// handler.
+    pub fn new(message: Message<C>, span: tracing::Span) -> Self {
+        Self { message, span }
+    }
+}
+
+type One<C> = Arc<dyn Fn(Message<C>) -> HandlerFuture + Send + Sync + 'static>;
+type Many<C> = Arc<dyn Fn(Vec<BatchItem<C>>) -> BatchFuture + Send + Sync + 'static>;
+
+/// A registered handler: called with one message, or with a batch of them.
+pub(crate) enum Handler<C> {
+    One(One<C>),
+    Batch(Many<C>),
+}
+
+impl<C> Clone for Handler<C> {
+    fn clone(&self) -> Self {
+        match self {
+            Handler::One(handler) => Handler::One(handler.clone()),
+            Handler::Batch(handler) => Handler::Batch(handler.clone()),
+        }
+    }
+}
 
 /// The map from category to handler that a drain delivers through.
 pub struct Receivers<C> {
@@ -151,11 +195,82 @@ impl<C: Category> Receivers<C> {
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: Into<HandlerError> + 'static,
     {
-        let handler: Handler<C> = Arc::new(move |message| {
+        let handler: One<C> = Arc::new(move |message| {
             let future = handler(message);
             Box::pin(async move { future.await.map_err(Into::into) })
         });
-        if self.handlers.insert(category, handler).is_some() {
+        if self
+            .handlers
+            .insert(category, Handler::One(handler))
+            .is_some()
+        {
+            self.duplicates.push(category);
+        }
+        self
+    }
+
+    /// Registers `handler` for `category` as a *batch* handler: the drain
+    /// calls it with many messages at once, each from a different shard,
+    /// and it answers one result per message, in the batch's order. Made for
+    /// receivers that are cheaper per message when they send many at once
+    /// without waiting for each answer: a broker's pipelined publishes
+    /// (`JetStreamSink::batch_receiver`), a bulk insert, a batched HTTP
+    /// call.
+    ///
+    /// What a batch handler may rely on:
+    ///
+    /// - **At most one message per shard in a batch, and none of a shard
+    ///   while its previous message's result is not back.** A shard's
+    ///   messages are still delivered one after the other, in order (rule
+    ///   3), so the handler may send a batch's messages in any order or all
+    ///   at once: there is no order between different shards to keep.
+    /// - A failed message fails only its own shard: that shard backs off (or
+    ///   dead-letters, or is quarantined, as for a single delivery) and
+    ///   nothing later of it is delivered meanwhile; the batch's other
+    ///   shards go on.
+    /// - The drain delivers the shards of a round in *waves*: each wave
+    ///   takes the next message of every shard of the round that has one
+    ///   (the batch) and waits for the whole wave, up to the delivery
+    ///   timeout, which applies to the batch as a whole. A synchronous
+    ///   flush delivers its few shards the same way.
+    ///
+    /// A result missing from the answer (fewer results than messages)
+    /// fails its message as a transient error; a panic or a timeout fails
+    /// every message of the batch. [`current_delivery`](crate::message::current_delivery)
+    /// is `None` inside a batch handler: each [`BatchItem`] carries its
+    /// message and its delivery span instead.
+    ///
+    /// ```
+    /// # outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
+    /// use outbox_core::{BatchItem, HandlerError, Receivers};
+    ///
+    /// let receivers = Receivers::new().on_batch(OutboxCategory::OrgUpdate, |batch: Vec<BatchItem<OutboxCategory>>| async move {
+    ///     // e.g. one multi-row INSERT for the whole batch
+    ///     batch.iter().map(|_item| Ok::<(), HandlerError>(())).collect::<Vec<_>>()
+    /// });
+    /// assert!(receivers.ensure_complete().is_ok());
+    /// ```
+    pub fn on_batch<F, Fut, E>(mut self, category: C, handler: F) -> Self
+    where
+        F: Fn(Vec<BatchItem<C>>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Vec<Result<(), E>>> + Send + 'static,
+        E: Into<HandlerError> + 'static,
+    {
+        let handler: Many<C> = Arc::new(move |batch| {
+            let future = handler(batch);
+            Box::pin(async move {
+                future
+                    .await
+                    .into_iter()
+                    .map(|result| result.map_err(Into::into))
+                    .collect()
+            })
+        });
+        if self
+            .handlers
+            .insert(category, Handler::Batch(handler))
+            .is_some()
+        {
             self.duplicates.push(category);
         }
         self
@@ -220,6 +335,14 @@ impl<C: Category> Receivers<C> {
 
     pub(crate) fn handler(&self, category: C) -> Option<&Handler<C>> {
         self.handlers.get(&category)
+    }
+
+    /// Whether the stored category `raw` has a batch handler.
+    pub(crate) fn is_batch(&self, raw: i32) -> bool {
+        C::try_from(raw)
+            .ok()
+            .and_then(|category| self.handlers.get(&category))
+            .is_some_and(|handler| matches!(handler, Handler::Batch(_)))
     }
 }
 

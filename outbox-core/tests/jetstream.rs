@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ use outbox_core::sink::jetstream::{
 use outbox_core::testing::nats::{read_stream, NatsServer};
 use outbox_core::{
     quarantined_until, BackoffPolicy, DeliveryError, DrainConfig, DrainReport, Drainer,
-    HandlerError, MemoryStore, Message, OutboxKind, Receivers, ShardKey,
+    HandlerError, MemoryStore, Message, OutboxKind, Receivers, ShardKey, StoreAdmin,
 };
 use serde_json::json;
 
@@ -75,7 +75,7 @@ async fn jetstream(server: &NatsServer) -> async_nats::jetstream::Context {
 /// The sink, with its stream created.
 async fn sink_with_stream(server: &NatsServer) -> JetStreamSink {
     let jetstream = jetstream(server).await;
-    let sink = JetStreamSink::new(jetstream.clone());
+    let sink = JetStreamSink::new(jetstream.clone()).with_ack_timeout(Duration::from_millis(500));
     jetstream
         .create_stream(sink.stream_config(STREAM))
         .await
@@ -127,6 +127,18 @@ async fn drain_until_empty(
 
 #[tokio::test]
 async fn each_message_goes_to_its_shards_subject_with_its_id_and_headers() {
+    each_message_goes_to_its_shards_subject_with_its_id_and_headers_through(both).await;
+}
+
+#[tokio::test]
+async fn each_message_goes_to_its_shards_subject_with_its_id_and_headers_through_the_batch_receiver(
+) {
+    each_message_goes_to_its_shards_subject_with_its_id_and_headers_through(batched).await;
+}
+
+async fn each_message_goes_to_its_shards_subject_with_its_id_and_headers_through(
+    receivers: fn(&JetStreamSink) -> Receivers<OutboxCategory>,
+) {
     let server = NatsServer::start().unwrap();
     let sink = sink_with_stream(&server).await;
     let store = MemoryStore::new();
@@ -139,7 +151,7 @@ async fn each_message_goes_to_its_shards_subject_with_its_id_and_headers() {
     let without_payload = store.write(&shop(-3), OutboxCategory::ProductUpdate, 8, None);
     let written = store.rows(OutboxKind::Region);
 
-    drainer(&store, both(&sink))
+    drainer(&store, receivers(&sink))
         .drain_due(OutboxKind::Region)
         .await
         .unwrap();
@@ -186,6 +198,20 @@ async fn each_message_goes_to_its_shards_subject_with_its_id_and_headers() {
 
 #[tokio::test]
 async fn control_outbox_subjects_carry_the_region_and_a_prefix_may_have_several_tokens() {
+    control_outbox_subjects_carry_the_region_and_a_prefix_may_have_several_tokens_through(both)
+        .await;
+}
+
+#[tokio::test]
+async fn control_outbox_subjects_carry_the_region_and_a_prefix_may_have_several_tokens_through_the_batch_receiver(
+) {
+    control_outbox_subjects_carry_the_region_and_a_prefix_may_have_several_tokens_through(batched)
+        .await;
+}
+
+async fn control_outbox_subjects_carry_the_region_and_a_prefix_may_have_several_tokens_through(
+    receivers: fn(&JetStreamSink) -> Receivers<OutboxCategory>,
+) {
     let server = NatsServer::start().unwrap();
     let jetstream = jetstream(&server).await;
     let sink = JetStreamSink::new(jetstream.clone())
@@ -199,7 +225,7 @@ async fn control_outbox_subjects_carry_the_region_and_a_prefix_may_have_several_
     let store = MemoryStore::new();
     let shard = ShardKey::control("us", OutboxScope::ShopScope, 9);
     store.write(&shard, OutboxCategory::PriceChanged, 1, Some(json!(1)));
-    drainer(&store, both(&sink))
+    drainer(&store, receivers(&sink))
         .drain_due(OutboxKind::Control)
         .await
         .unwrap();
@@ -219,8 +245,25 @@ async fn control_outbox_subjects_carry_the_region_and_a_prefix_may_have_several_
     }
 }
 
+fn batched(sink: &JetStreamSink) -> Receivers<OutboxCategory> {
+    Receivers::new()
+        .on_batch(OutboxCategory::PriceChanged, sink.batch_receiver())
+        .on_batch(OutboxCategory::ProductUpdate, sink.batch_receiver())
+}
+
 #[tokio::test]
 async fn each_shard_arrives_in_order_and_whole() {
+    each_shard_arrives_in_order_and_whole_through(both).await;
+}
+
+#[tokio::test]
+async fn each_shard_arrives_in_order_and_whole_through_the_batch_receiver() {
+    each_shard_arrives_in_order_and_whole_through(batched).await;
+}
+
+async fn each_shard_arrives_in_order_and_whole_through(
+    receivers: fn(&JetStreamSink) -> Receivers<OutboxCategory>,
+) {
     let server = NatsServer::start().unwrap();
     let sink = sink_with_stream(&server).await;
     let store = MemoryStore::new();
@@ -236,7 +279,7 @@ async fn each_shard_arrives_in_order_and_whole() {
         ));
     }
     let report = drain_until_empty(
-        &drainer(&store, both(&sink)),
+        &drainer(&store, receivers(&sink)),
         &store,
         Duration::from_secs(30),
     )
@@ -261,8 +304,105 @@ async fn each_shard_arrives_in_order_and_whole() {
     assert_eq!(messages.len(), written.len());
 }
 
+/// The batch receiver publishes the next message of many shards at once.
+/// Shard 1's third message is too large for the stream, which refuses it
+/// while it would store the fourth: that fourth is not published meanwhile
+/// (the drain never has two messages of one shard out at once, so no later
+/// message can be stored ahead of a refused one), while shards 2 and 3, in
+/// the same batches, are stored whole. Once the operator raises the limit
+/// and releases the quarantined shard, the rest of shard 1 follows: the
+/// stream holds every message once, each shard in order.
+#[tokio::test]
+async fn a_publish_refused_in_the_middle_of_a_shard_holds_it_and_keeps_its_order() {
+    let server = NatsServer::start().unwrap();
+    let jetstream = jetstream(&server).await;
+    let sink = JetStreamSink::new(jetstream.clone());
+    let mut config = sink.stream_config(STREAM);
+    config.max_message_size = 1_024;
+    jetstream.create_stream(config.clone()).await.unwrap();
+    let store = MemoryStore::new();
+    for sequence in 0..4i64 {
+        for shard in 1..=3i64 {
+            let padding = if (shard, sequence) == (1, 2) {
+                2_000
+            } else {
+                0
+            };
+            store.write(
+                &shop(shard),
+                OutboxCategory::PriceChanged,
+                sequence,
+                Some(
+                    json!({ "shard": shard, "sequence": sequence, "padding": "x".repeat(padding) }),
+                ),
+            );
+        }
+    }
+    let drainer = drainer(&store, batched(&sink));
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.deliveries, 2 + 4 + 4, "{report:?}");
+    assert_eq!(report.failures.len(), 1, "{:?}", report.failures);
+    let failure = &report.failures[0];
+    assert_eq!(failure.shard, shop(1));
+    assert!(failure.error.is_permanent(), "{:?}", failure.error);
+    assert!(
+        failure.error.to_string().contains("too large"),
+        "{}",
+        failure.error
+    );
+    assert_eq!(
+        store.rows(OutboxKind::Region).len(),
+        2,
+        "shard 1's last two stay"
+    );
+    let stored = read_stream(sink.context(), STREAM, READ_WAIT)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.len(),
+        10,
+        "nothing of shard 1 after the refused publish"
+    );
+
+    config.max_message_size = 1 << 20;
+    jetstream.update_stream(config).await.unwrap();
+    let released = store
+        .retry_now(&[shop(1)], chrono::Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(released, vec![shop(1)]);
+    let report = drain_until_empty(&drainer, &store, Duration::from_secs(30)).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let messages = read_stream(sink.context(), STREAM, READ_WAIT)
+        .await
+        .unwrap();
+    let mut seen: HashMap<i64, Vec<i64>> = HashMap::new();
+    for message in &messages {
+        let body: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
+        seen.entry(body["shard"].as_i64().unwrap())
+            .or_default()
+            .push(body["sequence"].as_i64().unwrap());
+    }
+    for shard in 1..=3 {
+        assert_eq!(seen[&shard], vec![0, 1, 2, 3], "shard {shard}");
+    }
+}
+
 #[tokio::test]
 async fn rows_stay_until_jetstream_acknowledges_and_nothing_is_lost_across_a_restart() {
+    rows_stay_until_jetstream_acknowledges_and_nothing_is_lost_across_a_restart_through(both).await;
+}
+
+#[tokio::test]
+async fn rows_stay_until_jetstream_acknowledges_and_nothing_is_lost_across_a_restart_through_the_batch_receiver(
+) {
+    rows_stay_until_jetstream_acknowledges_and_nothing_is_lost_across_a_restart_through(batched)
+        .await;
+}
+
+async fn rows_stay_until_jetstream_acknowledges_and_nothing_is_lost_across_a_restart_through(
+    receivers: fn(&JetStreamSink) -> Receivers<OutboxCategory>,
+) {
     let mut server = NatsServer::start().unwrap();
     let sink = sink_with_stream(&server).await;
     let store = MemoryStore::new();
@@ -279,7 +419,7 @@ async fn rows_stay_until_jetstream_acknowledges_and_nothing_is_lost_across_a_res
         .into_iter()
         .map(|row| row.message_id.to_string())
         .collect();
-    let drainer = drainer(&store, both(&sink));
+    let drainer = drainer(&store, receivers(&sink));
 
     server.kill();
     let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
@@ -378,12 +518,24 @@ async fn a_message_published_again_is_dropped_by_the_duplicate_window() {
 
 #[tokio::test]
 async fn a_region_that_is_no_subject_token_quarantines_with_a_typed_error() {
+    a_region_that_is_no_subject_token_quarantines_with_a_typed_error_through(both).await;
+}
+
+#[tokio::test]
+async fn a_region_that_is_no_subject_token_quarantines_with_a_typed_error_through_the_batch_receiver(
+) {
+    a_region_that_is_no_subject_token_quarantines_with_a_typed_error_through(batched).await;
+}
+
+async fn a_region_that_is_no_subject_token_quarantines_with_a_typed_error_through(
+    receivers: fn(&JetStreamSink) -> Receivers<OutboxCategory>,
+) {
     let server = NatsServer::start().unwrap();
     let sink = sink_with_stream(&server).await;
     let store = MemoryStore::new();
     let shard = ShardKey::control("eu.west", OutboxScope::ShopScope, 5);
     store.write(&shard, OutboxCategory::PriceChanged, 1, None);
-    let report = drainer(&store, both(&sink))
+    let report = drainer(&store, receivers(&sink))
         .drain_due(OutboxKind::Control)
         .await
         .unwrap();
@@ -411,12 +563,23 @@ async fn a_region_that_is_no_subject_token_quarantines_with_a_typed_error() {
 
 #[tokio::test]
 async fn no_stream_for_the_subject_is_a_transient_error_naming_it() {
+    no_stream_for_the_subject_is_a_transient_error_naming_it_through(both).await;
+}
+
+#[tokio::test]
+async fn no_stream_for_the_subject_is_a_transient_error_naming_it_through_the_batch_receiver() {
+    no_stream_for_the_subject_is_a_transient_error_naming_it_through(batched).await;
+}
+
+async fn no_stream_for_the_subject_is_a_transient_error_naming_it_through(
+    receivers: fn(&JetStreamSink) -> Receivers<OutboxCategory>,
+) {
     let server = NatsServer::start().unwrap();
     let jetstream = jetstream(&server).await;
     let sink = JetStreamSink::new(jetstream.clone());
     let store = MemoryStore::new();
     store.write(&shop(3), OutboxCategory::PriceChanged, 1, None);
-    let drainer = drainer(&store, both(&sink));
+    let drainer = drainer(&store, receivers(&sink));
 
     let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
     let DeliveryError::Handler(error) = &report.failures[0].error else {
@@ -448,6 +611,17 @@ async fn no_stream_for_the_subject_is_a_transient_error_naming_it() {
 
 #[tokio::test]
 async fn the_traceparent_header_continues_the_writers_trace() {
+    the_traceparent_header_continues_the_writers_trace_through(both).await;
+}
+
+#[tokio::test]
+async fn the_traceparent_header_continues_the_writers_trace_through_the_batch_receiver() {
+    the_traceparent_header_continues_the_writers_trace_through(batched).await;
+}
+
+async fn the_traceparent_header_continues_the_writers_trace_through(
+    receivers: fn(&JetStreamSink) -> Receivers<OutboxCategory>,
+) {
     use outbox_core::TraceParent;
 
     let exporter = exported_spans();
@@ -458,7 +632,7 @@ async fn the_traceparent_header_continues_the_writers_trace() {
         store.write(&shop(1), OutboxCategory::PriceChanged, 1, None);
         TraceParent::current().unwrap()
     });
-    drainer(&store, both(&sink))
+    drainer(&store, receivers(&sink))
         .drain_due(OutboxKind::Region)
         .await
         .unwrap();

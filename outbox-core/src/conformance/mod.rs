@@ -13,6 +13,7 @@
 //! | [`at_least_once`] | 6. a delivery whose commit was lost is made again |
 //! | [`fencing`] | 7. no transaction across a receiver; an expired claim writes nothing |
 //! | [`fencing_tokens`] | 12. tokens grow with every claim of a shard; a worker paused past its lease is refused by a fenced receiver, and calls nothing once its lease ended by its own clock |
+//! | [`batch`] | 3. batch receivers: at most one message per shard in a batch, each shard in order; a failure in a batch holds its shard only |
 //! | [`flush`] | 3, 6. the synchronous flush claimed before the commit: never waited for, never shared, taken back by a rollback, delivered again when its completion is lost |
 //!
 //! `MemoryStore` runs it in this crate; `outbox-seaorm` runs it against real
@@ -85,6 +86,7 @@
 pub mod at_least_once;
 pub mod atomic_write;
 pub mod backoff;
+pub mod batch;
 pub mod coalescing;
 pub mod control;
 pub mod exclusivity;
@@ -297,6 +299,10 @@ macro_rules! conformance_tests {
             fencing_tokens::a_worker_paused_past_its_lease_is_refused_by_a_fenced_receiver,
             fencing_tokens::a_worker_whose_lease_ended_calls_no_further_receiver,
             fencing_tokens::a_flush_resumed_after_its_lease_delivers_nothing,
+            batch::a_batch_receiver_gets_each_shard_in_order_one_message_at_a_time,
+            batch::a_failure_in_the_middle_of_a_batch_holds_its_shard_and_no_other,
+            batch::a_shard_mixing_batch_and_single_receivers_keeps_its_order,
+            batch::a_batch_handler_that_answers_short_or_panics_loses_nothing,
             flush::a_claim_before_the_commit_is_neither_waited_for_nor_taken_by_a_drain,
             flush::a_request_that_rolls_back_after_its_claim_leaves_its_bucket_free,
             flush::a_flush_whose_completion_is_lost_is_delivered_again_once_its_lease_ends,

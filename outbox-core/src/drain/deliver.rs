@@ -17,6 +17,7 @@ use crate::coalesce::{coalesce, CoalescingGroup};
 use crate::control::ControlAction;
 use crate::fence::FencingToken;
 use crate::message::Message;
+use crate::receiver::{BatchItem, Handler, HandlerError};
 use crate::registry::{Category, Scope};
 use crate::shard::ShardKey;
 use crate::store::{ClaimedShard, DeadLetter, ShardCommit, ShardEnd, ShardState};
@@ -96,97 +97,215 @@ pub(crate) async fn deliver_shard<C: Category>(
     synchronous: bool,
     stack: Arc<Vec<ShardKey>>,
 ) -> ShardOutcome {
-    let ClaimedShard {
-        shard,
-        rows,
-        state,
-        fence,
-    } = claimed;
-    let recovered_end = if state.is_some() {
-        ShardEnd::Recovered
-    } else {
-        ShardEnd::Done
+    let mut run = match ShardRun::start(drainer, claimed, synchronous, &stack) {
+        Started::Run(run) => *run,
+        Started::Decided(outcome) => return outcome,
     };
-    let mut outcome = ShardOutcome::new(shard.clone(), recovered_end.clone());
-    if rows.is_empty() {
-        return outcome;
+    while let Some(next) = run.next(drainer, lease) {
+        let result = match next {
+            Ok(call) => call_one(drainer, call).await,
+            Err(error) => Err(error),
+        };
+        run.record(drainer, result);
     }
-    let groups = coalesce(rows, |category| {
-        C::try_from(category).map_or(true, |category| category.coalesces())
-    });
-    let mut attempts = state.as_ref().map_or(0, |s| s.attempts);
-    let mut last_backoff = state.as_ref().and_then(|s| s.last_backoff);
+    run.finish(drainer)
+}
 
-    match drainer.controls().action_for(&shard) {
-        None => {}
-        Some(ControlAction::Cull) => {
-            // An operator drops this shard's rows: none is delivered.
-            for group in &groups {
-                outcome.commit.delete_ids.extend_from_slice(&group.ids);
-                outcome.culled += group.ids.len();
+/// A shard being delivered, one coalescing group after the other: what
+/// [`deliver_shard`] steps through, and what a wave of batch deliveries
+/// (`drain::wave`) steps through for many shards at once. It decides
+/// everything but the calls themselves.
+pub(crate) struct ShardRun<C: Category> {
+    outcome: ShardOutcome,
+    groups: std::vec::IntoIter<CoalescingGroup>,
+    /// The group whose call is out (between `next` and `record`).
+    current: Option<CoalescingGroup>,
+    fence: FencingToken,
+    had_state: bool,
+    attempts: u32,
+    last_backoff: Option<std::time::Duration>,
+    dead_lettered_any: bool,
+    retrying: bool,
+    synchronous: bool,
+    /// The shards being delivered on this task, this one last.
+    stack: Arc<Vec<ShardKey>>,
+    /// No call is left: the outcome is decided.
+    ended: bool,
+    _category: std::marker::PhantomData<C>,
+}
+
+/// A shard's run, or its outcome when nothing is to be called.
+pub(crate) enum Started<C: Category> {
+    Run(Box<ShardRun<C>>),
+    Decided(ShardOutcome),
+}
+
+/// One receiver call, ready to be made.
+pub(crate) struct Call<C: Category> {
+    pub(crate) category: C,
+    pub(crate) handler: Handler<C>,
+    pub(crate) message: Message<C>,
+    pub(crate) span: tracing::Span,
+    pub(crate) stack: Arc<Vec<ShardKey>>,
+    /// For the delivery metrics, once it is back.
+    lag_group: LagGroup,
+}
+
+/// What the delivered-lag metric needs of a group.
+struct LagGroup {
+    first_scheduled_from: chrono::DateTime<chrono::Utc>,
+    first_added: chrono::DateTime<chrono::Utc>,
+}
+
+impl<C: Category> ShardRun<C> {
+    /// Starts delivering `claimed`, or decides it at once (no rows, or an
+    /// operator's cull or pause).
+    pub(crate) fn start(
+        drainer: &Drainer<C>,
+        claimed: ClaimedShard,
+        synchronous: bool,
+        stack: &Arc<Vec<ShardKey>>,
+    ) -> Started<C> {
+        let ClaimedShard {
+            shard,
+            rows,
+            state,
+            fence,
+        } = claimed;
+        let recovered_end = if state.is_some() {
+            ShardEnd::Recovered
+        } else {
+            ShardEnd::Done
+        };
+        let mut outcome = ShardOutcome::new(shard.clone(), recovered_end);
+        if rows.is_empty() {
+            return Started::Decided(outcome);
+        }
+        let groups = coalesce(rows, |category| {
+            C::try_from(category).map_or(true, |category| category.coalesces())
+        });
+        let attempts = state.as_ref().map_or(0, |s| s.attempts);
+        let last_backoff = state.as_ref().and_then(|s| s.last_backoff);
+
+        match drainer.controls().action_for(&shard) {
+            None => {}
+            Some(ControlAction::Cull) => {
+                // An operator drops this shard's rows: none is delivered.
+                for group in &groups {
+                    outcome.commit.delete_ids.extend_from_slice(&group.ids);
+                    outcome.culled += group.ids.len();
+                }
+                tracing::info!(%shard, culled = outcome.culled, "outbox shard culled by an operator");
+                return Started::Decided(outcome);
             }
-            outcome.commit.end = if state.is_some() {
-                ShardEnd::Recovered
-            } else {
-                ShardEnd::Done
-            };
-            tracing::info!(%shard, culled = outcome.culled, "outbox shard culled by an operator");
-            return outcome;
+            Some(ControlAction::Pause) => {
+                // Parked: claims pass it by until the pause is lifted.
+                outcome.commit.end = ShardEnd::Backoff {
+                    retry_at: crate::paused_until(),
+                    delay: last_backoff.unwrap_or_default(),
+                    error: PAUSED.to_owned(),
+                    attempts,
+                };
+                tracing::info!(%shard, "outbox shard paused by an operator: parked");
+                return Started::Decided(outcome);
+            }
         }
-        Some(ControlAction::Pause) => {
-            // Parked: claims pass it by until the pause is lifted.
-            outcome.commit.end = ShardEnd::Backoff {
-                retry_at: crate::paused_until(),
-                delay: last_backoff.unwrap_or_default(),
-                error: PAUSED.to_owned(),
-                attempts,
-            };
-            tracing::info!(%shard, "outbox shard paused by an operator: parked");
-            return outcome;
-        }
+        let stack = Arc::new({
+            let mut stack = Vec::clone(stack);
+            stack.push(shard);
+            stack
+        });
+        Started::Run(Box::new(Self {
+            outcome,
+            groups: groups.into_iter(),
+            current: None,
+            fence,
+            had_state: state.is_some(),
+            attempts,
+            last_backoff,
+            dead_lettered_any: false,
+            retrying: attempts > 0,
+            synchronous,
+            stack,
+            ended: false,
+            _category: std::marker::PhantomData,
+        }))
     }
 
-    let stack = Arc::new({
-        let mut stack = Vec::clone(&stack);
-        stack.push(shard.clone());
-        stack
-    });
-    let mut dead_lettered_any = false;
-    let mut retrying = attempts > 0;
-    for mut group in groups {
+    /// The shard.
+    pub(crate) fn shard(&self) -> &ShardKey {
+        &self.outcome.commit.shard
+    }
+
+    /// The next call to make, `Err` for a group that cannot be delivered
+    /// (an unknown category, no receiver: pass it to [`record`](Self::record)
+    /// as is), or `None` when the shard is done.
+    pub(crate) fn next(
+        &mut self,
+        drainer: &Drainer<C>,
+        lease: &LeaseEnd,
+    ) -> Option<Result<Call<C>, DeliveryError>> {
+        if self.ended {
+            return None;
+        }
+        let Some(mut group) = self.groups.next() else {
+            self.ended = true;
+            return None;
+        };
         if !lease.allows_call(drainer.now(), drainer.config().lease_margin()) {
             // Rule 12, the sender's half: the lease ended by this process's
             // clock (it was paused, or starved, past it), so another worker
             // may hold the shard and deliver newer rows. Nothing more is
             // called; what was delivered is committed if the lease is still
             // live, and the rest waits for the next claim.
-            observe::claims_lost(shard.kind(), 1, "the lease ended before a delivery");
-            if outcome.delivered.is_empty() && !dead_lettered_any {
-                outcome.commit.end = ShardEnd::Done;
+            observe::claims_lost(self.shard().kind(), 1, "the lease ended before a delivery");
+            if self.outcome.delivered.is_empty() && !self.dead_lettered_any {
+                self.outcome.commit.end = ShardEnd::Done;
             }
-            outcome.gave_up = true;
-            return outcome;
+            self.outcome.gave_up = true;
+            self.ended = true;
+            return None;
         }
-        let error =
-            match deliver_group(drainer, &mut group, fence, synchronous, stack.clone()).await {
-                Ok(category) => {
-                    observe::delivered_group(
-                        category.name(),
-                        shard.kind(),
-                        synchronous,
-                        group.ids.len(),
-                        retrying,
-                    );
-                    retrying = false;
-                    drainer.recovery().succeeded(group.category(), &shard);
-                    outcome.commit.delete_ids.extend_from_slice(&group.ids);
-                    outcome.delivered.push((category.name(), group.ids.len()));
-                    continue;
-                }
-                Err(error) => error,
-            };
-        attempts = attempts.saturating_add(1);
-        retrying = true;
+        let call = prepare(
+            drainer,
+            &mut group,
+            self.fence,
+            self.synchronous,
+            &self.stack,
+        );
+        self.current = Some(group);
+        Some(call)
+    }
+
+    /// Records the result of the call [`next`](Self::next) handed out.
+    pub(crate) fn record(&mut self, drainer: &Drainer<C>, result: Result<C, DeliveryError>) {
+        let Some(group) = self.current.take() else {
+            return;
+        };
+        let shard = self.outcome.commit.shard.clone();
+        let synchronous = self.synchronous;
+        let error = match result {
+            Ok(category) => {
+                observe::delivered_group(
+                    category.name(),
+                    shard.kind(),
+                    synchronous,
+                    group.ids.len(),
+                    self.retrying,
+                );
+                self.retrying = false;
+                drainer.recovery().succeeded(group.category(), &shard);
+                self.outcome.commit.delete_ids.extend_from_slice(&group.ids);
+                self.outcome
+                    .delivered
+                    .push((category.name(), group.ids.len()));
+                return;
+            }
+            Err(error) => error,
+        };
+        self.attempts = self.attempts.saturating_add(1);
+        let attempts = self.attempts;
+        self.retrying = true;
         let category_name = C::try_from(group.category()).ok().map(|c| c.name());
         observe::delivery_failed(&shard, category_name, synchronous, &error);
         let policy = drainer.dead_letter_policy().attempts_for(shard.scope());
@@ -196,13 +315,15 @@ pub(crate) async fn deliver_shard<C: Category>(
         if !dead_letter && error.is_permanent() {
             observe::quarantined(&shard, &group, category_name, &error);
             let retry_at = crate::quarantined_until();
-            outcome.commit.end = ShardEnd::Backoff {
+            self.outcome.commit.end = ShardEnd::Backoff {
                 retry_at,
-                delay: last_backoff.unwrap_or(drainer.config().backoff.initial()),
+                delay: self
+                    .last_backoff
+                    .unwrap_or(drainer.config().backoff.initial()),
                 error: error.to_string(),
                 attempts,
             };
-            outcome.failures.push(failure(
+            self.outcome.failures.push(failure(
                 &shard,
                 &group,
                 category_name,
@@ -210,17 +331,18 @@ pub(crate) async fn deliver_shard<C: Category>(
                 false,
                 error,
             ));
-            return outcome;
+            self.ended = true;
+            return;
         }
         if dead_letter {
             // The scope gives up on this group: move it aside and go on with
             // the shard, which is healthy again.
             observe::dead_lettered(&shard, &group, category_name, attempts, &error);
-            outcome.commit.dead_letters.push(DeadLetter {
+            self.outcome.commit.dead_letters.push(DeadLetter {
                 ids: group.ids.clone(),
                 error: error.to_string(),
             });
-            outcome.failures.push(failure(
+            self.outcome.failures.push(failure(
                 &shard,
                 &group,
                 category_name,
@@ -228,13 +350,13 @@ pub(crate) async fn deliver_shard<C: Category>(
                 true,
                 error,
             ));
-            attempts = 0;
-            last_backoff = None;
-            dead_lettered_any = true;
-            continue;
+            self.attempts = 0;
+            self.last_backoff = None;
+            self.dead_lettered_any = true;
+            return;
         }
         drainer.recovery().backed_off(group.category(), &shard);
-        let end = backoff_end(drainer, last_backoff, &error.to_string(), attempts);
+        let end = backoff_end(drainer, self.last_backoff, &error.to_string(), attempts);
         let retry_at = match &end {
             ShardEnd::Backoff { retry_at, .. } => *retry_at,
             _ => drainer.now(),
@@ -248,7 +370,7 @@ pub(crate) async fn deliver_shard<C: Category>(
             error = %error,
             "outbox delivery failed; shard rescheduled"
         );
-        outcome.failures.push(failure(
+        self.outcome.failures.push(failure(
             &shard,
             &group,
             category_name,
@@ -256,18 +378,276 @@ pub(crate) async fn deliver_shard<C: Category>(
             false,
             error,
         ));
-        outcome.commit.end = end;
-        return outcome;
+        self.outcome.commit.end = end;
+        self.ended = true;
     }
-    // A dead-lettered group started the shard's failure count over: a state
-    // row, if any, goes; the shard is healthy.
-    if dead_lettered_any && state.is_some() {
-        outcome.commit.end = ShardEnd::Recovered;
+
+    /// The shard's outcome, once [`next`](Self::next) returned `None`.
+    pub(crate) fn finish(mut self, drainer: &Drainer<C>) -> ShardOutcome {
+        if !self.outcome.gave_up && self.outcome.failures.iter().all(|f| f.dead_lettered) {
+            // A dead-lettered group started the shard's failure count over:
+            // a state row, if any, goes; the shard is healthy.
+            if self.dead_lettered_any && self.had_state {
+                self.outcome.commit.end = ShardEnd::Recovered;
+            }
+            if self.outcome.commit.end == ShardEnd::Recovered {
+                drainer.recovery().recovered(self.shard());
+            }
+        }
+        self.outcome
     }
-    if outcome.commit.end == ShardEnd::Recovered {
-        drainer.recovery().recovered(&shard);
+}
+
+impl<C: Category> Call<C> {
+    /// Whether the receiver is a batch handler.
+    pub(crate) fn is_batch(&self) -> bool {
+        matches!(self.handler, Handler::Batch(_))
     }
-    outcome
+}
+
+/// Builds the call of one coalescing group: its receiver, message and span.
+fn prepare<C: Category>(
+    drainer: &Drainer<C>,
+    group: &mut CoalescingGroup,
+    fence: FencingToken,
+    synchronous: bool,
+    stack: &Arc<Vec<ShardKey>>,
+) -> Result<Call<C>, DeliveryError> {
+    let newest = &group.newest;
+    let category = C::try_from(newest.category).map_err(|unknown| {
+        observe::unknown_category(newest, unknown.0);
+        DeliveryError::UnknownCategory(unknown)
+    })?;
+    let expected_scope = category.scope().value();
+    if expected_scope != newest.shard.scope() {
+        return Err(DeliveryError::ScopeMismatch {
+            category: category.name(),
+            expected_scope,
+            row_scope: newest.shard.scope(),
+        });
+    }
+    let handler = drainer
+        .receivers()
+        .handler(category)
+        .ok_or(DeliveryError::NoReceiver {
+            category: category.name(),
+        })?
+        .clone();
+    // Moved, not copied: the group needs its ids after the delivery, not
+    // its payload (a retry reads the row again).
+    let payload = group.newest.payload.take();
+    let newest = &group.newest;
+    let message = Message {
+        id: newest.id,
+        first_id: group.first.id,
+        coalesced: group.ids.len(),
+        shard: newest.shard.clone(),
+        fence,
+        category,
+        object_identifier: newest.object_identifier,
+        payload,
+        date_added: group.first.date_added,
+        scheduled_for: newest.scheduled_for,
+        scheduled_from: newest.scheduled_from,
+        synchronous,
+        traceparent: newest.traceparent,
+        message_id: newest.message_id,
+    };
+    Ok(Call {
+        category,
+        handler,
+        message,
+        span: trace::delivery_span(category, group, synchronous),
+        stack: stack.clone(),
+        lag_group: LagGroup {
+            first_scheduled_from: group.first.scheduled_from,
+            first_added: group.first.date_added,
+        },
+    })
+}
+
+/// Makes one call: the receiver with one message (a batch handler with a
+/// batch of one).
+pub(crate) async fn call_one<C: Category>(
+    drainer: &Drainer<C>,
+    call: Call<C>,
+) -> Result<C, DeliveryError> {
+    let Call {
+        category,
+        handler,
+        message,
+        span,
+        stack,
+        lag_group,
+    } = call;
+    let synchronous = message.synchronous;
+    let kind = message.shard.kind();
+    let timeout = drainer.config().delivery_timeout;
+    let started = Instant::now();
+    let delivery = crate::message::CurrentDelivery {
+        message_id: message.message_id,
+        shard: message.shard.clone(),
+        fence: message.fence,
+        category: category.name(),
+    };
+    let result = match handler {
+        Handler::One(handler) => {
+            // The span is entered while the handler's future is built too: a
+            // receiver that opens its span before its first `.await` nests it
+            // there.
+            let call = span.in_scope(|| AssertUnwindSafe(handler(message)).catch_unwind());
+            let call = crate::message::with_delivery(delivery, call);
+            DELIVERING
+                .scope(stack, tokio::time::timeout(timeout, call))
+                .instrument(span.clone())
+                .await
+        }
+        Handler::Batch(handler) => {
+            let item = BatchItem::new(message, span.clone());
+            let call = span.in_scope(|| AssertUnwindSafe(handler(vec![item])).catch_unwind());
+            let call = DELIVERING
+                .scope(stack, tokio::time::timeout(timeout, call))
+                .instrument(span.clone())
+                .await;
+            call.map(|answer| {
+                answer.map(|results| {
+                    results
+                        .into_iter()
+                        .next()
+                        .unwrap_or_else(|| Err(missing(1, 0)))
+                })
+            })
+        }
+    };
+    let elapsed = started.elapsed();
+    drainer.planner().pace().observe(elapsed);
+    observe::send_duration(category.name(), kind, synchronous, elapsed);
+    let result = match result {
+        Err(_elapsed) => Err(DeliveryError::Timeout(timeout)),
+        Ok(Err(panic)) => Err(DeliveryError::Panicked(panic_message(panic.as_ref()))),
+        Ok(Ok(Err(error))) => Err(DeliveryError::Handler(error)),
+        Ok(Ok(Ok(()))) => {
+            observe::delivered_lag(
+                category.name(),
+                kind,
+                lag_group.first_scheduled_from,
+                lag_group.first_added,
+                synchronous,
+                drainer.now(),
+            );
+            Ok(category)
+        }
+    };
+    if let Err(error) = &result {
+        trace::delivery_failed(&span, error.reason());
+    }
+    result
+}
+
+/// Makes one batch call of `calls`, all of one category with a batch
+/// handler, each from a different shard: one result per call, in order.
+pub(crate) async fn call_batch<C: Category>(
+    drainer: &Drainer<C>,
+    handler: Handler<C>,
+    calls: Vec<Call<C>>,
+    stack: Arc<Vec<ShardKey>>,
+) -> Vec<Result<C, DeliveryError>> {
+    let Handler::Batch(batch_handler) = handler else {
+        // Not a batch handler: one call after the other.
+        let mut results = Vec::with_capacity(calls.len());
+        for call in calls {
+            results.push(call_one(drainer, call).await);
+        }
+        return results;
+    };
+    let count = calls.len();
+    let mut metas = Vec::with_capacity(count);
+    let mut items = Vec::with_capacity(count);
+    for call in calls {
+        metas.push((
+            call.category,
+            call.span.clone(),
+            call.lag_group,
+            call.message.synchronous,
+            call.message.shard.kind(),
+        ));
+        items.push(BatchItem::new(call.message, call.span));
+    }
+    let timeout = drainer.config().delivery_timeout;
+    let started = Instant::now();
+    let answer = DELIVERING
+        .scope(
+            stack,
+            tokio::time::timeout(
+                timeout,
+                AssertUnwindSafe(batch_handler(items)).catch_unwind(),
+            ),
+        )
+        .await;
+    let elapsed = started.elapsed();
+    // The pace wants the time of one delivery slot: a wave of `count`
+    // messages stands for `count ÷ concurrency` rounds of single deliveries.
+    let slots = count.div_ceil(drainer.config().concurrency.max(1)).max(1);
+    drainer
+        .planner()
+        .pace()
+        .observe(elapsed / u32::try_from(slots).unwrap_or(u32::MAX));
+    let mut results: Vec<Result<(), DeliveryError>> = match answer {
+        Err(_elapsed) => (0..count)
+            .map(|_| Err(DeliveryError::Timeout(timeout)))
+            .collect(),
+        Ok(Err(panic)) => {
+            let text = panic_message(panic.as_ref());
+            (0..count)
+                .map(|_| Err(DeliveryError::Panicked(text.clone())))
+                .collect()
+        }
+        Ok(Ok(results)) => {
+            let answered = results.len();
+            let mut results: Vec<_> = results
+                .into_iter()
+                .take(count)
+                .map(|result| result.map_err(DeliveryError::Handler))
+                .collect();
+            while results.len() < count {
+                results.push(Err(DeliveryError::Handler(missing(count, answered))));
+            }
+            results
+        }
+    };
+    results
+        .drain(..)
+        .zip(metas)
+        .map(|(result, (category, span, lag, synchronous, kind))| {
+            observe::send_duration(category.name(), kind, synchronous, elapsed);
+            match result {
+                Ok(()) => {
+                    observe::delivered_lag(
+                        category.name(),
+                        kind,
+                        lag.first_scheduled_from,
+                        lag.first_added,
+                        synchronous,
+                        drainer.now(),
+                    );
+                    Ok(category)
+                }
+                Err(error) => {
+                    trace::delivery_failed(&span, error.reason());
+                    Err(error)
+                }
+            }
+        })
+        .collect()
+}
+
+/// A batch handler answered fewer results than it was given messages.
+fn missing(count: usize, answered: usize) -> HandlerError {
+    format!(
+        "the batch receiver answered {answered} results for {count} messages; a message \
+         without a result counts as failed (transient) and is delivered again"
+    )
+    .into()
 }
 
 fn failure(
@@ -303,90 +683,6 @@ fn backoff_end<C: Category>(
         error: error.to_owned(),
         attempts,
     }
-}
-
-/// Delivers one coalescing group to its receiver.
-async fn deliver_group<C: Category>(
-    drainer: &Drainer<C>,
-    group: &mut CoalescingGroup,
-    fence: FencingToken,
-    synchronous: bool,
-    stack: Arc<Vec<ShardKey>>,
-) -> Result<C, DeliveryError> {
-    let newest = &group.newest;
-    let category = C::try_from(newest.category).map_err(|unknown| {
-        observe::unknown_category(newest, unknown.0);
-        DeliveryError::UnknownCategory(unknown)
-    })?;
-    let expected_scope = category.scope().value();
-    if expected_scope != newest.shard.scope() {
-        return Err(DeliveryError::ScopeMismatch {
-            category: category.name(),
-            expected_scope,
-            row_scope: newest.shard.scope(),
-        });
-    }
-    let handler = drainer
-        .receivers()
-        .handler(category)
-        .ok_or(DeliveryError::NoReceiver {
-            category: category.name(),
-        })?;
-    // Moved, not copied: the group needs its ids after the delivery, not
-    // its payload (a retry reads the row again).
-    let payload = group.newest.payload.take();
-    let newest = &group.newest;
-    let message = Message {
-        id: newest.id,
-        first_id: group.first.id,
-        coalesced: group.ids.len(),
-        shard: newest.shard.clone(),
-        fence,
-        category,
-        object_identifier: newest.object_identifier,
-        payload,
-        date_added: group.first.date_added,
-        scheduled_for: newest.scheduled_for,
-        scheduled_from: newest.scheduled_from,
-        synchronous,
-        traceparent: newest.traceparent,
-        message_id: newest.message_id,
-    };
-    let span = trace::delivery_span(category, group, synchronous);
-    let timeout = drainer.config().delivery_timeout;
-    let started = Instant::now();
-    // The span is entered while the handler's future is built too: a
-    // receiver that opens its span before its first `.await` nests it there.
-    let call = span.in_scope(|| AssertUnwindSafe(handler(message)).catch_unwind());
-    let call = crate::message::with_delivery(
-        crate::message::CurrentDelivery {
-            message_id: newest.message_id,
-            shard: newest.shard.clone(),
-            fence,
-            category: category.name(),
-        },
-        call,
-    );
-    let result = DELIVERING
-        .scope(stack, tokio::time::timeout(timeout, call))
-        .instrument(span.clone())
-        .await;
-    let elapsed = started.elapsed();
-    drainer.planner().pace().observe(elapsed);
-    observe::send_duration(category.name(), newest.shard.kind(), synchronous, elapsed);
-    let result = match result {
-        Err(_elapsed) => Err(DeliveryError::Timeout(timeout)),
-        Ok(Err(panic)) => Err(DeliveryError::Panicked(panic_message(panic.as_ref()))),
-        Ok(Ok(Err(error))) => Err(DeliveryError::Handler(error)),
-        Ok(Ok(Ok(()))) => {
-            observe::delivered_lag(category.name(), group, synchronous, drainer.now());
-            Ok(category)
-        }
-    };
-    if let Err(error) = &result {
-        trace::delivery_failed(&span, error.reason());
-    }
-    result
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

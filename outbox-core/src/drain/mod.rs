@@ -27,6 +27,12 @@
 //!    deliver each shard's groups in order, shards concurrently, each in its
 //!    own task, outside any transaction. The first failure stops its shard.
 //!    A shard that backs off after an earlier failure is not delivered.
+//!    Shards with a message for a batch receiver
+//!    ([`Receivers::on_batch`](crate::Receivers::on_batch)) go in *waves*
+//!    instead (`wave.rs`): each wave calls a batch handler once with the
+//!    next message of every such shard, at most one per shard, and records
+//!    every result before the next, so a shard still has one call out at a
+//!    time.
 //! 3. Commit what finished in one transaction: delete delivered rows, release
 //!    the buckets, reschedule failed shards with doubling backoff. Shards
 //!    still running after `commit_interval` keep their buckets while the rest
@@ -80,6 +86,7 @@ mod planner;
 mod recovery;
 mod report;
 mod round;
+mod wave;
 
 pub use config::{
     DrainConfig, DEFAULT_BATCH_SIZE, DEFAULT_COMMIT_INTERVAL, DEFAULT_CONCURRENCY,

@@ -35,16 +35,18 @@ pub(crate) fn send_duration(
 
 pub(crate) fn delivered_lag(
     category: &'static str,
-    group: &CoalescingGroup,
+    kind: OutboxKind,
+    first_scheduled_from: DateTime<Utc>,
+    first_added: DateTime<Utc>,
     synchronous: bool,
     now: DateTime<Utc>,
 ) {
-    let kind = group.newest.shard.kind().as_str();
+    let kind = kind.as_str();
     let sync = sync_tag(synchronous);
     metrics::histogram!(names::PROCESSING_LAG, "category" => category, "kind" => kind, "synchronous" => sync)
-        .record(seconds_between(group.first.scheduled_from, now));
+        .record(seconds_between(first_scheduled_from, now));
     metrics::histogram!(names::COALESCED_NET_QUEUE_TIME, "category" => category, "kind" => kind, "synchronous" => sync)
-        .record(seconds_between(group.first.date_added, now));
+        .record(seconds_between(first_added, now));
 }
 
 pub(crate) fn processed(category: &'static str, kind: OutboxKind, synchronous: bool, rows: usize) {

@@ -15,6 +15,7 @@ use super::drainer::{Drainer, DELIVERING};
 use super::lease::LeaseEnd;
 use super::observe;
 use super::report::{DrainReport, ShardFailure};
+use super::wave::deliver_waves;
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey};
 use crate::store::{ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, StoreError};
@@ -106,6 +107,9 @@ impl<C: Category> Round<C> {
         // Shards not finished yet, queued or being delivered.
         let mut pending: HashSet<ShardKey> = HashSet::new();
         let queue: Queue = Arc::default();
+        // Shards with a message for a batch handler go in waves.
+        let mut waves = Vec::new();
+        let receivers = self.drainer.receivers();
         for shard in shards {
             match shard.state.as_ref() {
                 Some(state) if is_backing_off(&self.drainer, &shard) => {
@@ -113,15 +117,35 @@ impl<C: Category> Round<C> {
                 }
                 _ => {
                     pending.insert(shard.shard.clone());
-                    lock(&queue).push_back(shard);
+                    if shard
+                        .rows
+                        .iter()
+                        .any(|row| receivers.is_batch(row.category))
+                    {
+                        waves.push(shard);
+                    } else {
+                        lock(&queue).push_back(shard);
+                    }
                 }
             }
         }
         // `concurrency` delivery tasks take shards from the queue until it is
-        // empty; dropping the set (a cancelled round) aborts them.
+        // empty, and one task delivers the others in waves; dropping the set
+        // (a cancelled round) aborts them.
         let (outcomes, mut delivered) = mpsc::unbounded_channel();
         let mut tasks = JoinSet::new();
-        for _ in 0..self.drainer.config().concurrency.min(pending.len()) {
+        if !waves.is_empty() {
+            tasks.spawn(deliver_waves(
+                self.drainer.clone(),
+                waves,
+                outcomes.clone(),
+                self.lease_end.clone(),
+                self.synchronous,
+                stack.clone(),
+            ));
+        }
+        let queued = lock(&queue).len();
+        for _ in 0..self.drainer.config().concurrency.min(queued) {
             tasks.spawn(deliver_queue(
                 self.drainer.clone(),
                 queue.clone(),

@@ -25,7 +25,8 @@
 //! // duplicate window (or create one with your own tooling).
 //! jetstream.get_or_create_stream(sink.stream_config("OUTBOX")).await?;
 //!
-//! let receivers = Receivers::new().on(OutboxCategory::PriceChanged, sink.receiver());
+//! // Batches: the next message of many shards at once, published pipelined.
+//! let receivers = Receivers::new().on_batch(OutboxCategory::PriceChanged, sink.batch_receiver());
 //! receivers.ensure_complete()?;
 //!
 //! // (An in-memory outbox here; `OutboxWorker` drains the database.)
@@ -60,13 +61,50 @@
 //!
 //! What keeps a shard's order is the drain, not the subject: it delivers a
 //! shard one message at a time and waits for the receiver, and the sink
-//! returns only once JetStream has acknowledged the publish. So a message is
+//! answers only once JetStream has acknowledged the publish. So a message is
 //! published only after every earlier message of its shard is stored, and a
 //! shard's messages are in the stream in shard order, whatever subjects they
-//! go to. Publishing a shard's messages without waiting for each
-//! acknowledgement (pipelined "ordered publish") would be faster, but when
-//! one publish in the middle fails, the ones after it are already stored,
-//! ahead of it: order would hold only while nothing fails.
+//! go to.
+//!
+//! # Pipelined publishes and order
+//!
+//! A publish that waits for its acknowledgement before the next one is
+//! slow: a round trip per message, and a wake-up of a task for each. The
+//! sink pipelines *across shards*, never within one.
+//! [`batch_receiver`](JetStreamSink::batch_receiver) (registered with
+//! [`Receivers::on_batch`](crate::Receivers::on_batch)) gets from the drain
+//! a *wave*: the next message of every shard of the round that has one, at
+//! most one per shard. It hands all of them to the client at once (up to
+//! [`with_max_in_flight`](JetStreamSink::with_max_in_flight), 1,000 by
+//! default), awaits every acknowledgement, and answers one result per
+//! message; the drain records them and only then builds the next wave. So
+//! the stream never holds a later message of a shard before an earlier one:
+//!
+//! - messages of one batch are of different shards, with no order between
+//!   them to keep, so whatever JetStream stores of a batch, and in whatever
+//!   order, is in order per shard;
+//! - a shard's next message is published only after its previous one was
+//!   acknowledged as stored (a failed one ends the shard's run: it backs
+//!   off, or is quarantined, and nothing later of it is published until
+//!   that message is stored).
+//!
+//! Pipelining *within* a shard ("publish 1, 2, 3, then await the three
+//! acknowledgements") is what this rules out: when 2 fails (refused by the
+//! stream: too large, a limit reached; or lost with a connection while 3,
+//! buffered by the client, goes out on the next one), 3 is stored ahead of
+//! it, and the retry of 2 lands after 3; the duplicate window then drops
+//! the retried 3, and the stream keeps 1, 3, 2 for good. Only an atomic
+//! batch (JetStream 2.12, `allow_atomic`) could make "2 and everything
+//! after it" fail together; Debian's server is 2.9. The test
+//! `a_publish_refused_in_the_middle_of_a_shard_holds_it_and_keeps_its_order`
+//! refuses a shard's third message while its fourth would be stored, and
+//! checks that the fourth waits.
+//!
+//! [`receiver`](JetStreamSink::receiver) (with [`Receivers::on`](crate::Receivers::on))
+//! publishes one message per call, awaiting its acknowledgement: the drain's
+//! `concurrency` shard tasks are then the only publishes in flight. The
+//! batch receiver is the faster choice wherever the drain has more shards
+//! than that: `cargo bench -p outbox-axum --bench jetstream` measures both.
 //!
 //! The subject per shard is for the consumers. A consumer that filters on
 //! one shard (`outbox.PriceChanged.region.42`), or on a set of them with
@@ -161,14 +199,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::header::HeaderMap;
+use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{stream, Context};
 use chrono::SecondsFormat;
+use futures::StreamExt;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::message::Message;
-use crate::receiver::{permanent, HandlerError, HandlerFuture};
+use crate::receiver::{permanent, BatchFuture, BatchItem, HandlerError, HandlerFuture};
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey};
 use crate::trace::TraceParent;
@@ -183,6 +224,14 @@ pub const DEFAULT_PREFIX: &str = "outbox";
 /// The duplicate window of [`JetStreamSink::stream_config`]: 10 minutes.
 /// See [the module documentation](self#the-duplicate-window).
 pub const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
+
+/// Publishes of a batch awaiting their acknowledgement at once, by default
+/// ([`JetStreamSink::with_max_in_flight`]): 1,000.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1_000;
+
+/// How long a batch waits without any acknowledgement, by default
+/// ([`JetStreamSink::with_ack_timeout`]): 5 s.
+pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Header: the message id, by which JetStream drops duplicates
 /// (`Nats-Msg-Id`).
@@ -217,12 +266,16 @@ pub const TRACEPARENT_HEADER: &str = "traceparent";
 pub struct JetStreamSink {
     context: Context,
     prefix: Arc<str>,
+    max_in_flight: usize,
+    ack_timeout: Duration,
 }
 
 impl fmt::Debug for JetStreamSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("JetStreamSink")
             .field("prefix", &self.prefix)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("ack_timeout", &self.ack_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -236,6 +289,8 @@ impl JetStreamSink {
         Self {
             context,
             prefix: Arc::from(DEFAULT_PREFIX),
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            ack_timeout: DEFAULT_ACK_TIMEOUT,
         }
     }
 
@@ -256,8 +311,8 @@ impl JetStreamSink {
             })?;
         }
         Ok(Self {
-            context: self.context,
             prefix: Arc::from(prefix),
+            ..self
         })
     }
 
@@ -393,45 +448,264 @@ impl JetStreamSink {
         &self,
         message: &Message<C>,
     ) -> Result<PublishAck, JetStreamError> {
+        let (subject, acknowledgement) = self.send(message).await?;
+        tracing::Span::current().record("messaging.destination.name", subject.as_str());
+        self.acknowledged(subject, message, acknowledgement).await
+    }
+
+    /// Hands `message` to the client to publish: its subject and the
+    /// acknowledgement to await.
+    async fn send<C: Category>(
+        &self,
+        message: &Message<C>,
+    ) -> Result<(String, PublishAckFuture), JetStreamError> {
+        let subject = self.subject(message)?;
+        let payload = match &message.payload {
+            Some(payload) => payload.to_string().into_bytes(),
+            None => Vec::new(),
+        };
+        let headers = headers(message);
+        let sent = self
+            .context
+            .publish_with_headers(subject.clone(), headers, payload.into())
+            .await;
+        match sent {
+            Ok(acknowledgement) => Ok((subject, acknowledgement)),
+            Err(source) => Err(JetStreamError::from_publish(
+                &subject,
+                message.message_id,
+                source,
+            )),
+        }
+    }
+
+    /// Awaits the acknowledgement of a message [`send`](Self::send) handed
+    /// out.
+    async fn acknowledged<C: Category>(
+        &self,
+        subject: String,
+        message: &Message<C>,
+        acknowledgement: PublishAckFuture,
+    ) -> Result<PublishAck, JetStreamError> {
+        let message_id = message.message_id;
+        let acknowledgement = acknowledgement
+            .await
+            .map_err(|source| JetStreamError::from_publish(&subject, message_id, source))?;
+        if acknowledgement.duplicate {
+            self.duplicate(&subject, message, &acknowledgement);
+        }
+        Ok(acknowledgement)
+    }
+
+    /// Publishes a batch of messages, each from a different shard, with up
+    /// to [`max_in_flight`](Self::with_max_in_flight) publishes awaiting their
+    /// acknowledgement at once, and answers one result per message, in the
+    /// batch's order (see [`batch_receiver`](Self::batch_receiver)).
+    ///
+    /// The batch's acknowledgements come to one inbox subscribed for the
+    /// batch (each publish replies to `{inbox}.{index}`), not to a request
+    /// and a timer per message: that is most of what a pipelined publish
+    /// costs the client. A message without an acknowledgement after
+    /// [`ack_timeout`](Self::with_ack_timeout) without any arriving fails
+    /// with [`JetStreamError::Timeout`].
+    pub async fn publish_batch<C: Category>(
+        &self,
+        batch: Vec<BatchItem<C>>,
+    ) -> Vec<Result<PublishAck, JetStreamError>> {
+        let count = batch.len();
+        let mut results: Vec<Option<Result<PublishAck, JetStreamError>>> =
+            (0..count).map(|_| None).collect();
+        let mut subjects = vec![String::new(); count];
+        let mut spans: Vec<Option<tracing::Span>> = vec![None; count];
+        let client = self.context.client();
+        let inbox = client.new_inbox();
+        let mut acknowledgements = match client.subscribe(format!("{inbox}.*")).await {
+            Ok(subscriber) => subscriber,
+            Err(error) => {
+                let error: async_nats::Error = Box::new(error);
+                let text = error.to_string();
+                return batch
+                    .iter()
+                    .map(|item| {
+                        Err(JetStreamError::from_publish(
+                            "",
+                            item.message.message_id,
+                            PublishError::with_source(PublishErrorKind::Other, text.clone()),
+                        ))
+                    })
+                    .collect();
+            }
+        };
+        let (mut next, mut outstanding) = (0, 0);
+        let mut deadline = tokio::time::Instant::now() + self.ack_timeout;
+        loop {
+            while next < count && outstanding < self.max_in_flight {
+                let item = &batch[next];
+                let span = publish_span(item);
+                let reply = format!("{inbox}.{next}");
+                match self
+                    .send_with_reply(&client, &item.message, reply)
+                    .instrument(span.clone())
+                    .await
+                {
+                    Ok(subject) => {
+                        subjects[next] = subject;
+                        spans[next] = Some(span);
+                        outstanding += 1;
+                    }
+                    Err(error) => {
+                        span.in_scope(|| tracing::debug!(%error, "publish failed"));
+                        results[next] = Some(Err(error));
+                    }
+                }
+                next += 1;
+            }
+            if outstanding == 0 {
+                break;
+            }
+            let reply = match tokio::time::timeout_at(deadline, acknowledgements.next()).await {
+                Ok(Some(reply)) => reply,
+                // The connection's client is gone, or nothing came in time.
+                Ok(None) | Err(_) => break,
+            };
+            let Some(index) = reply
+                .subject
+                .rsplit('.')
+                .next()
+                .and_then(|token| token.parse::<usize>().ok())
+                .filter(|&index| index < count && spans[index].is_some())
+            else {
+                continue;
+            };
+            let span = spans[index].take().unwrap_or_else(tracing::Span::none);
+            let subject = std::mem::take(&mut subjects[index]);
+            let result = span.in_scope(|| {
+                let result = self.acknowledged_by(subject, &batch[index].message, &reply);
+                if let Err(error) = &result {
+                    tracing::debug!(%error, "publish failed");
+                }
+                result
+            });
+            results[index] = Some(result);
+            outstanding -= 1;
+            deadline = tokio::time::Instant::now() + self.ack_timeout;
+        }
+        results
+            .into_iter()
+            .zip(subjects)
+            .zip(&batch)
+            .map(|((result, subject), item)| {
+                result.unwrap_or_else(|| {
+                    Err(JetStreamError::Timeout {
+                        subject,
+                        message_id: item.message.message_id,
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// Publishes `message` with `reply` as the subject of its
+    /// acknowledgement: the message's subject.
+    async fn send_with_reply<C: Category>(
+        &self,
+        client: &async_nats::Client,
+        message: &Message<C>,
+        reply: String,
+    ) -> Result<String, JetStreamError> {
         let subject = self.subject(message)?;
         tracing::Span::current().record("messaging.destination.name", subject.as_str());
         let payload = match &message.payload {
             Some(payload) => payload.to_string().into_bytes(),
             None => Vec::new(),
         };
-        let headers = headers(message);
+        let sent = client
+            .publish_with_reply_and_headers(
+                subject.clone(),
+                reply,
+                headers(message),
+                payload.into(),
+            )
+            .await;
+        match sent {
+            Ok(()) => Ok(subject),
+            Err(error) => {
+                let kind = match error.kind() {
+                    async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
+                        PublishErrorKind::MaxPayloadExceeded
+                    }
+                    _ => PublishErrorKind::Other,
+                };
+                Err(JetStreamError::from_publish(
+                    &subject,
+                    message.message_id,
+                    PublishError::with_source(kind, error),
+                ))
+            }
+        }
+    }
+
+    /// What JetStream's `reply` to a publish of `message` says, read as the
+    /// client's own acknowledgement future reads it.
+    fn acknowledged_by<C: Category>(
+        &self,
+        subject: String,
+        message: &Message<C>,
+        reply: &async_nats::Message,
+    ) -> Result<PublishAck, JetStreamError> {
         let message_id = message.message_id;
         let failed =
             |source: PublishError| JetStreamError::from_publish(&subject, message_id, source);
-        let acknowledgement = self
-            .context
-            .publish_with_headers(subject.clone(), headers, payload.into())
-            .await
-            .map_err(failed)?
-            .await
-            .map_err(failed)?;
+        if reply.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+            return Err(failed(PublishError::new(PublishErrorKind::StreamNotFound)));
+        }
+        let response: async_nats::jetstream::response::Response<PublishAck> =
+            serde_json::from_slice(reply.payload.as_ref()).map_err(|error| {
+                failed(PublishError::with_source(PublishErrorKind::Other, error))
+            })?;
+        let acknowledgement = match response {
+            async_nats::jetstream::response::Response::Ok(acknowledgement) => acknowledgement,
+            async_nats::jetstream::response::Response::Err { error } => {
+                return Err(failed(PublishError::with_source(
+                    PublishErrorKind::Other,
+                    error,
+                )));
+            }
+        };
         if acknowledgement.duplicate {
-            tracing::debug!(
-                subject,
-                %message_id,
-                sequence = acknowledgement.sequence,
-                "JetStream already had this message id: a redelivery, dropped by the stream"
-            );
-            metrics::counter!(
-                crate::metrics::SINK_DUPLICATES,
-                "sink" => "jetstream",
-                "category" => message.category.name(),
-                "kind" => message.kind().as_str(),
-            )
-            .increment(1);
+            self.duplicate(&subject, message, &acknowledgement);
         }
         Ok(acknowledgement)
+    }
+
+    /// Logs and counts an acknowledgement that says the stream had the
+    /// message already.
+    fn duplicate<C: Category>(
+        &self,
+        subject: &str,
+        message: &Message<C>,
+        acknowledgement: &PublishAck,
+    ) {
+        tracing::debug!(
+            subject,
+            message_id = %message.message_id,
+            sequence = acknowledgement.sequence,
+            "JetStream already had this message id: a redelivery, dropped by the stream"
+        );
+        metrics::counter!(
+            crate::metrics::SINK_DUPLICATES,
+            "sink" => "jetstream",
+            "category" => message.category.name(),
+            "kind" => message.kind().as_str(),
+        )
+        .increment(1);
     }
 
     /// The sink as a receiver, for [`Receivers::on`](crate::Receivers::on):
     /// it [`publish`](Self::publish)es each message and fails the delivery
     /// when the publish fails, as a permanent error when
-    /// [`JetStreamError::is_permanent`].
+    /// [`JetStreamError::is_permanent`]. One publish at a time per shard
+    /// delivery task: [`batch_receiver`](Self::batch_receiver) is faster.
     pub fn receiver<C: Category>(
         &self,
     ) -> impl Fn(Message<C>) -> HandlerFuture + Clone + Send + Sync + 'static {
@@ -439,14 +713,80 @@ impl JetStreamSink {
         move |message: Message<C>| {
             let sink = sink.clone();
             Box::pin(async move {
-                match sink.publish(&message).await {
-                    Ok(_) => Ok(()),
-                    Err(error) if error.is_permanent() => Err(permanent(error)),
-                    Err(error) => Err(HandlerError::from(error)),
-                }
+                sink.publish(&message)
+                    .await
+                    .map(drop)
+                    .map_err(to_handler_error)
             })
         }
     }
+
+    /// The sink as a batch receiver, for
+    /// [`Receivers::on_batch`](crate::Receivers::on_batch): the drain hands it
+    /// the next message of many shards at once, and it publishes them
+    /// without waiting for each acknowledgement (up to
+    /// [`with_max_in_flight`](Self::with_max_in_flight) at once), then
+    /// answers when every acknowledgement is in. See [the module
+    /// documentation](self#pipelined-publishes-and-order) for why this keeps
+    /// each shard's order when a publish fails.
+    pub fn batch_receiver<C: Category>(
+        &self,
+    ) -> impl Fn(Vec<BatchItem<C>>) -> BatchFuture + Clone + Send + Sync + 'static {
+        let sink = self.clone();
+        move |batch: Vec<BatchItem<C>>| {
+            let sink = sink.clone();
+            Box::pin(async move {
+                sink.publish_batch(batch)
+                    .await
+                    .into_iter()
+                    .map(|result| result.map(drop).map_err(to_handler_error))
+                    .collect()
+            })
+        }
+    }
+
+    /// How many publishes of a batch await their acknowledgement at once
+    /// (at least 1). Default: [`DEFAULT_MAX_IN_FLIGHT`].
+    pub fn with_max_in_flight(mut self, publishes: usize) -> Self {
+        self.max_in_flight = publishes.max(1);
+        self
+    }
+
+    /// How long the [batch receiver](Self::batch_receiver) waits without any
+    /// acknowledgement arriving before the batch's unacknowledged messages
+    /// fail with [`JetStreamError::Timeout`] (transient: retried, and the
+    /// duplicate window drops a second copy). The single-message
+    /// [`receiver`](Self::receiver) uses the context's timeout instead. Keep
+    /// it below the drain's delivery timeout (10 s). Default:
+    /// [`DEFAULT_ACK_TIMEOUT`], JetStream's own default.
+    pub fn with_ack_timeout(mut self, timeout: Duration) -> Self {
+        self.ack_timeout = timeout;
+        self
+    }
+}
+
+/// A failed publish as the drain takes it: permanent when
+/// [`JetStreamError::is_permanent`].
+fn to_handler_error(error: JetStreamError) -> HandlerError {
+    if error.is_permanent() {
+        permanent(error)
+    } else {
+        HandlerError::from(error)
+    }
+}
+
+/// The span of one publish of a batch, a child of the message's delivery
+/// span.
+fn publish_span<C: Category>(item: &BatchItem<C>) -> tracing::Span {
+    tracing::info_span!(
+        parent: &item.span,
+        "outbox.jetstream.publish",
+        otel.kind = "producer",
+        messaging.system = "nats",
+        messaging.operation.type = "send",
+        messaging.destination.name = tracing::field::Empty,
+        messaging.message.id = %item.message.message_id,
+    )
 }
 
 /// The shard and fencing token a message was published with
@@ -481,25 +821,41 @@ pub fn fence_of(headers: &HeaderMap) -> Option<(ShardKey, crate::FencingToken)> 
     Some((shard, fence))
 }
 
+/// The header names, parsed once (a name given as `&str` is validated
+/// and copied on every insert).
+mod names {
+    use async_nats::HeaderName;
+
+    pub(super) const MESSAGE_ID: HeaderName = HeaderName::from_static(super::MESSAGE_ID_HEADER);
+    pub(super) const CATEGORY: HeaderName = HeaderName::from_static(super::CATEGORY_HEADER);
+    pub(super) const OBJECT: HeaderName = HeaderName::from_static(super::OBJECT_HEADER);
+    pub(super) const SHARD: HeaderName = HeaderName::from_static(super::SHARD_HEADER);
+    pub(super) const ROW_ID: HeaderName = HeaderName::from_static(super::ROW_ID_HEADER);
+    pub(super) const FENCE: HeaderName = HeaderName::from_static(super::FENCE_HEADER);
+    pub(super) const COALESCED: HeaderName = HeaderName::from_static(super::COALESCED_HEADER);
+    pub(super) const DATE_ADDED: HeaderName = HeaderName::from_static(super::DATE_ADDED_HEADER);
+    pub(super) const TRACEPARENT: HeaderName = HeaderName::from_static(super::TRACEPARENT_HEADER);
+}
+
 /// The headers of `message` (see the module documentation).
 fn headers<C: Category>(message: &Message<C>) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    headers.insert(MESSAGE_ID_HEADER, message.message_id.to_string());
-    headers.insert(CATEGORY_HEADER, message.category.name());
-    headers.insert(OBJECT_HEADER, message.object_identifier.to_string());
+    headers.insert(names::MESSAGE_ID, message.message_id.to_string());
+    headers.insert(names::CATEGORY, message.category.name());
+    headers.insert(names::OBJECT, message.object_identifier.to_string());
     // Region names with a line break never get here: the subject refused them.
-    headers.insert(SHARD_HEADER, message.shard.to_string());
-    headers.insert(ROW_ID_HEADER, message.id.to_string());
-    headers.insert(FENCE_HEADER, message.fence.to_string());
-    headers.insert(COALESCED_HEADER, message.coalesced.to_string());
+    headers.insert(names::SHARD, message.shard.to_string());
+    headers.insert(names::ROW_ID, message.id.to_string());
+    headers.insert(names::FENCE, message.fence.to_string());
+    headers.insert(names::COALESCED, message.coalesced.to_string());
     headers.insert(
-        DATE_ADDED_HEADER,
+        names::DATE_ADDED,
         message
             .date_added
             .to_rfc3339_opts(SecondsFormat::Micros, true),
     );
     if let Some(traceparent) = TraceParent::current().or(message.traceparent) {
-        headers.insert(TRACEPARENT_HEADER, traceparent.to_string());
+        headers.insert(names::TRACEPARENT, traceparent.to_string());
     }
     headers
 }

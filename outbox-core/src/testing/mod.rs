@@ -134,6 +134,8 @@ struct RecorderInner<C: Category> {
     hold: Mutex<Option<(Rule<C>, Gate)>>,
     yield_inside: AtomicBool,
     delivered: Notify,
+    /// The shards of each batch call, in call order.
+    batches: Mutex<Vec<Vec<ShardKey>>>,
 }
 
 impl<C: Category> Clone for Recorder<C> {
@@ -157,6 +159,7 @@ impl<C: Category> Default for Recorder<C> {
                 hold: Mutex::default(),
                 yield_inside: AtomicBool::new(false),
                 delivered: Notify::new(),
+                batches: Mutex::default(),
             }),
         }
     }
@@ -355,6 +358,52 @@ impl<C: Category> Recorder<C> {
         });
         self.inner.delivered.notify_waiters();
         Ok(())
+    }
+
+    /// The shards of each batch the [`batch_receivers`](Self::batch_receivers)
+    /// were called with, in call order.
+    pub fn batches(&self) -> Vec<Vec<ShardKey>> {
+        lock(&self.inner.batches).clone()
+    }
+
+    /// Handles a batch: every message as [`handle`](Self::handle) does,
+    /// all at once, one result per message in the batch's order.
+    pub async fn handle_batch(
+        &self,
+        batch: Vec<crate::BatchItem<C>>,
+    ) -> Vec<Result<(), crate::HandlerError>> {
+        lock(&self.inner.batches).push(
+            batch
+                .iter()
+                .map(|item| item.message.shard.clone())
+                .collect(),
+        );
+        futures::future::join_all(batch.into_iter().map(|item| self.handle(item.message))).await
+    }
+
+    /// Receivers for every live category, all into this recorder, with a
+    /// batch handler ([`Receivers::on_batch`](crate::Receivers::on_batch))
+    /// for `batched` categories and a single one for the others.
+    pub fn batch_receivers(&self, batched: &[C]) -> crate::Receivers<C> {
+        let mut receivers = crate::Receivers::new();
+        for &category in C::ALL {
+            if category.is_retired() {
+                continue;
+            }
+            let recorder = self.clone();
+            if batched.contains(&category) {
+                receivers = receivers.on_batch(category, move |batch| {
+                    let recorder = recorder.clone();
+                    async move { recorder.handle_batch(batch).await }
+                });
+            } else {
+                receivers.register(category, move |message| {
+                    let recorder = recorder.clone();
+                    async move { recorder.handle(message).await }
+                });
+            }
+        }
+        receivers
     }
 
     /// Receivers for every live category, all into this recorder.

@@ -1,0 +1,120 @@
+//! Delivering shards in waves, for categories with a batch handler
+//! ([`Receivers::on_batch`](crate::Receivers::on_batch)).
+//!
+//! A wave takes the next coalescing group of every shard it holds, calls
+//! each category's batch handler once with all of that category's messages
+//! (at most one per shard), the other categories' receivers one message
+//! each (at most `concurrency` at once), and records every result before the
+//! next wave: a shard never has two calls out at once, so its order holds
+//! (rule 3) whatever the batch handler does inside a batch. A failed
+//! message ends its own shard's run (backoff, quarantine) or dead-letters
+//! it; the other shards go on with the next wave.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use tokio::sync::mpsc;
+
+use super::deliver::{call_batch, call_one, Call, ShardOutcome, ShardRun, Started};
+use super::drainer::Drainer;
+use super::lease::LeaseEnd;
+use super::report::DeliveryError;
+use crate::registry::Category;
+use crate::shard::ShardKey;
+use crate::store::ClaimedShard;
+
+/// Delivers `shards` wave by wave, sending each shard's outcome as soon as
+/// it is decided.
+pub(crate) async fn deliver_waves<C: Category>(
+    drainer: Drainer<C>,
+    shards: Vec<ClaimedShard>,
+    outcomes: mpsc::UnboundedSender<ShardOutcome>,
+    lease: LeaseEnd,
+    synchronous: bool,
+    stack: Arc<Vec<ShardKey>>,
+) {
+    let mut runs = Vec::with_capacity(shards.len());
+    for claimed in shards {
+        match ShardRun::start(&drainer, claimed, synchronous, &stack) {
+            Started::Run(run) => runs.push(*run),
+            Started::Decided(outcome) => {
+                if outcomes.send(outcome).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let concurrency = drainer.config().concurrency.max(1);
+    while !runs.is_empty() {
+        let mut live = Vec::with_capacity(runs.len());
+        let mut batches: HashMap<C, Vec<(usize, Call<C>)>> = HashMap::new();
+        let mut singles: Vec<(usize, Call<C>)> = Vec::new();
+        for mut run in runs {
+            match run.next(&drainer, &lease) {
+                None => {
+                    if outcomes.send(run.finish(&drainer)).is_err() {
+                        return;
+                    }
+                }
+                Some(Err(error)) => {
+                    // Nothing to call: recorded now, the shard goes on (or
+                    // ends) in the next wave.
+                    run.record(&drainer, Err(error));
+                    live.push(run);
+                }
+                Some(Ok(call)) => {
+                    let index = live.len();
+                    if call.is_batch() {
+                        batches
+                            .entry(call.category)
+                            .or_default()
+                            .push((index, call));
+                    } else {
+                        singles.push((index, call));
+                    }
+                    live.push(run);
+                }
+            }
+        }
+        runs = live;
+        if batches.is_empty() && singles.is_empty() {
+            continue;
+        }
+        let results = call_wave(&drainer, batches, singles, concurrency, &stack).await;
+        for (index, result) in results {
+            runs[index].record(&drainer, result);
+        }
+    }
+}
+
+/// Makes one wave's calls: a batch per category, the single calls at most
+/// `concurrency` at once, all concurrently. Results by run index.
+async fn call_wave<C: Category>(
+    drainer: &Drainer<C>,
+    batches: HashMap<C, Vec<(usize, Call<C>)>>,
+    singles: Vec<(usize, Call<C>)>,
+    concurrency: usize,
+    stack: &Arc<Vec<ShardKey>>,
+) -> Vec<(usize, Result<C, DeliveryError>)> {
+    let batch_calls = batches.into_values().map(|entries| {
+        let (indexes, calls): (Vec<usize>, Vec<Call<C>>) = entries.into_iter().unzip();
+        let handler = calls[0].handler.clone();
+        // Every shard of the batch is being delivered on this task.
+        let stack = Arc::new({
+            let mut stack = Vec::clone(stack);
+            stack.extend(calls.iter().map(|call| call.message.shard.clone()));
+            stack
+        });
+        async move {
+            let results = call_batch(drainer, handler, calls, stack).await;
+            indexes.into_iter().zip(results).collect::<Vec<_>>()
+        }
+    });
+    let single_calls = futures::stream::iter(singles)
+        .map(|(index, call)| async move { (index, call_one(drainer, call).await) })
+        .buffer_unordered(concurrency)
+        .collect::<Vec<_>>();
+    let (batched, single) = futures::join!(futures::future::join_all(batch_calls), single_calls);
+    batched.into_iter().flatten().chain(single).collect()
+}
