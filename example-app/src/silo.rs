@@ -338,7 +338,9 @@ fn admin_routes(
                 "/admin/outbox",
                 Admin::new(drainer)
                     .waker(waker)
-                    .backfill(backfill, db)
+                    .backfill(backfill, db.clone())
+                    // The RPC routes' fenced inbox lives in this silo's database.
+                    .inbox(db)
                     .router(BearerToken::new(token)),
             );
         }

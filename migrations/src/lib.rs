@@ -31,7 +31,8 @@
 //! - `outbox_fence`, the counter of fencing tokens that claims draw (a
 //!   sequence on PostgreSQL), and `outbox_inbox_fence`, the highest token
 //!   each fenced consumer applied per sender and shard (see
-//!   [`FencingTokens`]).
+//!   [`FencingTokens`]), with how many deliveries it refused as superseded
+//!   ([`SupersededCounts`]).
 //!
 //! Both PostgreSQL and SQLite are supported.
 //!
@@ -120,6 +121,7 @@ mod m20261123_000007_message_ids;
 mod m20261123_000008_inbox;
 mod m20261125_000009_flush_before_commit;
 mod m20261125_000010_fencing_tokens;
+mod m20261125_000011_superseded_counts;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
 pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
@@ -131,6 +133,7 @@ pub use m20261123_000007_message_ids::Migration as MessageIds;
 pub use m20261123_000008_inbox::Migration as Inbox;
 pub use m20261125_000009_flush_before_commit::Migration as FlushBeforeCommit;
 pub use m20261125_000010_fencing_tokens::Migration as FencingTokens;
+pub use m20261125_000011_superseded_counts::Migration as SupersededCounts;
 
 /// Makes the migration's connection read the schema as it is now, on
 /// SQLite, before its statements are prepared.
@@ -166,6 +169,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(Inbox),
         Box::new(FlushBeforeCommit),
         Box::new(FencingTokens),
+        Box::new(SupersededCounts),
     ]
 }
 

@@ -289,8 +289,9 @@ impl Inbox {
     /// Records `key`'s fencing token as the highest applied for its sender
     /// and shard on `db`, which must be the transaction that applies the
     /// change, unless a higher one was: [`Fence::Current`] (apply, then
-    /// commit) or [`Fence::Superseded`] (skip the change; counted as
-    /// `outbox.superseded`).
+    /// commit) or [`Fence::Superseded`] (skip the change, and commit to keep
+    /// the refusal's count in the record, listed by [`fences`]; counted as
+    /// `outbox.superseded` too).
     ///
     /// The record's row is locked until the transaction ends, so concurrent
     /// deliveries of one shard to this consumer apply one after the other,
@@ -330,11 +331,19 @@ impl Inbox {
         if recorded.is_some() {
             return Ok(Fence::Current);
         }
+        // Counted where an operator sees it (`fences`), with the refusal's
+        // transaction: commit it to keep the count.
         let highest = db
             .query_one_raw(Statement::from_sql_and_values(
                 backend,
-                "SELECT fence FROM outbox_inbox_fence WHERE consumer = $1 AND sender = $2 AND shard = $3",
-                [consumer, sender, shard],
+                "UPDATE outbox_inbox_fence SET superseded = superseded + 1, superseded_at = $4 \
+                 WHERE consumer = $1 AND sender = $2 AND shard = $3 RETURNING fence",
+                [
+                    consumer,
+                    sender,
+                    shard,
+                    time::bind(backend, self.clock.now()),
+                ],
             ))
             .await?
             .map(|row| row.try_get::<i64>("", "fence"))
@@ -440,7 +449,8 @@ impl Inbox {
             if let Fence::Superseded { highest } =
                 self.fence(&txn, key).await.map_err(InboxError::Database)?
             {
-                txn.rollback().await.map_err(InboxError::Database)?;
+                // Nothing applied: only the refusal's count is written.
+                txn.commit().await.map_err(InboxError::Database)?;
                 return Ok(Applied::Superseded { highest });
             }
         }
@@ -534,6 +544,76 @@ pub async fn prune_older_than<C: ConnectionTrait>(
         .checked_sub_signed(retention)
         .unwrap_or(DateTime::<Utc>::MIN_UTC);
     prune(db, before).await
+}
+
+/// What a fenced consumer recorded for one sender and shard: the highest
+/// fencing token it applied, and how many deliveries it refused as
+/// superseded (from workers paused past their lease, rule 12).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FenceRecord {
+    /// The consumer ([`Inbox::new`]).
+    pub consumer: String,
+    /// The sender ([`FenceKey::sender`]).
+    pub sender: String,
+    /// The shard, as [`ShardKey`]'s `Display` writes it.
+    pub shard: String,
+    /// The highest token applied.
+    pub fence: FencingToken,
+    /// When it was applied.
+    pub applied_at: DateTime<Utc>,
+    /// Deliveries refused as superseded.
+    pub superseded: u64,
+    /// When the last of them was, if any.
+    pub superseded_at: Option<DateTime<Utc>>,
+}
+
+/// The fence records of every consumer on `db`, those that refused the
+/// most deliveries first (then the latest refusal, then the latest
+/// applied), at most `limit`; and the total of refused deliveries over all
+/// records. For operators: a sender whose shards show refusals has workers
+/// that were paused (or partitioned) past their lease.
+///
+/// # Errors
+///
+/// [`DbErr`] when a query fails (the migrations have not run).
+pub async fn fences<C: ConnectionTrait>(
+    db: &C,
+    limit: u64,
+) -> Result<(Vec<FenceRecord>, u64), DbErr> {
+    let backend = supported(db)?;
+    let rows = db
+        .query_all_raw(Statement::from_sql_and_values(
+            backend,
+            "SELECT consumer, sender, shard, fence, applied_at, superseded, superseded_at \
+             FROM outbox_inbox_fence \
+             ORDER BY superseded DESC, superseded_at DESC, applied_at DESC LIMIT $1",
+            [Value::from(i64::try_from(limit).unwrap_or(i64::MAX))],
+        ))
+        .await?;
+    let read = |error: outbox_core::StoreError| DbErr::Custom(error.to_string());
+    let mut records = Vec::with_capacity(rows.len());
+    for row in rows {
+        records.push(FenceRecord {
+            consumer: row.try_get("", "consumer")?,
+            sender: row.try_get("", "sender")?,
+            shard: row.try_get("", "shard")?,
+            fence: FencingToken::new(row.try_get("", "fence")?),
+            applied_at: time::get(&row, backend, "applied_at").map_err(read)?,
+            superseded: u64::try_from(row.try_get::<i64>("", "superseded")?).unwrap_or_default(),
+            superseded_at: time::get_opt(&row, backend, "superseded_at").map_err(read)?,
+        });
+    }
+    let total = db
+        .query_one_raw(Statement::from_string(
+            backend,
+            "SELECT CAST(COALESCE(SUM(superseded), 0) AS bigint) AS total FROM outbox_inbox_fence",
+        ))
+        .await?
+        .map(|row| row.try_get::<i64>("", "total"))
+        .transpose()?
+        .unwrap_or_default();
+    Ok((records, u64::try_from(total).unwrap_or_default()))
 }
 
 fn supported<C: ConnectionTrait>(db: &C) -> Result<DbBackend, DbErr> {

@@ -178,6 +178,11 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
         )],
         dropped_indexes: &[],
     },
+    MigrationSchema {
+        migration: "m20261125_000011_superseded_counts",
+        tables: &[("outbox_inbox_fence", &["superseded", "superseded_at"])],
+        dropped_indexes: &[],
+    },
 ];
 
 /// How to run the migrations, for the error messages.

@@ -509,6 +509,28 @@ async fn fencing_tokens_are_kept_per_consumer_sender_and_shard(backend: DbBacken
             highest: FencingToken::new(6)
         }
     );
+
+    // The refusals are counted where an operator reads them: two for
+    // ("replica", "a"), listed first; none elsewhere.
+    let (records, total) = outbox_seaorm::inbox::fences(&t.db, 10).await.unwrap();
+    assert_eq!(total, 2);
+    assert_eq!(records.len(), 3, "{records:?}");
+    let first = &records[0];
+    assert_eq!(
+        (
+            first.consumer.as_str(),
+            first.sender.as_str(),
+            first.shard.as_str()
+        ),
+        ("replica", "a", shard.to_string().as_str())
+    );
+    assert_eq!((first.fence.get(), first.superseded), (6, 2));
+    assert!(first.superseded_at.is_some());
+    assert!(records[1..]
+        .iter()
+        .all(|record| record.superseded == 0 && record.superseded_at.is_none()));
+    let (top, _) = outbox_seaorm::inbox::fences(&t.db, 1).await.unwrap();
+    assert_eq!(top, records[..1]);
 }
 
 outbox_seaorm::on_both_backends!(

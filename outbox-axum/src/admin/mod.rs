@@ -19,6 +19,7 @@
 //! | `POST /dead-letters/replay` `{"kind": "region", "ids": [...]}` | puts them back in the outbox |
 //! | `POST /dead-letters/discard` `{"kind": "region", "ids": [...]}` | deletes them for good |
 //! | `GET /backfills` | per replicated table: coded, target and cursor versions, cursor, rows left, done (with [`Admin::backfill`]; `404 no_backfill` without) |
+//! | `GET /fences?limit=100` | the fenced receivers' records (consumer, sender, shard, highest token applied, deliveries refused as superseded and when the last was), most refusals first, and their total (with [`Admin::inbox`]; `404 no_inbox` without) |
 //! | `GET /dashboard?kind=region` | the same as a page, with forms: see below |
 //!
 //! # The dashboard
@@ -86,6 +87,8 @@ pub(crate) struct AdminState<C: Category> {
     pub(crate) drainer: Drainer<C>,
     pub(crate) waker: Option<Waker>,
     pub(crate) backfill: Option<BackfillSource>,
+    /// The database of this service's fenced receivers (`Admin::inbox`).
+    pub(crate) inbox: Option<DatabaseConnection>,
 }
 
 /// The backfills the admin API reports on, and their database.
@@ -126,6 +129,7 @@ impl<C: Category> Admin<C> {
                 drainer,
                 waker: None,
                 backfill: None,
+                inbox: None,
             },
         }
     }
@@ -144,6 +148,16 @@ impl<C: Category> Admin<C> {
             backfill: backfill.into(),
             db,
         });
+        self
+    }
+
+    /// Reports on the fenced receivers whose records are in `db` (the
+    /// receiving side's database, where `outbox_seaorm::inbox::Inbox`
+    /// keeps the highest fencing token applied per sender and shard):
+    /// `GET /fences` and the dashboard's table of deliveries refused as
+    /// superseded, sent by workers paused past their lease (rule 12).
+    pub fn inbox(mut self, db: DatabaseConnection) -> Self {
+        self.state.inbox = Some(db);
         self
     }
 
@@ -206,6 +220,7 @@ impl<C: Category> Admin<C> {
             .route("/dead-letters/replay", post(routes::replay::<C>))
             .route("/dead-letters/discard", post(routes::discard::<C>))
             .route("/backfills", get(routes::backfills::<C>))
+            .route("/fences", get(routes::fences::<C>))
             .with_state(self.state);
         (api, pages)
     }

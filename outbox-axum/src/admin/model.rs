@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use outbox_core::store::{DeadLetterRow, FailingShard, ShardDepth, ShardState};
 use outbox_seaorm::backfill::BackfillStatus;
+use outbox_seaorm::inbox::FenceRecord;
 
 use outbox_core::{Backlog, ControlAction, ControlTarget, RuntimeControl, ShardKey};
 
@@ -453,6 +454,68 @@ impl From<&BackfillStatus> for BackfillView {
             rows_remaining: status.rows_remaining,
             done: status.done,
         }
+    }
+}
+
+/// `GET /fences`: what the fenced receivers recorded, those that refused
+/// the most deliveries as superseded first.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FencesView {
+    /// Deliveries refused as superseded, over every record.
+    pub superseded: u64,
+    /// At most `limit` records.
+    pub records: Vec<FenceView>,
+}
+
+/// One consumer's record for one sender and shard.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FenceView {
+    /// The consumer.
+    pub consumer: String,
+    /// The sender.
+    pub sender: String,
+    /// The shard.
+    pub shard: String,
+    /// The highest fencing token applied.
+    pub fence: i64,
+    /// When it was applied.
+    pub applied_at: DateTime<Utc>,
+    /// Deliveries refused as superseded.
+    pub superseded: u64,
+    /// When the last one was.
+    pub superseded_at: Option<DateTime<Utc>>,
+}
+
+impl From<&FenceRecord> for FenceView {
+    fn from(record: &FenceRecord) -> Self {
+        Self {
+            consumer: record.consumer.clone(),
+            sender: record.sender.clone(),
+            shard: record.shard.clone(),
+            fence: record.fence.get(),
+            applied_at: record.applied_at,
+            superseded: record.superseded,
+            superseded_at: record.superseded_at,
+        }
+    }
+}
+
+/// `?limit=100`.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FencesQuery {
+    #[serde(default = "hundred")]
+    pub(crate) limit: usize,
+}
+
+impl FencesQuery {
+    pub(crate) fn checked(self) -> Result<u64, AdminError> {
+        if self.limit == 0 || self.limit > MAX_LIMIT {
+            return Err(AdminError::bad_request(format!(
+                "`limit` must be between 1 and {MAX_LIMIT}"
+            )));
+        }
+        Ok(self.limit as u64)
     }
 }
 

@@ -8,9 +8,9 @@ use outbox_core::{Category, OutboxKind, ShardKey};
 
 use super::error::{AdminError, AdminJson, AdminQuery};
 use super::model::{
-    BackfillView, BacklogView, ControlView, DeadLetterView, FailingView, HealthView, LiftControl,
-    ListQuery, ReplayDeadLetters, Retried, RetryShards, SetControl, ShardRef, ShardView,
-    ShardsView, StateView,
+    BackfillView, BacklogView, ControlView, DeadLetterView, FailingView, FenceView, FencesQuery,
+    FencesView, HealthView, LiftControl, ListQuery, ReplayDeadLetters, Retried, RetryShards,
+    SetControl, ShardRef, ShardView, ShardsView, StateView,
 };
 use super::{ops, AdminState};
 
@@ -138,4 +138,31 @@ pub(super) async fn backfills<C: Category>(
         )
     })?;
     Ok(Json(statuses.iter().map(BackfillView::from).collect()))
+}
+
+pub(super) async fn fences<C: Category>(
+    State(state): State<AdminState<C>>,
+    AdminQuery(query): AdminQuery<FencesQuery>,
+) -> Result<Json<FencesView>, AdminError> {
+    let Some(db) = &state.inbox else {
+        return Err(AdminError::not_found(
+            "no_inbox",
+            "this admin API was built without the receivers' database (`Admin::inbox`)",
+        ));
+    };
+    let limit = query.checked()?;
+    let (records, superseded) = outbox_seaorm::inbox::fences(db, limit)
+        .await
+        .map_err(|error| {
+            tracing::error!(%error, "outbox admin: fence records");
+            AdminError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                format!("the fence records could not be read: {error}"),
+            )
+        })?;
+    Ok(Json(FencesView {
+        superseded,
+        records: records.iter().map(FenceView::from).collect(),
+    }))
 }

@@ -6,6 +6,7 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 use outbox_core::store::{AdminSnapshot, DeadLetterRow, FailingShard};
 use outbox_core::{Backlog, Category, OutboxKind, RuntimeControl, Scope, ShardKey};
 use outbox_seaorm::backfill::BackfillStatus;
+use outbox_seaorm::inbox::FenceRecord;
 
 use super::super::error::AdminError;
 use super::super::model::{Action, Kind, TargetRef};
@@ -25,6 +26,9 @@ pub(super) struct Data {
     controls: Vec<RuntimeControl>,
     /// `None`: no backfill configured; `Some(Err)`: it could not be read.
     backfills: Option<Result<Vec<BackfillStatus>, String>>,
+    /// `None`: no receivers' database configured; `Some(Err)`: it could
+    /// not be read.
+    fences: Option<Result<(Vec<FenceRecord>, u64), String>>,
     scopes: Vec<(i32, &'static str)>,
     categories: Vec<(i32, &'static str)>,
 }
@@ -48,6 +52,14 @@ impl Data {
             Some(backfill) => Some(backfill.status().await.map_err(|error| error.to_string())),
             None => None,
         };
+        let fences = match &state.inbox {
+            Some(db) => Some(
+                outbox_seaorm::inbox::fences(db, rows as u64)
+                    .await
+                    .map_err(|error| error.to_string()),
+            ),
+            None => None,
+        };
         Ok(Self {
             kind,
             now: drainer.now(),
@@ -56,6 +68,7 @@ impl Data {
             dead_letters,
             controls,
             backfills,
+            fences,
             scopes: C::Scope::ALL
                 .iter()
                 .map(|s| (s.value(), s.name()))
@@ -257,6 +270,7 @@ pub(super) fn dashboard(data: &Data, query: &PageQuery) -> Markup {
             (controls(data, now))
             (dead_letters(data, now))
             (backfills(data))
+            (fences(data, now))
             footer { "Read at " (now.to_rfc3339()) "." }
         },
     )
@@ -533,6 +547,50 @@ fn backfills(data: &Data) -> Markup {
                                         @if status.done { span.badge { "done" } }
                                         @else if status.target_version.is_none() { span.badge.paused { "not enabled" } }
                                         @else { span.badge.warn { "running" } }
+                                    }
+                                }
+                            }
+                        }
+                    },
+                }
+            }
+        }
+    }
+}
+
+fn fences(data: &Data, now: DateTime<Utc>) -> Markup {
+    html! {
+        @if let Some(fences) = &data.fences {
+            section #fences {
+                h2 { "Fenced receivers" }
+                @match fences {
+                    Err(error) => p.error { "The fence records could not be read: " (error) },
+                    Ok((records, superseded)) => {
+                        p {
+                            strong { (superseded) }
+                            " deliveries refused as superseded: sent late by a worker paused past its lease, after a newer claim of the shard was applied (nothing to do; a count that grows points to stalled or partitioned sender processes)."
+                        }
+                        @if records.is_empty() {
+                            p { "No fenced delivery applied yet." }
+                        } @else {
+                            table {
+                                thead { tr {
+                                    th { "consumer" } th { "sender" } th { "shard" } th { "highest token" } th { "applied" } th { "superseded" } th { "last superseded" }
+                                } }
+                                tbody {
+                                    @for record in records {
+                                        tr {
+                                            td { (record.consumer) }
+                                            td { (record.sender) }
+                                            td { code { (record.shard) } }
+                                            td.num { (record.fence.get()) }
+                                            td { (ago(now, record.applied_at)) }
+                                            td.num {
+                                                @if record.superseded > 0 { span.badge.warn { (record.superseded) } }
+                                                @else { "0" }
+                                            }
+                                            td { @match record.superseded_at { Some(at) => (ago(now, at)), None => "–" } }
+                                        }
                                     }
                                 }
                             }
