@@ -2,16 +2,12 @@
 
 use std::time::Duration;
 
-use axum::extract::FromRequestParts;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use outbox_axum::Tx;
-use outbox_core::uuid::Uuid;
-use outbox_core::FencingToken;
+use outbox_axum::apply_once::ApplyOnce;
 use outbox_core::HandlerError;
-use outbox_seaorm::inbox::{Fence, FenceKey, Inbox, Received};
 use serde::Serialize;
 
 use crate::error::ApiError;
@@ -19,122 +15,27 @@ use crate::error::ApiError;
 /// The header that carries the shared secret.
 pub const SECRET_HEADER: &str = "x-silo-secret";
 
-/// The header that carries the id of the outbox message an RPC applies
-/// (sent by [`RpcClient`] from within a receiver): the silo that applies it
-/// records it in its inbox ([`apply_once`]), so a message redelivered
-/// after a crash between its RPC and the outbox delete is applied once.
-pub const MESSAGE_ID_HEADER: &str = "outbox-message-id";
-
-/// The headers that carry the delivery's fencing token, shard and category,
-/// and the silo that sent it (sent by [`RpcClient`] from within a
-/// receiver): [`apply_once`] refuses a call whose token is lower than one
-/// applied for the same sender and shard (a worker paused past its lease),
-/// so an old state is never put back over a newer one.
-pub const FENCE_HEADER: &str = "outbox-fence";
-/// See [`FENCE_HEADER`].
-pub const SHARD_HEADER: &str = "outbox-shard";
-/// See [`FENCE_HEADER`].
-pub const CATEGORY_HEADER: &str = "outbox-category";
-/// See [`FENCE_HEADER`].
-pub const SENDER_HEADER: &str = "outbox-sender";
+/// The headers that carry an outbox delivery: its message id (each RPC
+/// applies a message once), and its fencing token, shard, category and
+/// sender (never after a newer claim of its shard). Sent by [`RpcClient`]
+/// from within a receiver ([`outbox_axum::apply_once::delivery_headers`]),
+/// checked by every RPC route through [`apply_once`].
+pub use outbox_axum::apply_once::{
+    CATEGORY_HEADER, FENCE_HEADER, MESSAGE_ID_HEADER, SENDER_HEADER, SHARD_HEADER,
+};
 
 /// The inbox consumer of the RPC routes (one per silo database).
 const RPC_CONSUMER: &str = "rpc";
 
 /// Middleware of the RPC routes (inside the outbox layer, behind the
-/// secret): applies each outbox message once. It records the message id of
-/// [`MESSAGE_ID_HEADER`] in the request's transaction, so that it commits
-/// with the route's change or not at all, and answers 204 without running
-/// the route when an earlier call applied it. A call that carries a
-/// fencing token ([`FENCE_HEADER`], with its shard and sender) is also
-/// checked against the highest token applied for that sender and shard, in
-/// the same transaction: a lower one (from a worker paused past its lease,
-/// after a newer claim of the shard was applied) is answered 204 without
-/// running the route (rule 12). A call without the headers (made by hand)
-/// runs as it is; a malformed id or token is a 400.
+/// secret): the library's [`outbox_axum::apply_once`] under the inbox
+/// consumer `rpc`. Each outbox message is applied once (its id recorded in
+/// the request's transaction); a call whose fencing token is lower than one
+/// applied for the same sender and shard (a worker paused past its lease)
+/// is answered 204 without running the route (rule 12). A call without the
+/// headers (made by hand) runs as it is; a malformed id or token is a 400.
 pub async fn apply_once(request: Request, next: Next) -> Response {
-    match first_delivery(request).await {
-        Ok(Some(request)) => next.run(request).await,
-        Ok(None) => StatusCode::NO_CONTENT.into_response(),
-        Err(error) => error.into_response(),
-    }
-}
-
-/// A header's text, if the request has it.
-fn header<'a>(request: &'a Request, name: &str) -> Result<Option<&'a str>, ApiError> {
-    request
-        .headers()
-        .get(name)
-        .map(|value| {
-            value
-                .to_str()
-                .map_err(|_| ApiError::bad_request(format!("{name} is not text")))
-        })
-        .transpose()
-}
-
-/// The fence of a call that carries [`FENCE_HEADER`]: then its shard and
-/// sender are required too.
-fn fence_key(request: &Request) -> Result<Option<FenceKey>, ApiError> {
-    let Some(fence) = header(request, FENCE_HEADER)? else {
-        return Ok(None);
-    };
-    let token: FencingToken = fence
-        .parse()
-        .map_err(|_| ApiError::bad_request(format!("{FENCE_HEADER} is not an integer")))?;
-    let required = |name: &str| {
-        header(request, name)?
-            .filter(|text| !text.is_empty())
-            .map(str::to_owned)
-            .ok_or_else(|| ApiError::bad_request(format!("{FENCE_HEADER} needs {name}")))
-    };
-    Ok(Some(FenceKey {
-        sender: required(SENDER_HEADER)?,
-        shard: required(SHARD_HEADER)?,
-        category: header(request, CATEGORY_HEADER)?
-            .unwrap_or("unknown")
-            .to_owned(),
-        token,
-    }))
-}
-
-/// The request back when it is to be applied, `None` for a duplicate or a
-/// superseded delivery.
-async fn first_delivery(request: Request) -> Result<Option<Request>, ApiError> {
-    let Some(id) = header(&request, MESSAGE_ID_HEADER)? else {
-        return Ok(Some(request));
-    };
-    let id = id
-        .parse::<Uuid>()
-        .map_err(|_| ApiError::bad_request(format!("{MESSAGE_ID_HEADER} is not a UUID")))?;
-    let fence = fence_key(&request)?;
-    let (mut parts, body) = request.into_parts();
-    // The request's transaction; released (not ended) when `tx` drops, so
-    // the route extracts it again and the layer commits both.
-    let tx = Tx::from_request_parts(&mut parts, &())
-        .await
-        .map_err(|rejection| ApiError::new(rejection.status(), rejection.body_text()))?;
-    let inbox = Inbox::new(RPC_CONSUMER);
-    if let Some(key) = &fence {
-        if let Fence::Superseded { highest } = inbox.fence(&tx, key).await? {
-            drop(tx);
-            tracing::info!(
-                message_id = %id,
-                shard = %key.shard,
-                fence = %key.token,
-                %highest,
-                "outbox message superseded by a newer claim of its shard: not applied"
-            );
-            return Ok(None);
-        }
-    }
-    let received = inbox.receive(&tx, id).await?;
-    drop(tx);
-    if received == Received::Duplicate {
-        tracing::info!(message_id = %id, "outbox message applied before: skipped");
-        return Ok(None);
-    }
-    Ok(Some(Request::from_parts(parts, body)))
+    outbox_axum::apply_once::apply_once(State(ApplyOnce::new(RPC_CONSUMER)), request, next).await
 }
 
 /// A call to another silo failed. The outbox retries it with backoff, unless
@@ -229,19 +130,11 @@ impl RpcClient {
         builder: reqwest::RequestBuilder,
         url: String,
     ) -> Result<(), HandlerError> {
-        let mut builder = builder.header(SECRET_HEADER, &self.secret);
         // Called from a receiver: the other silo applies the message once,
-        // and never after a newer claim of its shard.
-        if let Some(delivery) = outbox_core::message::current_delivery() {
-            builder = builder.header(MESSAGE_ID_HEADER, delivery.message_id.to_string());
-            if !self.sender.is_empty() {
-                builder = builder
-                    .header(FENCE_HEADER, delivery.fence.to_string())
-                    .header(SHARD_HEADER, delivery.shard.to_string())
-                    .header(CATEGORY_HEADER, delivery.category)
-                    .header(SENDER_HEADER, &self.sender);
-            }
-        }
+        // and never after a newer claim of its shard (no headers otherwise).
+        let builder = builder
+            .header(SECRET_HEADER, &self.secret)
+            .headers(outbox_axum::apply_once::delivery_headers(&self.sender));
         let response = builder
             .send()
             .await

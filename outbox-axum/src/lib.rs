@@ -94,6 +94,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod admin;
+pub mod apply_once;
 mod context;
 pub mod layer;
 mod slot;
