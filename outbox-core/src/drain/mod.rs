@@ -73,6 +73,7 @@
 //! ```
 
 mod abandoned;
+mod call;
 mod claim;
 mod complete;
 mod config;

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use super::deliver::{call_batch, call_one, Call, ShardOutcome, ShardRun, Started};
+use super::call::{call_batch, call_one, Call};
+use super::deliver::{ShardOutcome, ShardRun, Started};
 use super::drainer::Drainer;
 use super::lease::LeaseEnd;
 use super::report::DeliveryError;

@@ -1,0 +1,299 @@
+//! One receiver call, and one call of a batch handler: the message, its
+//! span, the timeout, panics caught, the delivery metrics.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::FutureExt;
+use tracing::Instrument;
+
+use super::drainer::{Drainer, DELIVERING};
+use super::observe;
+use super::report::DeliveryError;
+use crate::coalesce::CoalescingGroup;
+use crate::fence::FencingToken;
+use crate::message::Message;
+use crate::receiver::{BatchItem, Handler, HandlerError};
+use crate::registry::{Category, Scope};
+use crate::shard::ShardKey;
+use crate::trace;
+
+/// One receiver call, ready to be made.
+pub(crate) struct Call<C: Category> {
+    pub(crate) category: C,
+    pub(crate) handler: Handler<C>,
+    pub(crate) message: Message<C>,
+    pub(crate) span: tracing::Span,
+    pub(crate) stack: Arc<Vec<ShardKey>>,
+    /// For the delivery metrics, once it is back.
+    lag_group: LagGroup,
+}
+
+/// What the delivered-lag metric needs of a group.
+struct LagGroup {
+    first_scheduled_from: chrono::DateTime<chrono::Utc>,
+    first_added: chrono::DateTime<chrono::Utc>,
+}
+
+impl<C: Category> Call<C> {
+    /// Whether the receiver is a batch handler.
+    pub(crate) fn is_batch(&self) -> bool {
+        matches!(self.handler, Handler::Batch(_))
+    }
+}
+
+/// Builds the call of one coalescing group: its receiver, message and span.
+pub(crate) fn prepare<C: Category>(
+    drainer: &Drainer<C>,
+    group: &mut CoalescingGroup,
+    fence: FencingToken,
+    synchronous: bool,
+    stack: &Arc<Vec<ShardKey>>,
+) -> Result<Call<C>, DeliveryError> {
+    let newest = &group.newest;
+    let category = C::try_from(newest.category).map_err(|unknown| {
+        observe::unknown_category(newest, unknown.0);
+        DeliveryError::UnknownCategory(unknown)
+    })?;
+    let expected_scope = category.scope().value();
+    if expected_scope != newest.shard.scope() {
+        return Err(DeliveryError::ScopeMismatch {
+            category: category.name(),
+            expected_scope,
+            row_scope: newest.shard.scope(),
+        });
+    }
+    let handler = drainer
+        .receivers()
+        .handler(category)
+        .ok_or(DeliveryError::NoReceiver {
+            category: category.name(),
+        })?
+        .clone();
+    // Moved, not copied: the group needs its ids after the delivery, not
+    // its payload (a retry reads the row again).
+    let payload = group.newest.payload.take();
+    let newest = &group.newest;
+    let message = Message {
+        id: newest.id,
+        first_id: group.first.id,
+        coalesced: group.ids.len(),
+        shard: newest.shard.clone(),
+        fence,
+        category,
+        object_identifier: newest.object_identifier,
+        payload,
+        date_added: group.first.date_added,
+        scheduled_for: newest.scheduled_for,
+        scheduled_from: newest.scheduled_from,
+        synchronous,
+        traceparent: newest.traceparent,
+        message_id: newest.message_id,
+    };
+    Ok(Call {
+        category,
+        handler,
+        message,
+        span: trace::delivery_span(category, group, synchronous),
+        stack: stack.clone(),
+        lag_group: LagGroup {
+            first_scheduled_from: group.first.scheduled_from,
+            first_added: group.first.date_added,
+        },
+    })
+}
+
+/// Makes one call: the receiver with one message (a batch handler with a
+/// batch of one).
+pub(crate) async fn call_one<C: Category>(
+    drainer: &Drainer<C>,
+    call: Call<C>,
+) -> Result<C, DeliveryError> {
+    let Call {
+        category,
+        handler,
+        message,
+        span,
+        stack,
+        lag_group,
+    } = call;
+    let synchronous = message.synchronous;
+    let kind = message.shard.kind();
+    let timeout = drainer.config().delivery_timeout;
+    let started = Instant::now();
+    let delivery = crate::message::CurrentDelivery {
+        message_id: message.message_id,
+        shard: message.shard.clone(),
+        fence: message.fence,
+        category: category.name(),
+    };
+    let result = match handler {
+        Handler::One(handler) => {
+            // The span is entered while the handler's future is built too: a
+            // receiver that opens its span before its first `.await` nests it
+            // there.
+            let call = span.in_scope(|| AssertUnwindSafe(handler(message)).catch_unwind());
+            let call = crate::message::with_delivery(delivery, call);
+            DELIVERING
+                .scope(stack, tokio::time::timeout(timeout, call))
+                .instrument(span.clone())
+                .await
+        }
+        Handler::Batch(handler) => {
+            let item = BatchItem::new(message, span.clone());
+            let call = span.in_scope(|| AssertUnwindSafe(handler(vec![item])).catch_unwind());
+            let call = DELIVERING
+                .scope(stack, tokio::time::timeout(timeout, call))
+                .instrument(span.clone())
+                .await;
+            call.map(|answer| {
+                answer.map(|results| {
+                    results
+                        .into_iter()
+                        .next()
+                        .unwrap_or_else(|| Err(missing(1, 0)))
+                })
+            })
+        }
+    };
+    let elapsed = started.elapsed();
+    drainer.planner().pace().observe(elapsed);
+    observe::send_duration(category.name(), kind, synchronous, elapsed);
+    let result = match result {
+        Err(_elapsed) => Err(DeliveryError::Timeout(timeout)),
+        Ok(Err(panic)) => Err(DeliveryError::Panicked(panic_message(panic.as_ref()))),
+        Ok(Ok(Err(error))) => Err(DeliveryError::Handler(error)),
+        Ok(Ok(Ok(()))) => {
+            observe::delivered_lag(
+                category.name(),
+                kind,
+                lag_group.first_scheduled_from,
+                lag_group.first_added,
+                synchronous,
+                drainer.now(),
+            );
+            Ok(category)
+        }
+    };
+    if let Err(error) = &result {
+        trace::delivery_failed(&span, error.reason());
+    }
+    result
+}
+
+/// Makes one batch call of `calls`, all of one category with a batch
+/// handler, each from a different shard: one result per call, in order.
+pub(crate) async fn call_batch<C: Category>(
+    drainer: &Drainer<C>,
+    handler: Handler<C>,
+    calls: Vec<Call<C>>,
+    stack: Arc<Vec<ShardKey>>,
+) -> Vec<Result<C, DeliveryError>> {
+    let Handler::Batch(batch_handler) = handler else {
+        // Not a batch handler: one call after the other.
+        let mut results = Vec::with_capacity(calls.len());
+        for call in calls {
+            results.push(call_one(drainer, call).await);
+        }
+        return results;
+    };
+    let count = calls.len();
+    let mut metas = Vec::with_capacity(count);
+    let mut items = Vec::with_capacity(count);
+    for call in calls {
+        metas.push((
+            call.category,
+            call.span.clone(),
+            call.lag_group,
+            call.message.synchronous,
+            call.message.shard.kind(),
+        ));
+        items.push(BatchItem::new(call.message, call.span));
+    }
+    let timeout = drainer.config().delivery_timeout;
+    let started = Instant::now();
+    let answer = DELIVERING
+        .scope(
+            stack,
+            tokio::time::timeout(
+                timeout,
+                AssertUnwindSafe(batch_handler(items)).catch_unwind(),
+            ),
+        )
+        .await;
+    let elapsed = started.elapsed();
+    // The pace wants the time of one delivery slot: a wave of `count`
+    // messages stands for `count ÷ concurrency` rounds of single deliveries.
+    let slots = count.div_ceil(drainer.config().concurrency.max(1)).max(1);
+    drainer
+        .planner()
+        .pace()
+        .observe(elapsed / u32::try_from(slots).unwrap_or(u32::MAX));
+    let mut results: Vec<Result<(), DeliveryError>> = match answer {
+        Err(_elapsed) => (0..count)
+            .map(|_| Err(DeliveryError::Timeout(timeout)))
+            .collect(),
+        Ok(Err(panic)) => {
+            let text = panic_message(panic.as_ref());
+            (0..count)
+                .map(|_| Err(DeliveryError::Panicked(text.clone())))
+                .collect()
+        }
+        Ok(Ok(results)) => {
+            let answered = results.len();
+            let mut results: Vec<_> = results
+                .into_iter()
+                .take(count)
+                .map(|result| result.map_err(DeliveryError::Handler))
+                .collect();
+            while results.len() < count {
+                results.push(Err(DeliveryError::Handler(missing(count, answered))));
+            }
+            results
+        }
+    };
+    results
+        .drain(..)
+        .zip(metas)
+        .map(|(result, (category, span, lag, synchronous, kind))| {
+            observe::send_duration(category.name(), kind, synchronous, elapsed);
+            match result {
+                Ok(()) => {
+                    observe::delivered_lag(
+                        category.name(),
+                        kind,
+                        lag.first_scheduled_from,
+                        lag.first_added,
+                        synchronous,
+                        drainer.now(),
+                    );
+                    Ok(category)
+                }
+                Err(error) => {
+                    trace::delivery_failed(&span, error.reason());
+                    Err(error)
+                }
+            }
+        })
+        .collect()
+}
+
+/// A batch handler answered fewer results than it was given messages.
+fn missing(count: usize, answered: usize) -> HandlerError {
+    format!(
+        "the batch receiver answered {answered} results for {count} messages; a message \
+         without a result counts as failed (transient) and is delivered again"
+    )
+    .into()
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
