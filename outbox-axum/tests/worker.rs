@@ -81,7 +81,7 @@ async fn the_worker_refuses_to_start_without_the_migrations(backend: DbBackend) 
     assert!(
         text.contains("table `outbox_claim_bucket` does not exist")
             && text.contains("m20261123_000004_bucket_claims")
-            && text.contains("nor have the 6 after it"),
+            && text.contains("nor have the 7 after it"),
         "{text}"
     );
 
