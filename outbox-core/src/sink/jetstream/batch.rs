@@ -176,18 +176,51 @@ impl JetStreamSink {
         if reply.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
             return Err(failed(PublishError::new(PublishErrorKind::StreamNotFound)));
         }
-        let response: async_nats::jetstream::response::Response<PublishAck> =
-            serde_json::from_slice(reply.payload.as_ref()).map_err(|error| {
-                failed(PublishError::with_source(PublishErrorKind::Other, error))
-            })?;
-        let acknowledgement = match response {
-            async_nats::jetstream::response::Response::Ok(acknowledgement) => acknowledgement,
-            async_nats::jetstream::response::Response::Err { error } => {
+        // Read in one pass (the client's untagged `Response` buffers the
+        // whole reply first): an error, or the acknowledgement.
+        #[derive(serde::Deserialize)]
+        struct Reply {
+            #[serde(default)]
+            error: Option<async_nats::jetstream::Error>,
+            #[serde(default)]
+            stream: String,
+            #[serde(default)]
+            seq: Option<u64>,
+            #[serde(default)]
+            domain: String,
+            #[serde(default)]
+            duplicate: bool,
+        }
+        let parsed = serde_json::from_slice::<Reply>(reply.payload.as_ref())
+            .map_err(|error| failed(PublishError::with_source(PublishErrorKind::Other, error)))?;
+        let acknowledgement = match parsed {
+            Reply {
+                error: Some(error), ..
+            } => {
                 return Err(failed(PublishError::with_source(
                     PublishErrorKind::Other,
                     error,
-                )));
+                )))
             }
+            Reply { seq: None, .. } => {
+                return Err(failed(PublishError::with_source(
+                    PublishErrorKind::Other,
+                    "JetStream answered neither an acknowledgement nor an error",
+                )))
+            }
+            Reply {
+                stream,
+                seq: Some(sequence),
+                domain,
+                duplicate,
+                ..
+            } => PublishAck {
+                stream,
+                sequence,
+                domain,
+                duplicate,
+                ..PublishAck::default()
+            },
         };
         if acknowledgement.duplicate {
             self.duplicate(&subject, message, &acknowledgement);
