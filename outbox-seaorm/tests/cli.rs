@@ -729,12 +729,25 @@ outbox_seaorm::on_both_backends!(
     backfill_status_and_run,
 );
 
-/// `ShardKey` is what the store speaks; `Kind` converts both ways.
+/// `--kind` takes each kind by the name the CLI prints for it (`Display`,
+/// the JSON output), and refuses any other with the names it accepts.
 #[test]
-fn kinds_convert_both_ways() {
+fn every_kind_parses_from_the_name_it_is_shown_by() {
     for kind in OutboxKind::ALL {
-        assert_eq!(kind, kind);
+        let args = parse(&format!("outbox shards --kind {kind}")).unwrap();
+        assert_eq!(
+            args.command,
+            OutboxCommand::Shards(ListArgs { kind, limit: 100 }),
+            "{kind}"
+        );
+        let shown = serde_json::to_value(kind).unwrap();
+        assert_eq!(shown, serde_json::json!(kind.as_str()));
     }
+    let error = parse("outbox shards --kind regional").unwrap_err().to_string();
+    assert!(
+        error.contains("regional") && error.contains("`region` or `control`"),
+        "{error}"
+    );
     let shard = ShardKey::from_raw(OutboxKind::Control, 1, 2, Some("us".into()));
     assert_eq!(shard.kind(), Kind::Control);
 }

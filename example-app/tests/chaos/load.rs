@@ -53,6 +53,15 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// Requests answered 5xx.
+    pub fn server_errors(&self) -> usize {
+        self.failures
+            .iter()
+            .filter(|(failure, _)| matches!(failure, Failure::Status(status) if *status >= 500))
+            .map(|(_, count)| count)
+            .sum()
+    }
+
     fn add(&mut self, other: &Tally) {
         self.acknowledged += other.acknowledged;
         for (failure, count) in &other.failures {

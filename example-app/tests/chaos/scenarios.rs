@@ -20,6 +20,9 @@ const WARM_UP: Duration = Duration::from_secs(1);
 const CONVERGENCE_BOUND: Duration = Duration::from_secs(5);
 /// How long the suite waits for convergence before it gives up.
 const CONVERGENCE_DEADLINE: Duration = Duration::from_secs(60);
+/// Acknowledged writes per second of load below which a scenario fails: a
+/// load that got (almost) nothing through proves nothing about loss.
+const MIN_ACKNOWLEDGED_PER_SECOND: f64 = 5.0;
 
 /// How much chaos.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +74,18 @@ impl Scenario {
             Scenario::PgBouncerRestart => "pgbouncer",
             Scenario::Pause => "pause",
         }
+    }
+
+    /// Whether the scenario's faults may answer a request with a 5xx: those
+    /// that take the database away under a request (a crash restart, a
+    /// terminated backend, a restarted pooler). The others' faults refuse
+    /// or reset connections, hold locks or stop processes: a 5xx there is a
+    /// bug, not the fault.
+    fn faults_may_answer_5xx(self) -> bool {
+        matches!(
+            self,
+            Scenario::CrashRestart | Scenario::TerminateStorm | Scenario::PgBouncerRestart
+        )
     }
 }
 
@@ -219,10 +234,29 @@ pub async fn run(scenario: Scenario, scale: Scale, postgres: &Postgres, seed: u6
     };
 
     let load = Load::start(&stage.urls, &stage.ledger, WRITERS, seed);
+    let load_started = std::time::Instant::now();
     tokio::time::sleep(WARM_UP).await;
     let (description, fault_end) = stage.faults(scenario, scale).await;
     let steady = load.stop().await;
+    let load_seconds = load_started.elapsed().as_secs_f64();
     stage.tally.merge(steady);
+    // The load itself must have run, and only the faults that take the
+    // database away may answer 5xx.
+    let rate = stage.tally.acknowledged as f64 / load_seconds;
+    if rate < MIN_ACKNOWLEDGED_PER_SECOND {
+        stage.failed.push(format!(
+            "only {} writes acknowledged in {load_seconds:.0} s of load ({rate:.1}/s, floor \
+             {MIN_ACKNOWLEDGED_PER_SECOND}/s): the load did not get through",
+            stage.tally.acknowledged
+        ));
+    }
+    let server_errors = stage.tally.server_errors();
+    if server_errors > 0 && !scenario.faults_may_answer_5xx() {
+        stage.failed.push(format!(
+            "{server_errors} requests answered 5xx ({}), which this scenario's faults never cause",
+            stage.tally
+        ));
+    }
 
     // Convergence: every outbox empty, every replica equal to its source.
     let checks: Vec<DatabaseConnection> = databases.into_iter().map(|(_, db)| db).collect();
