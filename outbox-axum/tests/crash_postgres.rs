@@ -20,6 +20,8 @@ const CHILD_DB: &str = "OUTBOX_CRASH_CHILD_DB";
 const CHILD_FINAL: &str = "OUTBOX_CRASH_CHILD_FINAL";
 const MESSAGES: i64 = 600;
 const SHARDS: i64 = 20;
+/// How long the last drain process may take to drain what is left.
+const FINAL_DRAIN: Duration = Duration::from_secs(120);
 
 /// The drain process the parent test starts and kills. It does nothing when
 /// run on its own.
@@ -58,9 +60,20 @@ async fn crash_child() {
         .await
         .unwrap();
     if std::env::var(CHILD_FINAL).is_ok() {
+        // A stall fails the child (and so the parent's check of its exit)
+        // instead of hanging the suite.
         let store = worker.drainer().admin().clone();
-        while store.pending_count(OutboxKind::Region).await.unwrap() > 0 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let started = std::time::Instant::now();
+        loop {
+            let pending = store.pending_count(OutboxKind::Region).await.unwrap();
+            if pending == 0 {
+                break;
+            }
+            assert!(
+                started.elapsed() < FINAL_DRAIN,
+                "the last drain process left {pending} rows after {FINAL_DRAIN:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await; // poll interval
         }
         worker.shutdown().await;
     } else {

@@ -134,8 +134,19 @@ async fn a_transaction_still_held_is_an_error_not_a_silent_rollback(backend: DbB
     let (status, body, _) = send(app.app(), "/leak/7/l").await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(body.contains("still in use"), "{body}");
-    tokio::time::sleep(Duration::from_millis(500)).await; // the spawned task drops `Tx`
-    assert_eq!(app.widgets().await, 0);
+    // The task that kept `Tx` drops it; its connection goes back to the
+    // pool, which rolls the transaction back.
+    app.signals.proceed.notify_one();
+    app.signals.entered.notified().await;
+    let mut widgets = 1;
+    for _ in 0..100 {
+        widgets = app.widgets().await;
+        if widgets == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await; // poll interval
+    }
+    assert_eq!(widgets, 0);
     assert!(app.recorder.deliveries().is_empty());
 }
 

@@ -743,7 +743,9 @@ fn every_kind_parses_from_the_name_it_is_shown_by() {
         let shown = serde_json::to_value(kind).unwrap();
         assert_eq!(shown, serde_json::json!(kind.as_str()));
     }
-    let error = parse("outbox shards --kind regional").unwrap_err().to_string();
+    let error = parse("outbox shards --kind regional")
+        .unwrap_err()
+        .to_string();
     assert!(
         error.contains("regional") && error.contains("`region` or `control`"),
         "{error}"

@@ -257,11 +257,18 @@ async fn create_with_nested_deferral(tx: Tx, Path((org, name)): Path<(i64, Strin
     StatusCode::CREATED.into_response()
 }
 
-async fn create_and_leak_tx(tx: Tx, Path((org, name)): Path<(i64, String)>) -> Response {
+/// Writes a widget, then hands `Tx` to a task that keeps it past the
+/// response until `proceed`, drops it, and says so with `entered`.
+async fn create_and_leak_tx(
+    State(signals): State<Signals>,
+    tx: Tx,
+    Path((org, name)): Path<(i64, String)>,
+) -> Response {
     insert_widget(&tx, org, &name).await.unwrap();
     tokio::spawn(async move {
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        signals.proceed.notified().await;
         drop(tx);
+        signals.entered.notify_one();
     });
     StatusCode::OK.into_response()
 }
