@@ -14,7 +14,7 @@ use outbox_core::{Drainer, Receivers};
 use outbox_seaorm::backfill::Backfill;
 use outbox_seaorm::cli::OutboxCli;
 use outbox_seaorm::SeaOrmStore;
-use sea_orm::{ConnectOptions, Database, DatabaseConnection};
+use sea_orm::{Database, DatabaseConnection, DbErr};
 use sea_orm_migration::MigratorTrait;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -152,19 +152,19 @@ pub async fn open_database(url: &str) -> Result<DatabaseConnection, SiloError> {
             let _ = std::fs::create_dir_all(parent);
         }
     }
-    // SQLite: WAL, busy timeout and foreign keys on every pooled connection.
-    let mut options = if url.starts_with("sqlite:") {
-        outbox_seaorm::sqlite::options(url)
-    } else {
-        ConnectOptions::new(url)
+    // PostgreSQL or SQLite (WAL, busy timeout and foreign keys on every
+    // pooled connection), by the URL's scheme.
+    let failed = |source| SiloError::Database {
+        url: url.to_owned(),
+        source,
     };
-    options.max_connections(10).sqlx_logging(false);
-    Database::connect(options)
-        .await
-        .map_err(|source| SiloError::Database {
-            url: url.to_owned(),
-            source,
-        })
+    let mut options = outbox_seaorm::connect_options(url).map_err(|error| {
+        failed(DbErr::Conn(sea_orm::RuntimeErr::Internal(
+            error.to_string(),
+        )))
+    })?;
+    options.max_connections(10);
+    Database::connect(options).await.map_err(failed)
 }
 
 /// Migrates, starts the worker and serves on `listener` until shut down.

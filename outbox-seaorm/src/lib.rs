@@ -82,6 +82,7 @@ pub mod backfill;
 #[cfg(feature = "cli")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
+mod connect;
 pub mod entity;
 pub mod inbox;
 pub mod listener;
@@ -96,6 +97,7 @@ mod time;
 pub mod transaction;
 pub mod write;
 
+pub use connect::{connect, connect_options, UnsupportedUrl};
 #[cfg(feature = "test-utils")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
 pub use outbox_seaorm_derive::test;
