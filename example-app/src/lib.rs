@@ -18,6 +18,7 @@
 
 pub mod control;
 pub mod error;
+pub mod extract;
 pub mod ids;
 pub mod migrations;
 pub mod region;

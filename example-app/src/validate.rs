@@ -1,7 +1,7 @@
 //! Input checks at the edge, shared by every silo so that what one silo
 //! accepts, the silos it replicates to accept too.
 //!
-//! Every JSON body is checked by [`ApiJson`](crate::error::ApiJson) through
+//! Every JSON body is checked by [`ApiJson`](crate::extract::ApiJson) through
 //! [`Validate`] before a handler runs, so nothing invalid reaches the
 //! database (PostgreSQL rejects NUL characters in text; index entries have a
 //! size limit) or an outbox row (a replication call the other silo would

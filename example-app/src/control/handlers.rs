@@ -10,7 +10,8 @@ use sea_orm::{ActiveModelTrait, ConnectionTrait, DatabaseConnection, EntityTrait
 use serde::{Deserialize, Serialize};
 
 use super::entities::users;
-use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
+use crate::error::ApiError;
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::region::AuditRecord;
 use crate::registry::OutboxCategory;
 use crate::validate::{self, Validate};

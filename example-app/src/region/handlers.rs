@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use super::entities::{organization, organization_member};
 use super::AuditEvent;
-use crate::error::{ApiError, ApiJson, ApiPath};
+use crate::error::ApiError;
+use crate::extract::{ApiJson, ApiPath};
 use crate::registry::OutboxCategory;
 use crate::validate::{self, Validate};
 

@@ -18,6 +18,7 @@
 //! - Nothing is session-bound: every statement goes through the pool, which
 //!   may sit behind a transaction-pooling proxy.
 
+mod claim_on;
 mod codec;
 mod controls;
 pub mod postgres;
@@ -33,6 +34,7 @@ use outbox_core::{
     OutboxKind, ShardClaim, ShardDepth, ShardKey, StoreAdmin, StoreError,
 };
 
+pub use claim_on::ClaimOn;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 

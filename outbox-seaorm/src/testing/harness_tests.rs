@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 
-use super::owned_database::{drop_postgres_database, OwnedDatabase};
+use super::cleanup::drop_postgres_database;
+use super::owned_database::OwnedDatabase;
 use super::postgres::{is_running, join_cluster_at, leave_cluster_at, Left};
 use super::{admin_url, connect, stop_cluster_at, TestDatabase};
 

@@ -107,6 +107,7 @@
 
 #[doc(hidden)]
 pub mod __private;
+mod cleanup;
 mod cluster_users;
 mod options;
 mod owned_database;

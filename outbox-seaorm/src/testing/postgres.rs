@@ -26,7 +26,7 @@ use std::sync::{Mutex, MutexGuard, Once, OnceLock, PoisonError};
 use fs2::FileExt;
 
 use super::cluster_users::{self, ClusterUser};
-use super::{keep_cluster, owned_database, TestDbError};
+use super::{cleanup, keep_cluster, TestDbError};
 
 /// The URL of a PostgreSQL server on which tests may create databases:
 /// `DATABASE_URL` when set, else the shared throwaway test cluster (joined,
@@ -225,7 +225,7 @@ pub(crate) fn leave_cluster_at(
             return Ok(Left::NotRunning);
         }
         let dropped = match fs::read_to_string(dir.join("port")) {
-            Ok(port) => owned_database::drop_all_databases(&admin_url_for(port.trim())),
+            Ok(port) => cleanup::drop_all_databases(&admin_url_for(port.trim())),
             Err(e) => Err(io_error(&dir.join("port"), e)),
         };
         let pg_ctl = binary("pg_ctl")?;

@@ -37,50 +37,17 @@
 //! engine also gives up on its own where it can: a worker whose lease ended
 //! by its own clock calls no receiver.
 
+mod token;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+pub use token::FencingToken;
+
 use crate::message::Message;
 use crate::registry::Category;
 use crate::shard::ShardKey;
-
-/// The fencing token of a claim: grows with every claim of a shard, across
-/// processes and database restarts. See the [module docs](self).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FencingToken(i64);
-
-impl FencingToken {
-    /// A token read from a store.
-    pub const fn new(value: i64) -> Self {
-        Self(value)
-    }
-
-    /// Its value, as stored and sent (e.g. in a header).
-    pub const fn get(self) -> i64 {
-        self.0
-    }
-}
-
-impl fmt::Display for FencingToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::str::FromStr for FencingToken {
-    type Err = std::num::ParseIntError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        s.trim().parse().map(Self)
-    }
-}
-
-impl From<FencingToken> for i64 {
-    fn from(token: FencingToken) -> Self {
-        token.0
-    }
-}
 
 /// What a fenced receiver did with a delivery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
