@@ -75,13 +75,38 @@ pub struct SiloConfig {
 /// `validate::BULK_MAX` organizations fits).
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
 
+/// `url` with the password of its user info, if any, masked: an error
+/// message must not print a secret (`postgres://app:***@db/app`).
+pub fn redacted(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let authority_start = scheme_end + 3;
+    let authority_end = url[authority_start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |at| authority_start + at);
+    let authority = &url[authority_start..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_owned();
+    };
+    let Some(colon) = authority[..at].find(':') else {
+        return url.to_owned();
+    };
+    format!(
+        "{}{}:***{}",
+        &url[..authority_start],
+        &authority[..colon],
+        &url[authority_start + at..]
+    )
+}
+
 /// Why a silo did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum SiloError {
     /// The database could not be opened or migrated.
-    #[error("database {url}: {source}")]
+    #[error("database {}: {source}", redacted(url))]
     Database {
-        /// Its URL.
+        /// Its URL (shown with its password masked).
         url: String,
         /// What failed.
         source: sea_orm::DbErr,
@@ -378,3 +403,31 @@ fn traced(router: Router) -> Router {
 
 /// The request-id header.
 pub const REQUEST_ID: &str = "x-request-id";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_error_masks_the_password_of_its_url() {
+        assert_eq!(
+            redacted("postgres://app:s3cret@db:5432/app?sslmode=disable"),
+            "postgres://app:***@db:5432/app?sslmode=disable"
+        );
+        assert_eq!(redacted("postgres://app@db/app"), "postgres://app@db/app");
+        assert_eq!(
+            redacted("sqlite://data/us.sqlite?mode=rwc"),
+            "sqlite://data/us.sqlite?mode=rwc"
+        );
+        assert_eq!(redacted("not a url"), "not a url");
+        let error = SiloError::Database {
+            url: "postgresql://u:p%40ss@h/d".to_owned(),
+            source: sea_orm::DbErr::Custom("refused".to_owned()),
+        };
+        let text = error.to_string();
+        assert!(
+            !text.contains("p%40ss") && text.contains("u:***@h/d"),
+            "{text}"
+        );
+    }
+}
