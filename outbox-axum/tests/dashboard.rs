@@ -66,9 +66,7 @@ async fn setup(backend: DbBackend, label: &str) -> Setup {
     recorder.fail_when(|_| true);
     let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
     assert_eq!(report.dead_lettered, 1, "{report:?}");
-    let admin = Admin::new(drainer.clone())
-        .backfill(Backfill::new(), db.db.clone())
-        .inbox(db.db.clone());
+    let admin = Admin::new(drainer.clone()).backfill(Backfill::new(), db.db.clone());
     let app = Router::new().nest("/admin/outbox", admin.router(BearerToken::new(TOKEN)));
     Setup {
         db,
@@ -234,105 +232,6 @@ async fn the_dashboard_needs_the_token(backend: DbBackend) {
     assert_eq!(
         (backfills.status, backfills.body.as_str()),
         (StatusCode::OK, "[]")
-    );
-}
-
-/// Deliveries a fenced receiver refused as superseded (a worker paused past
-/// its lease) are counted in the receivers' database and shown: `GET
-/// /fences` (JSON, most refusals first) and the dashboard's table.
-async fn superseded_deliveries_are_shown_to_operators(backend: DbBackend) {
-    use outbox_core::{FencingToken, ShardKey};
-    use outbox_seaorm::inbox::{Fence, FenceKey, Inbox};
-    use sea_orm::TransactionTrait;
-
-    let Setup { db, app, .. } = setup(backend, "dashboard_fences").await;
-    let bearer = format!("Bearer {TOKEN}");
-    let fences = |query: &'static str| {
-        let (app, bearer) = (app.clone(), bearer.clone());
-        async move {
-            send(
-                &app,
-                Method::GET,
-                &format!("/admin/outbox/fences{query}"),
-                &[("authorization", &bearer)],
-                None,
-            )
-            .await
-        }
-    };
-    let empty = fences("").await;
-    assert_eq!(empty.status, StatusCode::OK, "{}", empty.body);
-    let empty: serde_json::Value = serde_json::from_str(&empty.body).unwrap();
-    assert_eq!(empty, json!({ "superseded": 0, "records": [] }));
-
-    let inbox = Inbox::new("replica");
-    let shard = ShardKey::region(OutboxScope::OrganizationScope, 1);
-    for (token, expected) in [
-        (9, Fence::Current),
-        (
-            7,
-            Fence::Superseded {
-                highest: FencingToken::new(9),
-            },
-        ),
-        (
-            8,
-            Fence::Superseded {
-                highest: FencingToken::new(9),
-            },
-        ),
-    ] {
-        let key = FenceKey::new(
-            "control",
-            &shard,
-            "OrganizationUpdate",
-            FencingToken::new(token),
-        );
-        let txn = db.db.begin().await.unwrap();
-        assert_eq!(inbox.fence(&txn, &key).await.unwrap(), expected);
-        txn.commit().await.unwrap();
-    }
-    let listed = fences("?limit=5").await;
-    assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
-    let listed: serde_json::Value = serde_json::from_str(&listed.body).unwrap();
-    assert_eq!(listed["superseded"], 2);
-    let record = &listed["records"][0];
-    assert_eq!(
-        (
-            &record["consumer"],
-            &record["sender"],
-            &record["shard"],
-            &record["fence"],
-            &record["superseded"]
-        ),
-        (
-            &json!("replica"),
-            &json!("control"),
-            &json!(shard.to_string()),
-            &json!(9),
-            &json!(2)
-        )
-    );
-    assert!(record["superseded_at"].is_string(), "{record}");
-    let refused = fences("?limit=0").await;
-    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
-
-    let cookie = format!("outbox_admin_token={TOKEN}");
-    let page = send(
-        &app,
-        Method::GET,
-        "/admin/outbox/dashboard",
-        &[("cookie", &cookie)],
-        None,
-    )
-    .await;
-    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    assert!(page.body.contains("Fenced receivers"), "{}", page.body);
-    assert!(
-        page.body
-            .contains("<strong>2</strong> deliveries refused as superseded"),
-        "{}",
-        page.body
     );
 }
 
@@ -700,5 +599,4 @@ outbox_seaorm::on_both_backends!(
     the_dashboard_needs_the_token,
     forms_from_elsewhere_or_with_bad_input_change_nothing,
     a_browser_sees_the_failure_and_replays_the_dead_letter,
-    superseded_deliveries_are_shown_to_operators,
 );

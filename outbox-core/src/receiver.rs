@@ -337,6 +337,13 @@ impl<C: Category> Receivers<C> {
         self.handlers.get(&category)
     }
 
+    /// Whether any category has a batch handler.
+    pub(crate) fn has_batch(&self) -> bool {
+        self.handlers
+            .values()
+            .any(|handler| matches!(handler, Handler::Batch(_)))
+    }
+
     /// Whether the stored category `raw` has a batch handler.
     pub(crate) fn is_batch(&self, raw: i32) -> bool {
         C::try_from(raw)

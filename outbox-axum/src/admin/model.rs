@@ -510,12 +510,7 @@ pub(crate) struct FencesQuery {
 
 impl FencesQuery {
     pub(crate) fn checked(self) -> Result<u64, AdminError> {
-        if self.limit == 0 || self.limit > MAX_LIMIT {
-            return Err(AdminError::bad_request(format!(
-                "`limit` must be between 1 and {MAX_LIMIT}"
-            )));
-        }
-        Ok(self.limit as u64)
+        check_limit(self.limit).map(|limit| limit as u64)
     }
 }
 
@@ -542,11 +537,17 @@ pub(crate) const MAX_LIMIT: usize = 10_000;
 
 impl ListQuery {
     pub(crate) fn checked(self) -> Result<Self, AdminError> {
-        if self.limit == 0 || self.limit > MAX_LIMIT {
-            return Err(AdminError::bad_request(format!(
-                "`limit` must be between 1 and {MAX_LIMIT}"
-            )));
-        }
+        check_limit(self.limit)?;
         Ok(self)
     }
+}
+
+/// A `limit` of a query: 1 to [`MAX_LIMIT`].
+fn check_limit(limit: usize) -> Result<usize, AdminError> {
+    if limit == 0 || limit > MAX_LIMIT {
+        return Err(AdminError::bad_request(format!(
+            "`limit` must be between 1 and {MAX_LIMIT}"
+        )));
+    }
+    Ok(limit)
 }

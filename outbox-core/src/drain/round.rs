@@ -110,6 +110,8 @@ impl<C: Category> Round<C> {
         // Shards with a message for a batch handler go in waves.
         let mut waves = Vec::new();
         let receivers = self.drainer.receivers();
+        // Looked at row by row only where a batch handler is registered.
+        let batching = receivers.has_batch();
         for shard in shards {
             match shard.state.as_ref() {
                 Some(state) if is_backing_off(&self.drainer, &shard) => {
@@ -117,10 +119,11 @@ impl<C: Category> Round<C> {
                 }
                 _ => {
                     pending.insert(shard.shard.clone());
-                    if shard
-                        .rows
-                        .iter()
-                        .any(|row| receivers.is_batch(row.category))
+                    if batching
+                        && shard
+                            .rows
+                            .iter()
+                            .any(|row| receivers.is_batch(row.category))
                     {
                         waves.push(shard);
                     } else {

@@ -408,17 +408,6 @@ impl<C: Category> Recorder<C> {
 
     /// Receivers for every live category, all into this recorder.
     pub fn receivers(&self) -> crate::Receivers<C> {
-        let mut receivers = crate::Receivers::new();
-        for &category in C::ALL {
-            if category.is_retired() {
-                continue;
-            }
-            let recorder = self.clone();
-            receivers.register(category, move |message| {
-                let recorder = recorder.clone();
-                async move { recorder.handle(message).await }
-            });
-        }
-        receivers
+        self.batch_receivers(&[])
     }
 }

@@ -7,8 +7,7 @@ use async_nats::jetstream::publish::PublishAck;
 use futures::StreamExt;
 use tracing::Instrument;
 
-use super::headers::headers;
-use super::{JetStreamError, JetStreamSink};
+use super::{JetStreamError, JetStreamSink, Outgoing};
 use crate::message::Message;
 use crate::receiver::BatchItem;
 use crate::registry::Category;
@@ -130,19 +129,14 @@ impl JetStreamSink {
         message: &Message<C>,
         reply: String,
     ) -> Result<String, JetStreamError> {
-        let subject = self.subject(message)?;
+        let Outgoing {
+            subject,
+            headers,
+            body,
+        } = self.outgoing(message)?;
         tracing::Span::current().record("messaging.destination.name", subject.as_str());
-        let payload = match &message.payload {
-            Some(payload) => payload.to_string().into_bytes(),
-            None => Vec::new(),
-        };
         let sent = client
-            .publish_with_reply_and_headers(
-                subject.clone(),
-                reply,
-                headers(message),
-                payload.into(),
-            )
+            .publish_with_reply_and_headers(subject.clone(), reply, headers, body.into())
             .await;
         match sent {
             Ok(()) => Ok(subject),

@@ -198,6 +198,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_nats::header::HeaderMap;
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{stream, Context};
@@ -462,15 +463,14 @@ impl JetStreamSink {
         &self,
         message: &Message<C>,
     ) -> Result<(String, PublishAckFuture), JetStreamError> {
-        let subject = self.subject(message)?;
-        let payload = match &message.payload {
-            Some(payload) => payload.to_string().into_bytes(),
-            None => Vec::new(),
-        };
-        let headers = headers(message);
+        let Outgoing {
+            subject,
+            headers,
+            body,
+        } = self.outgoing(message)?;
         let sent = self
             .context
-            .publish_with_headers(subject.clone(), headers, payload.into())
+            .publish_with_headers(subject.clone(), headers, body.into())
             .await;
         match sent {
             Ok(acknowledgement) => Ok((subject, acknowledgement)),
@@ -480,6 +480,21 @@ impl JetStreamSink {
                 source,
             )),
         }
+    }
+
+    /// What is published for `message`: its subject, headers and body (the
+    /// payload's JSON text; empty without a payload).
+    fn outgoing<C: Category>(&self, message: &Message<C>) -> Result<Outgoing, JetStreamError> {
+        let subject = self.subject(message)?;
+        let body = match &message.payload {
+            Some(payload) => payload.to_string().into_bytes(),
+            None => Vec::new(),
+        };
+        Ok(Outgoing {
+            subject,
+            headers: headers(message),
+            body,
+        })
     }
 
     /// Awaits the acknowledgement of a message [`send`](Self::send) handed
@@ -585,6 +600,13 @@ impl JetStreamSink {
         self.ack_timeout = timeout;
         self
     }
+}
+
+/// A message ready to publish.
+struct Outgoing {
+    subject: String,
+    headers: HeaderMap,
+    body: Vec<u8>,
 }
 
 /// A failed publish as the drain takes it: permanent when

@@ -3,223 +3,17 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use example_app::silo::{self, Role, RunningSilo, SiloConfig};
-use outbox_seaorm::testing::{admin_url, connect};
+use example_app::silo::{self, Role};
 use reqwest::StatusCode;
 use sea_orm::{ConnectionTrait, DbBackend};
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
 
-const SECRET: &str = "test-secret";
+mod deployment;
+mod hostile;
 
-struct Deployment {
-    control: Option<RunningSilo>,
-    control_addr: std::net::SocketAddr,
-    control_config: SiloConfig,
-    regions: BTreeMap<String, RunningSilo>,
-    http: reqwest::Client,
-    /// The silos' databases, removed by `shutdown` (a test that fails before
-    /// it keeps them for a look).
-    databases: Vec<String>,
-}
-
-async fn database_url(backend: DbBackend, name: &str) -> String {
-    let unique = format!("ex_{name}_{:08x}", rand::random::<u32>());
-    match backend {
-        DbBackend::Postgres => {
-            let admin = admin_url().unwrap();
-            let db = connect(&admin, 1).await.unwrap();
-            db.execute_unprepared(&format!("CREATE DATABASE \"{unique}\""))
-                .await
-                .unwrap();
-            db.close().await.unwrap();
-            let base = admin.rsplit_once('/').unwrap().0;
-            format!("{base}/{unique}")
-        }
-        _ => {
-            let dir = std::env::temp_dir().join("outbox-example-tests");
-            std::fs::create_dir_all(&dir).unwrap();
-            format!("sqlite://{}/{unique}.sqlite?mode=rwc", dir.display())
-        }
-    }
-}
-
-/// Drops a database that `database_url` made, or removes its SQLite files.
-async fn remove_database(url: &str) {
-    match url.strip_prefix("sqlite://") {
-        Some(path) => {
-            let path = path.split('?').next().unwrap_or(path);
-            for suffix in ["", "-wal", "-shm"] {
-                let _ = std::fs::remove_file(format!("{path}{suffix}"));
-            }
-        }
-        None => {
-            let (_, name) = url.rsplit_once('/').unwrap();
-            let admin = connect(&admin_url().unwrap(), 1).await.unwrap();
-            admin
-                .execute_unprepared(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
-                .await
-                .unwrap();
-            admin.close().await.unwrap();
-        }
-    }
-}
-
-impl Deployment {
-    async fn start(backend: DbBackend) -> Self {
-        Self::start_with(backend, |_| {}).await
-    }
-
-    /// Starts the silos with their configuration changed by `tune`.
-    async fn start_with(backend: DbBackend, tune: impl Fn(&mut SiloConfig)) -> Self {
-        let _ = tracing_subscriber::fmt().with_test_writer().try_init();
-        let control_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let us_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let de_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let control_addr = control_listener.local_addr().unwrap();
-        let region_urls = BTreeMap::from([
-            (
-                "us".to_owned(),
-                format!("http://{}", us_listener.local_addr().unwrap()),
-            ),
-            (
-                "de".to_owned(),
-                format!("http://{}", de_listener.local_addr().unwrap()),
-            ),
-        ]);
-        let config = |role: Role, database_url: String| SiloConfig {
-            role,
-            database_url,
-            listen_url: None,
-            secret: SECRET.to_owned(),
-            control_url: format!("http://{control_addr}"),
-            region_urls: region_urls.clone(),
-            poll_interval: Duration::from_millis(50),
-            body_timeout: Duration::from_secs(2),
-            body_limit: silo::DEFAULT_BODY_LIMIT,
-            // The same as the RPC secret here, so that the hostile-input
-            // test's right credential opens both.
-            admin_token: Some(SECRET.to_owned()),
-        };
-        let config = |role: Role, database_url: String| {
-            let mut config = config(role, database_url);
-            tune(&mut config);
-            config
-        };
-        let mut databases = vec![database_url(backend, "control").await];
-        let control_config = config(Role::Control, databases[0].clone());
-        let control = silo::start(control_config.clone(), control_listener)
-            .await
-            .unwrap();
-        let mut regions = BTreeMap::new();
-        for (name, listener) in [("us", us_listener), ("de", de_listener)] {
-            databases.push(database_url(backend, name).await);
-            let region_config =
-                config(Role::Region(name.into()), databases.last().unwrap().clone());
-            regions.insert(
-                name.to_owned(),
-                silo::start(region_config, listener).await.unwrap(),
-            );
-        }
-        Self {
-            control: Some(control),
-            control_addr,
-            control_config,
-            regions,
-            // A connection per request: a request refused before its body is
-            // read may leave its connection closed by the server.
-            http: fresh_client(),
-            databases,
-        }
-    }
-
-    fn control_url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.control_addr)
-    }
-
-    fn region_url(&self, region: &str, path: &str) -> String {
-        format!("http://{}{path}", self.regions[region].addr)
-    }
-
-    async fn stop_control(&mut self) {
-        if let Some(control) = self.control.take() {
-            control.shutdown().await.unwrap();
-        }
-    }
-
-    async fn start_control(&mut self) {
-        let listener = TcpListener::bind(self.control_addr).await.unwrap();
-        self.control = Some(
-            silo::start(self.control_config.clone(), listener)
-                .await
-                .unwrap(),
-        );
-    }
-
-    async fn send(
-        &self,
-        method: reqwest::Method,
-        url: String,
-        body: Option<Value>,
-    ) -> (StatusCode, Value, reqwest::header::HeaderMap) {
-        let mut request = self.http.request(method, url).bearer_auth(SECRET);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        let headers = response.headers().clone();
-        let text = response.text().await.unwrap();
-        let value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        (status, value, headers)
-    }
-
-    async fn get(&self, url: String) -> (StatusCode, Value) {
-        let (status, value, _) = self.send(reqwest::Method::GET, url, None).await;
-        (status, value)
-    }
-
-    async fn create_org(&self, region: &str, slug: &str, name: &str) -> i64 {
-        let (status, body, _) = self
-            .send(
-                reqwest::Method::POST,
-                self.region_url(region, "/api/0/organizations"),
-                Some(json!({ "slug": slug, "name": name })),
-            )
-            .await;
-        assert_eq!(status, StatusCode::CREATED, "{body}");
-        assert_eq!(body["region"], region);
-        body["id"].as_i64().unwrap()
-    }
-
-    /// Polls `probe` until it holds, for at most 30 s.
-    async fn eventually<F, Fut>(&self, what: &str, mut probe: F)
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = bool>,
-    {
-        for _ in 0..600 {
-            if probe().await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("{what} did not happen within 30 s");
-    }
-
-    async fn shutdown(mut self) {
-        self.stop_control().await;
-        for (_, region) in std::mem::take(&mut self.regions) {
-            region.shutdown().await.unwrap();
-        }
-        for url in &self.databases {
-            remove_database(url).await;
-        }
-    }
-}
+use deployment::{fresh_client, Deployment, SECRET};
 
 async fn organization_changes_reach_control_at_response_time(backend: DbBackend) {
     let app = Deployment::start(backend).await;
@@ -722,383 +516,17 @@ async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(backend: D
     app.shutdown().await;
 }
 
-/// A body that stalls half-way holds no connection and ends with 408 at the
-/// body timeout; an oversized body gets 413, a body that is not JSON 415.
-async fn stalled_oversized_and_mistyped_bodies_get_408_413_415(backend: DbBackend) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let app = Deployment::start(backend).await;
-    let mut stalled = tokio::net::TcpStream::connect(app.regions["us"].addr)
-        .await
-        .unwrap();
-    stalled
-        .write_all(
-            b"POST /api/0/organizations HTTP/1.1\r\nhost: us\r\ncontent-type: application/json\r\n\
-              content-length: 100\r\n\r\n{\"slug\": \"sta",
-        )
-        .await
-        .unwrap();
-    // Meanwhile the silo serves others, replication included.
-    let id = app.create_org("us", "others", "Others").await;
-    let (status, _) = app
-        .get(app.control_url(&format!("/api/0/organization-mappings/{id}")))
-        .await;
-    assert_eq!(status, StatusCode::OK);
-    // The stalled request ends at its body timeout (2 s here).
-    let mut head = [0u8; 12];
-    tokio::time::timeout(Duration::from_secs(30), stalled.read_exact(&mut head))
-        .await
-        .expect("the stalled request got no answer")
-        .unwrap();
-    assert_eq!(&head, b"HTTP/1.1 408");
-
-    let oversized = json!({ "slug": "big", "name": "x".repeat(3 << 20) });
-    let (status, body, _) = app
-        .send(
-            reqwest::Method::POST,
-            app.region_url("us", "/api/0/organizations"),
-            Some(oversized),
-        )
-        .await;
-    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
-    // The server answered before reading that body and closed the
-    // connection: a fresh client, not a pooled connection.
-    let response = fresh_client()
-        .post(app.region_url("us", "/api/0/organizations"))
-        .header("content-type", "text/plain")
-        .body(r#"{"slug": "plain", "name": "Plain"}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
-    let organizations = app.regions["us"]
-        .db
-        .query_one_raw(sea_orm::Statement::from_string(
-            app.regions["us"].db.get_database_backend(),
-            "SELECT count(*) AS n FROM organization",
-        ))
-        .await
-        .unwrap()
-        .unwrap()
-        .try_get::<i64>("", "n")
-        .unwrap();
-    assert_eq!(organizations, 1, "only the well-formed request wrote");
-    app.shutdown().await;
-}
-
-/// Text that PostgreSQL or an index would refuse (NUL, thousands of
-/// characters) is a 400 at the edge on every route, never a 500; a member
-/// mapping for a region nobody knows is refused before any outbox row
-/// exists; and the silos go on serving.
-async fn hostile_text_gets_400_and_writes_nothing(backend: DbBackend) {
-    let app = Deployment::start(backend).await;
-    let long = "x".repeat(6_000);
-    let cases = [
-        (
-            app.region_url("us", "/api/0/organizations"),
-            json!({ "slug": "nul\0", "name": "N" }),
-        ),
-        (
-            app.region_url("us", "/api/0/organizations"),
-            json!({ "slug": "ok", "name": "a\0b" }),
-        ),
-        (
-            app.region_url("us", "/api/0/organizations"),
-            json!({ "slug": long, "name": "N" }),
-        ),
-        (
-            app.region_url("us", "/api/0/organizations/bulk"),
-            json!([{ "slug": "ok", "name": long }]),
-        ),
-        (
-            app.control_url("/api/0/users"),
-            json!({ "email": "a\0@b", "name": "A" }),
-        ),
-        (
-            app.control_url("/api/0/users"),
-            json!({ "email": long, "name": "A" }),
-        ),
-    ];
-    for (url, body) in cases {
-        let (status, answer, _) = app
-            .send(reqwest::Method::POST, url.clone(), Some(body))
-            .await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{url}: {answer}");
-        assert!(answer["error"].is_string(), "{answer}");
-    }
-    // With the secret: RPC bodies are checked too.
-    let rpc = |method: reqwest::Method, url: String, body: Value| {
-        app.http
-            .request(method, url)
-            .header(example_app::rpc::SECRET_HEADER, SECRET)
-            .json(&body)
-            .send()
-    };
-    let response = rpc(
-        reqwest::Method::PUT,
-        app.control_url("/rpc/organization-mappings/7"),
-        json!({ "slug": "s\0", "name": "N", "region": "us" }),
-    )
-    .await
-    .unwrap();
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-    let user = app
-        .send(
-            reqwest::Method::POST,
-            app.control_url("/api/0/users"),
-            Some(json!({ "email": "ann@example.com", "name": "Ann" })),
-        )
-        .await
-        .1["id"]
-        .as_i64()
-        .unwrap();
-    let response = rpc(
-        reqwest::Method::PUT,
-        app.control_url("/rpc/member-mappings/mars/1"),
-        json!({ "organization_id": 65, "user_id": user, "role": "owner" }),
-    )
-    .await
-    .unwrap();
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-    let control = app.control.as_ref().unwrap();
-    let pending = control
-        .drainer
-        .admin()
-        .pending_count(outbox_core::OutboxKind::Control)
-        .await
-        .unwrap();
-    assert_eq!(pending, 0, "no outbox row for mars");
-    // Nothing was written, and everything still works.
-    let id = app.create_org("us", "still-fine", "Still fine").await;
-    let (status, _) = app
-        .get(app.control_url(&format!("/api/0/organization-mappings/{id}")))
-        .await;
-    assert_eq!(status, StatusCode::OK);
-    app.shutdown().await;
-}
-
-/// A client that opens a connection per request.
-fn fresh_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap()
-}
-
-/// A hostile request, as the property test generates it.
-#[derive(Debug, Clone)]
-struct Hostile {
-    route: usize,
-    body: Vec<u8>,
-    content_type: Option<&'static str>,
-    secret: Option<&'static str>,
-}
-
-/// (silo, method, path): every write route, public and RPC.
-const HOSTILE_ROUTES: &[(&str, &str, &str)] = &[
-    ("us", "POST", "/api/0/organizations"),
-    ("us", "POST", "/api/0/organizations/bulk"),
-    ("us", "PUT", "/api/0/organizations/65"),
-    ("us", "POST", "/api/0/organizations/65/members"),
-    ("us", "PUT", "/rpc/users/5"),
-    ("us", "POST", "/admin/outbox/shards/retry"),
-    ("control", "POST", "/api/0/users"),
-    ("control", "PUT", "/api/0/users/1"),
-    ("control", "PUT", "/rpc/organization-mappings/7"),
-    ("control", "PUT", "/rpc/member-mappings/us/3"),
-    ("control", "PUT", "/rpc/member-mappings/mars/3"),
-    ("control", "POST", "/rpc/audit-logs"),
-];
-
-fn hostile_json() -> impl proptest::strategy::Strategy<Value = Value> {
-    use proptest::prelude::*;
-    let text = prop_oneof![
-        "[a-z]{0,12}".prop_map(|s| s),
-        ".{0,40}".prop_map(|s| s),
-        Just("nul\0inside".to_owned()),
-        (0usize..7_000).prop_map(|n| "é".repeat(n)),
-        Just("us".to_owned()),
-        Just("mars".to_owned()),
-    ];
-    let leaf = prop_oneof![
-        text.prop_map(Value::from),
-        any::<i64>().prop_map(Value::from),
-        Just(Value::from(i64::MIN)),
-        Just(Value::from(u64::MAX)),
-        any::<f64>()
-            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
-        any::<bool>().prop_map(Value::from),
-        Just(Value::Null),
-    ];
-    let value = leaf.prop_recursive(3, 16, 4, |inner| {
-        prop::collection::vec(inner, 0..4).prop_map(Value::from)
-    });
-    let field = prop_oneof![
-        Just("slug"),
-        Just("name"),
-        Just("email"),
-        Just("role"),
-        Just("region"),
-        Just("user_id"),
-        Just("organization_id"),
-        Just("region_sequence"),
-        Just("action"),
-        Just("detail"),
-        Just("occurred_at"),
-        Just("kind"),
-        Just("scope"),
-        Just("shard_identifier"),
-        Just("unknown_field"),
-    ];
-    let object = prop::collection::btree_map(field, value.clone(), 0..8).prop_map(|fields| {
-        Value::Object(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
-    });
-    prop_oneof![
-        object.clone(),
-        prop::collection::vec(object, 0..3).prop_map(Value::from),
-        value
-    ]
-}
-
-fn hostile() -> impl proptest::strategy::Strategy<Value = Hostile> {
-    use proptest::prelude::*;
-    let body = prop_oneof![
-        3 => hostile_json().prop_map(|value| serde_json::to_vec(&value).unwrap()),
-        1 => prop::collection::vec(any::<u8>(), 0..300),
-    ];
-    (
-        0..HOSTILE_ROUTES.len(),
-        body,
-        prop_oneof![
-            Just(Some("application/json")),
-            Just(Some("application/json; charset=utf-8")),
-            Just(Some("text/plain")),
-            Just(None),
-        ],
-        prop_oneof![Just(Some(SECRET)), Just(Some("wrong")), Just(None)],
-    )
-        .prop_map(|(route, body, content_type, secret)| Hostile {
-            route,
-            body,
-            content_type,
-            secret,
-        })
-}
-
-/// Property: whatever the body, content type and secret, every write route
-/// answers 2xx or a typed 4xx with a JSON error, never 5xx; the silos keep
-/// serving, and what was written before stays (and replicates).
-async fn hostile_requests_never_get_a_5xx_and_lose_nothing(backend: DbBackend) {
-    use proptest::strategy::{Strategy, ValueTree};
-    use proptest::test_runner::TestRunner;
-    let app = Deployment::start(backend).await;
-    let before = app.create_org("us", "before", "Before").await;
-    let mut runner = TestRunner::deterministic();
-    let client = fresh_client();
-    let mut statuses = std::collections::BTreeMap::new();
-    for case in 0..150 {
-        let hostile = hostile().new_tree(&mut runner).unwrap().current();
-        let (silo, method, path) = HOSTILE_ROUTES[hostile.route];
-        let url = if silo == "control" {
-            app.control_url(path)
-        } else {
-            app.region_url(silo, path)
-        };
-        // No pooled connections: a request refused before its body was
-        // read may leave its connection closed by the server.
-        let mut request = client
-            .request(method.parse().unwrap(), url)
-            .body(hostile.body.clone());
-        if let Some(content_type) = hostile.content_type {
-            request = request.header("content-type", content_type);
-        }
-        if let Some(secret) = hostile.secret {
-            request = request
-                .header(example_app::rpc::SECRET_HEADER, secret)
-                .bearer_auth(secret);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        let text = response.text().await.unwrap();
-        *statuses.entry(status.as_u16()).or_insert(0) += 1;
-        assert!(
-            !status.is_server_error(),
-            "case {case}: {method} {path} answered {status} {text} to {hostile:?} ({})",
-            String::from_utf8_lossy(&hostile.body)
-        );
-        if status.is_client_error() {
-            // The example's `{"error": "..."}`, or the admin API's
-            // `{"error": {"code": "...", "message": "..."}}`.
-            let error: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-            assert!(
-                error["error"].is_string() || error["error"]["code"].is_string(),
-                "case {case}: {status} {text}"
-            );
-        }
-    }
-    // The cases reach past the first checks: refusals of several kinds,
-    // and some requests that pass.
-    for expected in [400, 401, 415] {
-        assert!(statuses.contains_key(&expected), "{statuses:?}");
-    }
-    assert!(
-        statuses.keys().any(|s| (200..300).contains(s)),
-        "{statuses:?}"
-    );
-    // Still serving, nothing lost.
-    let after = app.create_org("us", "after", "After").await;
-    for id in [before, after] {
-        let (status, _) = app
-            .get(app.control_url(&format!("/api/0/organization-mappings/{id}")))
-            .await;
-        assert_eq!(status, StatusCode::OK);
-    }
-    app.shutdown().await;
-}
-
-async fn bad_requests_get_json_errors(backend: DbBackend) {
-    let app = Deployment::start(backend).await;
-    app.create_org("us", "taken", "T").await;
-    let (status, body, _) = app
-        .send(
-            reqwest::Method::POST,
-            app.region_url("us", "/api/0/organizations"),
-            Some(json!({ "slug": "taken", "name": "again" })),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CONFLICT);
-    assert!(body["error"].is_string());
-    let (status, body, _) = app
-        .send(
-            reqwest::Method::POST,
-            app.region_url("us", "/api/0/organizations"),
-            Some(json!({ "name": "no slug" })),
-        )
-        .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(body["error"].as_str().unwrap().contains("malformed body"));
-    let (status, _) = app
-        .get(app.region_url("us", "/api/0/organizations/999"))
-        .await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    let (status, health) = app.get(app.region_url("de", "/healthz")).await;
-    assert_eq!(
-        (status, health["status"].as_str()),
-        (StatusCode::OK, Some("ok"))
-    );
-    app.shutdown().await;
-}
-
 mod sqlite {
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn hostile_requests_never_get_a_5xx_and_lose_nothing() {
-        super::hostile_requests_never_get_a_5xx_and_lose_nothing(DbBackend::Sqlite).await;
+        super::hostile::hostile_requests_never_get_a_5xx_and_lose_nothing(DbBackend::Sqlite).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn hostile_text_gets_400_and_writes_nothing() {
-        super::hostile_text_gets_400_and_writes_nothing(DbBackend::Sqlite).await;
+        super::hostile::hostile_text_gets_400_and_writes_nothing(DbBackend::Sqlite).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1114,7 +542,8 @@ mod sqlite {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn stalled_oversized_and_mistyped_bodies_get_408_413_415() {
-        super::stalled_oversized_and_mistyped_bodies_get_408_413_415(DbBackend::Sqlite).await;
+        super::hostile::stalled_oversized_and_mistyped_bodies_get_408_413_415(DbBackend::Sqlite)
+            .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1148,7 +577,7 @@ mod sqlite {
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn bad_requests_get_json_errors() {
-        super::bad_requests_get_json_errors(DbBackend::Sqlite).await;
+        super::hostile::bad_requests_get_json_errors(DbBackend::Sqlite).await;
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing() {
@@ -1163,12 +592,13 @@ mod postgres {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn hostile_requests_never_get_a_5xx_and_lose_nothing() {
-        super::hostile_requests_never_get_a_5xx_and_lose_nothing(DbBackend::Postgres).await;
+        super::hostile::hostile_requests_never_get_a_5xx_and_lose_nothing(DbBackend::Postgres)
+            .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn hostile_text_gets_400_and_writes_nothing() {
-        super::hostile_text_gets_400_and_writes_nothing(DbBackend::Postgres).await;
+        super::hostile::hostile_text_gets_400_and_writes_nothing(DbBackend::Postgres).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1190,7 +620,8 @@ mod postgres {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn stalled_oversized_and_mistyped_bodies_get_408_413_415() {
-        super::stalled_oversized_and_mistyped_bodies_get_408_413_415(DbBackend::Postgres).await;
+        super::hostile::stalled_oversized_and_mistyped_bodies_get_408_413_415(DbBackend::Postgres)
+            .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
