@@ -9,8 +9,8 @@ use outbox_core::{
     testing::drain_until_idle, Drainer, HandlerError, OutboxContext, OutboxKind, Receivers,
 };
 use outbox_seaorm::replication::{
-    bulk_delete, bulk_insert, bulk_update, ControlReplication, RegionReplication,
-    ReplicationReceivers,
+    bulk_delete, bulk_insert, bulk_update, replicate_to_regions, ControlReplication,
+    RegionReplication, ReplicationReceivers,
 };
 use outbox_seaorm::testing::TestDatabase;
 use outbox_seaorm::SeaOrmStore;
@@ -520,6 +520,57 @@ async fn a_control_model_fans_out_to_each_region(backend: DbBackend) {
     assert_eq!(tombstones.len(), 2, "a tombstone per region");
 }
 
+/// `replicate_to_regions`: a row that exists replicates to the regions
+/// given (and only those), in the caller's transaction; a missing row
+/// writes nothing.
+async fn a_control_model_replicates_to_added_regions(backend: DbBackend) {
+    let silo = silo(backend, "repl_added").await;
+    let user = user::ActiveModel {
+        name: Set("ann".into()),
+        regions: Set(String::new()),
+        ..Default::default()
+    }
+    .insert(&silo.db.db)
+    .await
+    .unwrap();
+    let pending = || async {
+        silo.drainer
+            .admin()
+            .pending_count(OutboxKind::Control)
+            .await
+            .unwrap()
+    };
+    assert_eq!(pending().await, 0, "no region yet");
+    let missing = replicate_to_regions::<user::Model, _>(&silo.db.db, user.id + 1, ["eu"])
+        .await
+        .unwrap();
+    assert_eq!(missing, None);
+    assert_eq!(pending().await, 0, "nothing for a missing row");
+
+    let txn = silo.db.db.begin().await.unwrap();
+    let found = replicate_to_regions::<user::Model, _>(&txn, user.id, ["eu", "ap"])
+        .await
+        .unwrap();
+    assert_eq!(found.as_ref(), Some(&user));
+    txn.rollback().await.unwrap();
+    assert_eq!(pending().await, 0, "rolled back with its transaction");
+
+    replicate_to_regions::<user::Model, _>(&silo.db.db, user.id, ["eu", "ap"])
+        .await
+        .unwrap();
+    assert_eq!(pending().await, 2);
+    drain(&silo).await;
+    let mut seen = silo.replica.replications.lock().unwrap().clone();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            ("user@ap:ann".to_owned(), user.id),
+            ("user@eu:ann".to_owned(), user.id)
+        ]
+    );
+}
+
 async fn bulk_helpers_write_one_outbox_per_row_and_roll_back_with_it(backend: DbBackend) {
     let silo = silo(backend, "repl_bulk").await;
     let rows = |prefix: &str| {
@@ -611,5 +662,6 @@ outbox_seaorm::on_both_backends!(
     a_rolled_back_save_writes_no_outbox,
     the_shard_is_inferred_from_the_registry,
     a_control_model_fans_out_to_each_region,
+    a_control_model_replicates_to_added_regions,
     bulk_helpers_write_one_outbox_per_row_and_roll_back_with_it,
 );

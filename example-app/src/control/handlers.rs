@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use axum::{middleware, Json, Router};
 use outbox_axum::Tx;
-use outbox_seaorm::{write_control, ObjectId, OutboxMessage, ShardId};
+use outbox_seaorm::replication::replicate_to_regions;
 use sea_orm::{ActiveModelTrait, ConnectionTrait, DatabaseConnection, EntityTrait, Set, Statement};
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +13,6 @@ use super::entities::users;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::region::AuditRecord;
-use crate::registry::OutboxCategory;
 use crate::validate::{self, Validate};
 
 /// Shared by Control's handlers.
@@ -291,22 +290,11 @@ async fn upsert_member(
         [region.clone().into(), member_id.into(), member.organization_id.into(), member.user_id.into(), member.role.into()],
     ))
     .await?;
-    if users::Entity::find_by_id(member.user_id)
-        .one(&tx)
-        .await?
-        .is_some()
-    {
-        write_control(
-            &tx,
-            [region],
-            OutboxMessage::new(
-                OutboxCategory::UserUpdate,
-                ShardId(member.user_id),
-                ObjectId(member.user_id),
-            ),
-        )
-        .await?;
-    }
+    // Locks the user against a save at the same time: without it, a save
+    // that read the user's regions before this commits, and a delivery of
+    // this row that read the user before the save commits, would both
+    // leave the region with the user from before the save.
+    replicate_to_regions::<users::Model, _>(&tx, member.user_id, [region]).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -42,7 +42,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sea_orm::{
     ActiveModelTrait, ConnectionTrait, DatabaseConnection, DbErr, DeleteMany, EntityTrait,
-    IntoActiveModel, PrimaryKeyTrait, UpdateMany,
+    IntoActiveModel, PrimaryKeyTrait, QuerySelect, UpdateMany,
 };
 use serde_json::Value;
 
@@ -196,7 +196,9 @@ pub trait RegionReplication: ReplicatedModel {
 pub trait ControlReplication: ReplicatedModel {
     /// The regions this row replicates to (one outbox row each; none for an
     /// empty list). Called on the connection or transaction of the save or
-    /// delete, so it can query it.
+    /// delete, so it can query it. A change that adds a region (a new
+    /// membership) replicates the row there with [`replicate_to_regions`],
+    /// which locks the row so that a save at the same time is not missed.
     async fn outbox_region_names<C: ConnectionTrait>(&self, db: &C) -> Result<Vec<String>, DbErr>;
 
     /// Data saved with each change; after a delete it is all the deletion
@@ -280,6 +282,79 @@ pub async fn write_control_outboxes<M: ControlReplication, C: ConnectionTrait>(
         .await
         .map_err(to_db_error)?;
     Ok(())
+}
+
+/// Replicates a control model to more regions: what a change that adds to
+/// its [`outbox_region_names`](ControlReplication::outbox_region_names)
+/// (a membership arrived) calls in its own transaction. Locks the model's
+/// row against concurrent saves and deletes (`SELECT … FOR SHARE` on
+/// PostgreSQL; SQLite's writers take turns anyway), then writes its outbox
+/// rows for `regions`. Returns the model, or `None` when its row does not
+/// exist (nothing written).
+///
+/// The lock is what makes it whole. Without it, a save that runs at the same
+/// time reads the regions before this transaction commits (so it writes no
+/// row for the new region) while this transaction's delivery reads the
+/// model before the save commits: the new region keeps the state from
+/// before the save, for good. With it, either the save waits for this
+/// transaction (and then reads the new region), or this transaction waits
+/// for the save (and delivers what it saved).
+///
+/// ```
+/// # outbox_core::registry! { UserScope = 1 (shard_field = "id", owner_table = "users") { UserUpdate = 10 } }
+/// # mod users {
+/// #     use outbox_core::HandlerError;
+/// #     use outbox_seaorm::replication::{ControlReplication, ReplicatedControlModel};
+/// #     use sea_orm::entity::prelude::*;
+/// #     #[derive(Clone, Debug, PartialEq, DeriveEntityModel, ReplicatedControlModel)]
+/// #     #[sea_orm(table_name = "users")]
+/// #     #[outbox(category = crate::OutboxCategory::UserUpdate, active_model_behavior)]
+/// #     pub struct Model { #[sea_orm(primary_key)] pub id: i64, pub name: String }
+/// #     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+/// #     pub enum Relation {}
+/// #     #[async_trait::async_trait]
+/// #     impl ControlReplication for Model {
+/// #         async fn outbox_region_names<C: ConnectionTrait>(&self, _: &C) -> Result<Vec<String>, DbErr> { Ok(vec![]) }
+/// #         async fn handle_async_replication(&self, _: &(), _: &str, _: i64) -> Result<(), HandlerError> { Ok(()) }
+/// #         async fn handle_async_deletion(_: &(), _: &str, _: i64, _: i64, _: Option<serde_json::Value>) -> Result<(), HandlerError> { Ok(()) }
+/// #     }
+/// # }
+/// use outbox_seaorm::replication::replicate_to_regions;
+/// use sea_orm::{ConnectionTrait, DbErr};
+///
+/// /// A user became a member in `region`: record it, and replicate the user
+/// /// there (both in the caller's transaction).
+/// async fn add_membership<C: ConnectionTrait>(txn: &C, user_id: i64, region: &str) -> Result<(), DbErr> {
+///     // … insert the membership …
+///     replicate_to_regions::<users::Model, _>(txn, user_id, [region]).await?;
+///     Ok(())
+/// }
+/// # fn main() { let _ = add_membership::<sea_orm::DatabaseConnection>; }
+/// ```
+///
+/// # Errors
+///
+/// The database's error; with a transaction, nothing is written.
+pub async fn replicate_to_regions<M: ControlReplication, C: ConnectionTrait>(
+    db: &C,
+    object_identifier: i64,
+    regions: impl IntoIterator<Item = impl Into<String>>,
+) -> Result<Option<M>, DbErr> {
+    let Some(key) = M::primary_key_of(object_identifier) else {
+        return Ok(None);
+    };
+    let Some(model) = M::Table::find_by_id(key).lock_shared().one(db).await? else {
+        return Ok(None);
+    };
+    let payload = model.payload_for_update();
+    let messages = regions
+        .into_iter()
+        .map(|region| (region.into(), message(&model, payload.clone())))
+        .collect::<Vec<_>>();
+    write_control_many(db, messages)
+        .await
+        .map_err(to_db_error)?;
+    Ok(Some(model))
 }
 
 /// Loads a replicated model by object identifier.
