@@ -242,7 +242,7 @@ async fn run(
     tokio::time::sleep(Duration::from_millis(200)).await;
     let pending = worker
         .drainer()
-        .admin()
+        .view()
         .pending_count(OutboxKind::Region)
         .await
         .unwrap();

@@ -285,7 +285,7 @@ async fn main() {
     // last of them before stopping it.
     while worker
         .drainer()
-        .admin()
+        .view()
         .pending_count(OutboxKind::Region)
         .await
         .unwrap()

@@ -444,7 +444,7 @@ impl Bench {
                 let rate = requests(app, duration, &counter).await;
                 let pending = worker
                     .drainer()
-                    .admin()
+                    .view()
                     .pending_count(OutboxKind::Region)
                     .await
                     .unwrap();
@@ -453,7 +453,7 @@ impl Bench {
                 let deadline = Instant::now() + Duration::from_secs(120);
                 while worker
                     .drainer()
-                    .admin()
+                    .view()
                     .pending_count(OutboxKind::Region)
                     .await
                     .unwrap()

@@ -62,7 +62,7 @@ async fn crash_child() {
     if std::env::var(CHILD_FINAL).is_ok() {
         // A stall fails the child (and so the parent's check of its exit)
         // instead of hanging the suite.
-        let store = worker.drainer().admin().clone();
+        let store = worker.drainer().view();
         let started = std::time::Instant::now();
         loop {
             let pending = store.pending_count(OutboxKind::Region).await.unwrap();

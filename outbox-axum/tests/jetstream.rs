@@ -72,7 +72,7 @@ async fn jetstream_worker_child() {
         .await
         .unwrap();
     if std::env::var(CHILD_FINAL).is_ok() {
-        let store = worker.drainer().admin().clone();
+        let store = worker.drainer().view();
         let started = Instant::now();
         while store.pending_count(OutboxKind::Region).await.unwrap() > 0 {
             assert!(

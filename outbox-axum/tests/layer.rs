@@ -192,10 +192,15 @@ async fn a_paused_or_culled_shard_is_not_flushed_and_the_client_is_told(backend:
     let paused = ControlTarget::Shard(ShardKey::region(support::OutboxScope::OrganizationScope, 7));
     let culled = ControlTarget::Shard(ShardKey::region(support::OutboxScope::OrganizationScope, 8));
     app.drainer
+        .operator()
         .pause(paused.clone(), Some("look".into()))
         .await
         .unwrap();
-    app.drainer.cull(culled.clone(), None).await.unwrap();
+    app.drainer
+        .operator()
+        .cull(culled.clone(), None)
+        .await
+        .unwrap();
 
     for name in ["p1", "p2"] {
         let (status, _, flush) = send(app.app(), &format!("/widgets/7/{name}")).await;
@@ -220,7 +225,7 @@ async fn a_paused_or_culled_shard_is_not_flushed_and_the_client_is_told(backend:
         "the paused rows wait; the culled one is gone"
     );
 
-    app.drainer.resume(&paused).await.unwrap();
+    app.drainer.operator().resume(&paused).await.unwrap();
     let (_, _, flush) = send(app.app(), "/widgets/7/p3").await;
     assert_eq!(flush, None, "resumed: flushed again");
     assert_eq!(app.pending().await, 0);

@@ -388,10 +388,9 @@ async fn a_receiver_that_writes_outboxes_cascades_without_deadlock(backend: DbBa
                 async move { recorder.handle(message).await }
             }
         });
-    let drainer = outbox_core::Drainer::from_parts(
-        app.drainer.store().clone(),
-        app.drainer.admin().clone(),
-        Arc::new(receivers),
+    let drainer = outbox_core::Drainer::new(
+        outbox_seaorm::SeaOrmStore::new(app.db.db.clone()).unwrap(),
+        receivers,
     );
     *drainer_slot.lock().unwrap() = Some(drainer.clone());
     let row = write_region(&app.db.db, message(10, 1)).await.unwrap();

@@ -92,8 +92,8 @@ pub use coalesce::{coalesce, CoalescingGroup};
 pub use context::OutboxContext;
 pub use control::{ControlAction, ControlTarget, Controls, RuntimeControl};
 pub use drain::{
-    Backlog, DeadLetterPolicy, DeliveryError, DrainConfig, DrainReport, Drainer, FlushError,
-    FlushOutcome, PreparedFlush, ScopeBacklog, ShardFailure,
+    Backlog, DeadLetterPolicy, DeliveryError, DrainConfig, DrainOperator, DrainReport, DrainView,
+    Drainer, FlushError, FlushOutcome, PreparedFlush, ScopeBacklog, ShardFailure,
 };
 pub use fence::FencingToken;
 #[cfg(feature = "test-utils")]

@@ -155,7 +155,7 @@ fn coalescing_retries_and_the_backlog_are_measured() {
             let drainer = Drainer::new(store, receivers).with_clock(clock.clone());
             drainer.drain_due(OutboxKind::Region).await.unwrap();
             clock.advance(Duration::from_secs(5));
-            let backlog = drainer.backlog(OutboxKind::Region).await.unwrap();
+            let backlog = drainer.view().backlog(OutboxKind::Region).await.unwrap();
             assert_eq!(
                 (
                     backlog.depth,

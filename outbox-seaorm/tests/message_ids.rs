@@ -154,6 +154,7 @@ async fn a_row_without_an_id_gets_the_same_derived_id_each_time(backend: DbBacke
     for _ in 0..rows.len() {
         assert!(drainer.drain_shard(&shard, None).await.is_err());
         drainer
+            .operator()
             .retry_now(std::slice::from_ref(&shard))
             .await
             .unwrap();

@@ -366,7 +366,7 @@ async fn two_updates_deliver_once_with_the_latest_state(backend: DbBackend) {
     }
     assert_eq!(
         silo.drainer
-            .admin()
+            .view()
             .pending_count(OutboxKind::Region)
             .await
             .unwrap(),
@@ -440,7 +440,7 @@ async fn a_rolled_back_save_writes_no_outbox(backend: DbBackend) {
     txn.rollback().await.unwrap();
     assert_eq!(
         silo.drainer
-            .admin()
+            .view()
             .pending_count(OutboxKind::Region)
             .await
             .unwrap(),
@@ -467,7 +467,7 @@ async fn the_shard_is_inferred_from_the_registry(backend: DbBackend) {
     .unwrap();
     let depths = silo
         .drainer
-        .admin()
+        .view()
         .shard_depths(OutboxKind::Region, 10)
         .await
         .unwrap();
@@ -491,7 +491,7 @@ async fn a_control_model_fans_out_to_each_region(backend: DbBackend) {
     .unwrap();
     assert_eq!(
         silo.drainer
-            .admin()
+            .view()
             .pending_count(OutboxKind::Control)
             .await
             .unwrap(),
@@ -535,7 +535,7 @@ async fn a_control_model_replicates_to_added_regions(backend: DbBackend) {
     .unwrap();
     let pending = || async {
         silo.drainer
-            .admin()
+            .view()
             .pending_count(OutboxKind::Control)
             .await
             .unwrap()
@@ -597,7 +597,7 @@ async fn bulk_helpers_write_one_outbox_per_row_and_roll_back_with_it(backend: Db
     );
     assert_eq!(
         silo.drainer
-            .admin()
+            .view()
             .pending_count(OutboxKind::Region)
             .await
             .unwrap(),
@@ -612,7 +612,7 @@ async fn bulk_helpers_write_one_outbox_per_row_and_roll_back_with_it(backend: Db
     assert_eq!(inserted.len(), 3);
     assert_eq!(
         silo.drainer
-            .admin()
+            .view()
             .pending_count(OutboxKind::Region)
             .await
             .unwrap(),
@@ -633,7 +633,7 @@ async fn bulk_helpers_write_one_outbox_per_row_and_roll_back_with_it(backend: Db
     assert_eq!(updated.len(), 3);
     assert_eq!(
         silo.drainer
-            .admin()
+            .view()
             .pending_count(OutboxKind::Region)
             .await
             .unwrap(),

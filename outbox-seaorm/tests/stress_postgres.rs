@@ -66,7 +66,7 @@ async fn four_drains_over_a_thousand_shards_lose_nothing_and_keep_order() {
                 let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
                 if report.is_empty() {
                     if drainer
-                        .admin()
+                        .view()
                         .pending_count(OutboxKind::Region)
                         .await
                         .unwrap()

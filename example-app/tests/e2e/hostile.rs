@@ -144,7 +144,7 @@ pub(super) async fn hostile_text_gets_400_and_writes_nothing(backend: DbBackend)
     let control = app.control.as_ref().unwrap();
     let pending = control
         .drainer
-        .admin()
+        .view()
         .pending_count(outbox_core::OutboxKind::Control)
         .await
         .unwrap();

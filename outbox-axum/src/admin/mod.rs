@@ -70,7 +70,7 @@ use tower::{Layer, Service};
 use outbox_seaorm::backfill::{Backfill, BackfillStatus};
 
 use outbox_core::worker::Waker;
-use outbox_core::{Category, Drainer};
+use outbox_core::{Category, DrainOperator, DrainView, Drainer};
 
 pub use auth::{Authorize, BearerToken};
 pub use error::AdminError;
@@ -84,7 +84,10 @@ pub struct Admin<C: Category> {
 /// What the handlers share.
 #[derive(Clone)]
 pub(crate) struct AdminState<C: Category> {
-    pub(crate) drainer: Drainer<C>,
+    /// What the routes change: controls, retries, dead letters.
+    pub(crate) operator: DrainOperator,
+    /// What the routes read.
+    pub(crate) view: DrainView<C>,
     pub(crate) waker: Option<Waker>,
     pub(crate) backfill: Option<BackfillSource>,
     /// The database of this service's fenced receivers (`Admin::inbox`).
@@ -126,7 +129,8 @@ impl<C: Category> Admin<C> {
     pub fn new(drainer: Drainer<C>) -> Self {
         Self {
             state: AdminState {
-                drainer,
+                operator: drainer.operator(),
+                view: drainer.view(),
                 waker: None,
                 backfill: None,
                 inbox: None,

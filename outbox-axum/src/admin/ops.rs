@@ -19,7 +19,6 @@ pub(super) async fn retry<C: Category>(
     state: &AdminState<C>,
     shards: Vec<ShardKey>,
 ) -> Result<Retried, AdminError> {
-    let drainer = &state.drainer;
     if shards.is_empty() || shards.len() > MAX_LIMIT {
         return Err(AdminError::bad_request(format!(
             "give 1 to {MAX_LIMIT} shards"
@@ -31,7 +30,7 @@ pub(super) async fn retry<C: Category>(
         if wanted.is_empty() {
             continue;
         }
-        let failing = drainer.admin().failing_shards(kind, MAX_LIMIT).await?;
+        let failing = state.view.failing_shards(kind, MAX_LIMIT).await?;
         if let Some(unknown) = wanted
             .iter()
             .find(|shard| !failing.iter().any(|f| &&f.shard == *shard))
@@ -42,7 +41,7 @@ pub(super) async fn retry<C: Category>(
             ));
         }
     }
-    let released = drainer.retry_now(&shards).await?;
+    let released = state.operator.retry_now(&shards).await?;
     tracing::info!(
         released = released.len(),
         held = shards.len() - released.len(),
@@ -66,7 +65,6 @@ pub(super) async fn set_control<C: Category>(
     action: ControlAction,
     reason: Option<String>,
 ) -> Result<ControlView, AdminError> {
-    let drainer = &state.drainer;
     if reason
         .as_ref()
         .is_some_and(|reason| reason.chars().count() > REASON_MAX || reason.contains('\0'))
@@ -76,11 +74,11 @@ pub(super) async fn set_control<C: Category>(
         )));
     }
     match action {
-        ControlAction::Pause => drainer.pause(target.clone(), reason).await?,
-        ControlAction::Cull => drainer.cull(target.clone(), reason).await?,
+        ControlAction::Pause => state.operator.pause(target.clone(), reason).await?,
+        ControlAction::Cull => state.operator.cull(target.clone(), reason).await?,
     }
     tracing::info!(?target, ?action, "outbox control set by an operator");
-    let controls = drainer.admin().controls().await?;
+    let controls = state.view.controls().await?;
     let control = controls
         .iter()
         .find(|control| control.target == target)
@@ -99,7 +97,7 @@ pub(super) async fn lift_control<C: Category>(
     state: &AdminState<C>,
     target: &ControlTarget,
 ) -> Result<(), AdminError> {
-    if state.drainer.resume(target).await? {
+    if state.operator.resume(target).await? {
         tracing::info!(?target, "outbox control lifted by an operator");
         state.wake();
         Ok(())
@@ -118,7 +116,7 @@ pub(super) async fn replay<C: Category>(
     ids: &[i64],
 ) -> Result<u64, AdminError> {
     checked_ids(ids)?;
-    let replayed = state.drainer.admin().replay_dead_letters(kind, ids).await?;
+    let replayed = state.operator.replay_dead_letters(kind, ids).await?;
     state.wake();
     found_dead_letters(replayed)?;
     tracing::info!(replayed, "outbox dead letters replayed by an operator");
@@ -132,11 +130,7 @@ pub(super) async fn discard<C: Category>(
     ids: &[i64],
 ) -> Result<u64, AdminError> {
     checked_ids(ids)?;
-    let discarded = state
-        .drainer
-        .admin()
-        .discard_dead_letters(kind, ids)
-        .await?;
+    let discarded = state.operator.discard_dead_letters(kind, ids).await?;
     found_dead_letters(discarded)?;
     tracing::info!(discarded, "outbox dead letters discarded by an operator");
     Ok(discarded)

@@ -17,12 +17,11 @@ use super::{ops, AdminState};
 pub(super) async fn health<C: Category>(
     State(state): State<AdminState<C>>,
 ) -> Result<Json<HealthView>, AdminError> {
-    let drainer = &state.drainer;
     let mut backlogs = Vec::new();
     for kind in OutboxKind::ALL {
-        backlogs.push(BacklogView::from(&drainer.backlog(kind).await?));
+        backlogs.push(BacklogView::from(&state.view.backlog(kind).await?));
     }
-    let controls = drainer.admin().controls().await?.len();
+    let controls = state.view.controls().await?.len();
     Ok(Json(HealthView { backlogs, controls }))
 }
 
@@ -30,10 +29,9 @@ pub(super) async fn shards<C: Category>(
     State(state): State<AdminState<C>>,
     AdminQuery(query): AdminQuery<ListQuery>,
 ) -> Result<Json<ShardsView>, AdminError> {
-    let drainer = &state.drainer;
     let query = query.checked()?;
     // One transaction: the counts and lists agree.
-    let snapshot = drainer.admin().snapshot(query.kind, query.limit).await?;
+    let snapshot = state.view.snapshot(query.kind, query.limit).await?;
     Ok(Json(ShardsView {
         kind: query.kind,
         pending: snapshot.pending,
@@ -69,8 +67,7 @@ pub(super) async fn retry<C: Category>(
 pub(super) async fn controls<C: Category>(
     State(state): State<AdminState<C>>,
 ) -> Result<Json<Vec<ControlView>>, AdminError> {
-    let drainer = &state.drainer;
-    let controls = drainer.admin().controls().await?;
+    let controls = state.view.controls().await?;
     Ok(Json(controls.iter().map(ControlView::from).collect()))
 }
 
@@ -95,12 +92,8 @@ pub(super) async fn dead_letters<C: Category>(
     State(state): State<AdminState<C>>,
     AdminQuery(query): AdminQuery<ListQuery>,
 ) -> Result<Json<Vec<DeadLetterView>>, AdminError> {
-    let drainer = &state.drainer;
     let query = query.checked()?;
-    let rows = drainer
-        .admin()
-        .dead_letters(query.kind, query.limit)
-        .await?;
+    let rows = state.view.dead_letters(query.kind, query.limit).await?;
     Ok(Json(rows.iter().map(DeadLetterView::from).collect()))
 }
 

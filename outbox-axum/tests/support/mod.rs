@@ -115,7 +115,7 @@ impl TestApp {
     pub async fn pending(&self) -> u64 {
         self.drainer.settled().await;
         self.drainer
-            .admin()
+            .view()
             .pending_count(OutboxKind::Region)
             .await
             .unwrap()

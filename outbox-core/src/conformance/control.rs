@@ -31,7 +31,8 @@ pub async fn a_pause_set_in_one_process_holds_in_another_until_resumed<B: Backen
     let a = drainer(store.clone(), &recorder, &clock, DrainConfig::default());
     let b = drainer(other.clone(), &recorder, &clock, DrainConfig::default());
     let target = ControlTarget::Shard(paused.clone());
-    a.pause(target.clone(), Some("investigating".into()))
+    a.operator()
+        .pause(target.clone(), Some("investigating".into()))
         .await
         .unwrap();
     assert_eq!(store.controls().await.unwrap().len(), 1);
@@ -57,7 +58,7 @@ pub async fn a_pause_set_in_one_process_holds_in_another_until_resumed<B: Backen
         Some("paused by an operator")
     );
 
-    assert!(a.resume(&target).await.unwrap());
+    assert!(a.operator().resume(&target).await.unwrap());
     assert!(store.controls().await.unwrap().is_empty());
     // B read the controls less than a second ago: it still sees the pause
     // and parks the shard again; its next read releases it.
@@ -111,7 +112,7 @@ pub async fn a_scope_control_holds_its_new_shards_and_a_cull_drops_their_rows<B:
         region: None,
         scope: OutboxScope::OrganizationScope.value(),
     };
-    a.pause(scope.clone(), None).await.unwrap();
+    a.operator().pause(scope.clone(), None).await.unwrap();
     assert_eq!(
         b.drain_due(OutboxKind::Region).await.unwrap().deliveries,
         1,
@@ -121,7 +122,8 @@ pub async fn a_scope_control_holds_its_new_shards_and_a_cull_drops_their_rows<B:
     assert_eq!(b.drain_due(OutboxKind::Region).await.unwrap().deliveries, 0);
     assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 3);
 
-    a.cull(scope.clone(), Some("bad deploy".into()))
+    a.operator()
+        .cull(scope.clone(), Some("bad deploy".into()))
         .await
         .unwrap();
     clock.advance(Duration::from_secs(1));
@@ -129,8 +131,11 @@ pub async fn a_scope_control_holds_its_new_shards_and_a_cull_drops_their_rows<B:
     assert_eq!((report.deliveries, report.culled), (0, 3));
     assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
 
-    assert!(a.resume(&scope).await.unwrap());
-    assert!(!a.resume(&scope).await.unwrap(), "nothing left to lift");
+    assert!(a.operator().resume(&scope).await.unwrap());
+    assert!(
+        !a.operator().resume(&scope).await.unwrap(),
+        "nothing left to lift"
+    );
     clock.advance(Duration::from_secs(1));
     backend.write(&store, &[update(&org(4), 4, 0)]).await;
     assert_eq!(b.drain_due(OutboxKind::Region).await.unwrap().deliveries, 1);
@@ -152,7 +157,7 @@ pub async fn a_shard_parked_under_a_pause_that_is_gone_is_released_at_startup<B:
     let recorder = Recorder::new();
     let gone = drainer(store.clone(), &recorder, &clock, DrainConfig::default());
     let target = ControlTarget::Shard(shard.clone());
-    gone.pause(target.clone(), None).await.unwrap();
+    gone.operator().pause(target.clone(), None).await.unwrap();
     assert_eq!(
         gone.drain_due(OutboxKind::Region).await.unwrap().deliveries,
         0
@@ -164,7 +169,7 @@ pub async fn a_shard_parked_under_a_pause_that_is_gone_is_released_at_startup<B:
 
     let next = backend.reconnect(&store).await;
     let started = drainer(next, &recorder, &clock, DrainConfig::default());
-    started.release_orphaned_pauses().await.unwrap();
+    started.operator().release_orphaned_pauses().await.unwrap();
     assert_eq!(
         started
             .drain_due(OutboxKind::Region)
@@ -252,7 +257,7 @@ pub async fn an_admin_snapshot_agrees_with_the_separate_reads<B: Backend>(backen
         .await
         .unwrap()
         .is_empty());
-    let backlog = drainer.backlog(OutboxKind::Region).await.unwrap();
+    let backlog = drainer.view().backlog(OutboxKind::Region).await.unwrap();
     assert_eq!(backlog.dead_letters, 1);
     let by_scope: Vec<(&str, u64, bool)> = backlog
         .scopes

@@ -8,7 +8,7 @@ use std::time::Instant;
 use futures::FutureExt;
 use tracing::Instrument;
 
-use super::drainer::{Drainer, DELIVERING};
+use super::engine::{Engine, DELIVERING};
 use super::observe;
 use super::report::DeliveryError;
 use crate::coalesce::CoalescingGroup;
@@ -16,7 +16,7 @@ use crate::fence::FencingToken;
 use crate::message::Message;
 use crate::receiver::{BatchItem, Handler, HandlerError};
 use crate::registry::{Category, Scope};
-use crate::shard::ShardKey;
+use crate::shard::{OutboxKind, ShardKey};
 use crate::trace;
 
 /// One receiver call, ready to be made.
@@ -45,7 +45,7 @@ impl<C: Category> Call<C> {
 
 /// Builds the call of one coalescing group: its receiver, message and span.
 pub(crate) fn prepare<C: Category>(
-    drainer: &Drainer<C>,
+    drainer: &Engine<C>,
     group: &mut CoalescingGroup,
     fence: FencingToken,
     synchronous: bool,
@@ -104,22 +104,77 @@ pub(crate) fn prepare<C: Category>(
     })
 }
 
+/// What a call's metrics and span need once it is back.
+struct CallMeta<C: Category> {
+    category: C,
+    span: tracing::Span,
+    lag_group: LagGroup,
+    synchronous: bool,
+    kind: OutboxKind,
+}
+
+impl<C: Category> CallMeta<C> {
+    fn of(call: &Call<C>) -> Self {
+        Self {
+            category: call.category,
+            span: call.span.clone(),
+            lag_group: LagGroup {
+                first_scheduled_from: call.lag_group.first_scheduled_from,
+                first_added: call.lag_group.first_added,
+            },
+            synchronous: call.message.synchronous,
+            kind: call.message.shard.kind(),
+        }
+    }
+
+    /// Records a call's result in the metrics and its span.
+    fn finish(
+        self,
+        drainer: &Engine<C>,
+        result: Result<(), DeliveryError>,
+        elapsed: std::time::Duration,
+    ) -> Result<C, DeliveryError> {
+        let name = self.category.name();
+        observe::send_duration(name, self.kind, self.synchronous, elapsed);
+        match result {
+            Ok(()) => {
+                observe::delivered_lag(
+                    name,
+                    self.kind,
+                    self.lag_group.first_scheduled_from,
+                    self.lag_group.first_added,
+                    self.synchronous,
+                    drainer.now(),
+                );
+                Ok(self.category)
+            }
+            Err(error) => {
+                trace::delivery_failed(&self.span, error.reason());
+                Err(error)
+            }
+        }
+    }
+}
+
+/// What a receiver's call came back with: its result, a panic, or the
+/// timeout's end.
+type Answer<T> = Result<std::thread::Result<T>, tokio::time::error::Elapsed>;
+
 /// Makes one call: the receiver with one message (a batch handler with a
 /// batch of one).
 pub(crate) async fn call_one<C: Category>(
-    drainer: &Drainer<C>,
+    drainer: &Engine<C>,
     call: Call<C>,
 ) -> Result<C, DeliveryError> {
+    let meta = CallMeta::of(&call);
     let Call {
         category,
         handler,
         message,
         span,
         stack,
-        lag_group,
+        ..
     } = call;
-    let synchronous = message.synchronous;
-    let kind = message.shard.kind();
     let timeout = drainer.config().delivery_timeout;
     let started = Instant::now();
     let delivery = crate::message::CurrentDelivery {
@@ -135,57 +190,35 @@ pub(crate) async fn call_one<C: Category>(
             // there.
             let call = span.in_scope(|| AssertUnwindSafe(handler(message)).catch_unwind());
             let call = crate::message::with_delivery(delivery, call);
-            DELIVERING
+            let answer = DELIVERING
                 .scope(stack, tokio::time::timeout(timeout, call))
                 .instrument(span.clone())
-                .await
+                .await;
+            match answer {
+                Err(_elapsed) => Err(DeliveryError::Timeout(timeout)),
+                Ok(Err(panic)) => Err(DeliveryError::Panicked(panic_message(panic.as_ref()))),
+                Ok(Ok(result)) => result.map_err(DeliveryError::Handler),
+            }
         }
         Handler::Batch(handler) => {
             let item = BatchItem::new(message, span.clone());
             let call = span.in_scope(|| AssertUnwindSafe(handler(vec![item])).catch_unwind());
-            let call = DELIVERING
+            let answer = DELIVERING
                 .scope(stack, tokio::time::timeout(timeout, call))
                 .instrument(span.clone())
                 .await;
-            call.map(|answer| {
-                answer.map(|results| {
-                    results
-                        .into_iter()
-                        .next()
-                        .unwrap_or_else(|| Err(missing(1, 0)))
-                })
-            })
+            batch_results(answer, 1, timeout).remove(0)
         }
     };
     let elapsed = started.elapsed();
     drainer.planner().pace().observe(elapsed);
-    observe::send_duration(category.name(), kind, synchronous, elapsed);
-    let result = match result {
-        Err(_elapsed) => Err(DeliveryError::Timeout(timeout)),
-        Ok(Err(panic)) => Err(DeliveryError::Panicked(panic_message(panic.as_ref()))),
-        Ok(Ok(Err(error))) => Err(DeliveryError::Handler(error)),
-        Ok(Ok(Ok(()))) => {
-            observe::delivered_lag(
-                category.name(),
-                kind,
-                lag_group.first_scheduled_from,
-                lag_group.first_added,
-                synchronous,
-                drainer.now(),
-            );
-            Ok(category)
-        }
-    };
-    if let Err(error) = &result {
-        trace::delivery_failed(&span, error.reason());
-    }
-    result
+    meta.finish(drainer, result, elapsed)
 }
 
 /// Makes one batch call of `calls`, all of one category with a batch
 /// handler, each from a different shard: one result per call, in order.
 pub(crate) async fn call_batch<C: Category>(
-    drainer: &Drainer<C>,
+    drainer: &Engine<C>,
     handler: Handler<C>,
     calls: Vec<Call<C>>,
     stack: Arc<Vec<ShardKey>>,
@@ -199,18 +232,11 @@ pub(crate) async fn call_batch<C: Category>(
         return results;
     };
     let count = calls.len();
-    let mut metas = Vec::with_capacity(count);
-    let mut items = Vec::with_capacity(count);
-    for call in calls {
-        metas.push((
-            call.category,
-            call.span.clone(),
-            call.lag_group,
-            call.message.synchronous,
-            call.message.shard.kind(),
-        ));
-        items.push(BatchItem::new(call.message, call.span));
-    }
+    let metas: Vec<CallMeta<C>> = calls.iter().map(CallMeta::of).collect();
+    let items = calls
+        .into_iter()
+        .map(|call| BatchItem::new(call.message, call.span))
+        .collect();
     let timeout = drainer.config().delivery_timeout;
     let started = Instant::now();
     let answer = DELIVERING
@@ -230,7 +256,22 @@ pub(crate) async fn call_batch<C: Category>(
         .planner()
         .pace()
         .observe(elapsed / u32::try_from(slots).unwrap_or(u32::MAX));
-    let mut results: Vec<Result<(), DeliveryError>> = match answer {
+    batch_results(answer, count, timeout)
+        .into_iter()
+        .zip(metas)
+        .map(|(result, meta)| meta.finish(drainer, result, elapsed))
+        .collect()
+}
+
+/// One result per message of a batch call of `count`: the timeout or a
+/// panic fails them all, and a message the handler left without a result
+/// fails (transient).
+fn batch_results(
+    answer: Answer<Vec<Result<(), HandlerError>>>,
+    count: usize,
+    timeout: std::time::Duration,
+) -> Vec<Result<(), DeliveryError>> {
+    match answer {
         Err(_elapsed) => (0..count)
             .map(|_| Err(DeliveryError::Timeout(timeout)))
             .collect(),
@@ -252,31 +293,7 @@ pub(crate) async fn call_batch<C: Category>(
             }
             results
         }
-    };
-    results
-        .drain(..)
-        .zip(metas)
-        .map(|(result, (category, span, lag, synchronous, kind))| {
-            observe::send_duration(category.name(), kind, synchronous, elapsed);
-            match result {
-                Ok(()) => {
-                    observe::delivered_lag(
-                        category.name(),
-                        kind,
-                        lag.first_scheduled_from,
-                        lag.first_added,
-                        synchronous,
-                        drainer.now(),
-                    );
-                    Ok(category)
-                }
-                Err(error) => {
-                    trace::delivery_failed(&span, error.reason());
-                    Err(error)
-                }
-            }
-        })
-        .collect()
+    }
 }
 
 /// A batch handler answered fewer results than it was given messages.

@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use super::drainer::Drainer;
+use super::engine::Engine;
 use crate::registry::Category;
 use crate::shard::OutboxKind;
 use crate::store::{ClaimOrder, ClaimRequest};
 
-impl<C: Category> Drainer<C> {
+impl<C: Category> Engine<C> {
     /// A claim of `rows` rows of `kind` at most (up to `up_to_id`), leased
     /// from now for the configured lease under a new token.
     pub(crate) fn claim_request(

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::call::{call_one, prepare, Call};
 use super::claim::to_chrono;
-use super::drainer::Drainer;
+use super::engine::Engine;
 use super::lease::LeaseEnd;
 use super::observe;
 use super::report::{DeliveryError, ShardFailure};
@@ -74,7 +74,7 @@ impl ShardOutcome {
 }
 
 /// Whether `claimed` must be left alone now: it backs off after a failure.
-pub(crate) fn is_backing_off<C: Category>(drainer: &Drainer<C>, claimed: &ClaimedShard) -> bool {
+pub(crate) fn is_backing_off<C: Category>(drainer: &Engine<C>, claimed: &ClaimedShard) -> bool {
     claimed
         .state
         .as_ref()
@@ -84,7 +84,7 @@ pub(crate) fn is_backing_off<C: Category>(drainer: &Drainer<C>, claimed: &Claime
 /// Delivers a claimed shard's rows in order, stopping at the first failure
 /// that its scope does not dead-letter.
 pub(crate) async fn deliver_shard<C: Category>(
-    drainer: &Drainer<C>,
+    drainer: &Engine<C>,
     claimed: ClaimedShard,
     lease: &LeaseEnd,
     synchronous: bool,
@@ -137,7 +137,7 @@ impl<C: Category> ShardRun<C> {
     /// Starts delivering `claimed`, or decides it at once (no rows, or an
     /// operator's cull or pause).
     pub(crate) fn start(
-        drainer: &Drainer<C>,
+        drainer: &Engine<C>,
         claimed: ClaimedShard,
         synchronous: bool,
         stack: &Arc<Vec<ShardKey>>,
@@ -163,28 +163,9 @@ impl<C: Category> ShardRun<C> {
         let attempts = state.as_ref().map_or(0, |s| s.attempts);
         let last_backoff = state.as_ref().and_then(|s| s.last_backoff);
 
-        match drainer.controls().action_for(&shard) {
-            None => {}
-            Some(ControlAction::Cull) => {
-                // An operator drops this shard's rows: none is delivered.
-                for group in &groups {
-                    outcome.commit.delete_ids.extend_from_slice(&group.ids);
-                    outcome.culled += group.ids.len();
-                }
-                tracing::info!(%shard, culled = outcome.culled, "outbox shard culled by an operator");
-                return Started::Decided(outcome);
-            }
-            Some(ControlAction::Pause) => {
-                // Parked: claims pass it by until the pause is lifted.
-                outcome.commit.end = ShardEnd::Backoff {
-                    retry_at: crate::paused_until(),
-                    delay: last_backoff.unwrap_or_default(),
-                    error: PAUSED.to_owned(),
-                    attempts,
-                };
-                tracing::info!(%shard, "outbox shard paused by an operator: parked");
-                return Started::Decided(outcome);
-            }
+        if let Some(action) = drainer.controls().action_for(&shard) {
+            controlled(&mut outcome, action, &groups, attempts, last_backoff);
+            return Started::Decided(outcome);
         }
         let stack = Arc::new({
             let mut stack = Vec::clone(stack);
@@ -218,7 +199,7 @@ impl<C: Category> ShardRun<C> {
     /// as is), or `None` when the shard is done.
     pub(crate) fn next(
         &mut self,
-        drainer: &Drainer<C>,
+        drainer: &Engine<C>,
         lease: &LeaseEnd,
     ) -> Option<Result<Call<C>, DeliveryError>> {
         if self.ended {
@@ -254,112 +235,133 @@ impl<C: Category> ShardRun<C> {
     }
 
     /// Records the result of the call [`next`](Self::next) handed out.
-    pub(crate) fn record(&mut self, drainer: &Drainer<C>, result: Result<C, DeliveryError>) {
+    pub(crate) fn record(&mut self, drainer: &Engine<C>, result: Result<C, DeliveryError>) {
         let Some(group) = self.current.take() else {
             return;
         };
-        let shard = self.outcome.commit.shard.clone();
-        let synchronous = self.synchronous;
-        let error = match result {
-            Ok(category) => {
-                observe::delivered_group(
-                    category.name(),
-                    shard.kind(),
-                    synchronous,
-                    group.ids.len(),
-                    self.retrying,
-                );
-                self.retrying = false;
-                drainer.recovery().succeeded(group.category(), &shard);
-                self.outcome.commit.delete_ids.extend_from_slice(&group.ids);
-                self.outcome
-                    .delivered
-                    .push((category.name(), group.ids.len()));
-                return;
-            }
-            Err(error) => error,
-        };
+        match result {
+            Ok(category) => self.delivered(drainer, &group, category),
+            Err(error) => self.failed(drainer, &group, error),
+        }
+    }
+
+    fn delivered(&mut self, drainer: &Engine<C>, group: &CoalescingGroup, category: C) {
+        let shard = self.shard();
+        observe::delivered_group(
+            category.name(),
+            shard.kind(),
+            self.synchronous,
+            group.ids.len(),
+            self.retrying,
+        );
+        drainer.recovery().succeeded(group.category(), shard);
+        self.retrying = false;
+        self.outcome.commit.delete_ids.extend_from_slice(&group.ids);
+        self.outcome
+            .delivered
+            .push((category.name(), group.ids.len()));
+    }
+
+    /// A failed group: dead-lettered where its scope allows it (after its
+    /// attempts, or at once for a permanent error), the shard quarantined
+    /// for a permanent error otherwise, rescheduled with backoff for any
+    /// other.
+    fn failed(&mut self, drainer: &Engine<C>, group: &CoalescingGroup, error: DeliveryError) {
         self.attempts = self.attempts.saturating_add(1);
-        let attempts = self.attempts;
         self.retrying = true;
+        let shard = self.shard().clone();
         let category_name = C::try_from(group.category()).ok().map(|c| c.name());
-        observe::delivery_failed(&shard, category_name, synchronous, &error);
+        observe::delivery_failed(&shard, category_name, self.synchronous, &error);
         let policy = drainer.dead_letter_policy().attempts_for(shard.scope());
-        // A permanent error is dead-lettered at once where the scope allows
-        // dead letters at all, and quarantines the shard otherwise.
-        let dead_letter = policy.is_some_and(|max| attempts >= max || error.is_permanent());
-        if !dead_letter && error.is_permanent() {
-            observe::quarantined(&shard, &group, category_name, &error);
-            let retry_at = crate::quarantined_until();
-            self.outcome.commit.end = ShardEnd::Backoff {
-                retry_at,
-                delay: self
-                    .last_backoff
-                    .unwrap_or(drainer.config().backoff.initial()),
-                error: error.to_string(),
-                attempts,
-            };
-            self.outcome.failures.push(failure(
-                &shard,
-                &group,
-                category_name,
-                retry_at,
-                false,
-                error,
-            ));
-            self.ended = true;
-            return;
-        }
+        let dead_letter = policy.is_some_and(|max| self.attempts >= max || error.is_permanent());
+        let failed = Failed {
+            shard: &shard,
+            group,
+            category_name,
+        };
         if dead_letter {
-            // The scope gives up on this group: move it aside and go on with
-            // the shard, which is healthy again.
-            observe::dead_lettered(&shard, &group, category_name, attempts, &error);
-            self.outcome.commit.dead_letters.push(DeadLetter {
-                ids: group.ids.clone(),
-                error: error.to_string(),
-            });
-            self.outcome.failures.push(failure(
-                &shard,
-                &group,
-                category_name,
-                drainer.now(),
-                true,
-                error,
-            ));
-            self.attempts = 0;
-            self.last_backoff = None;
-            self.dead_lettered_any = true;
-            return;
+            self.dead_letter(drainer, failed, error);
+        } else if error.is_permanent() {
+            self.quarantine(drainer, failed, error);
+        } else {
+            self.reschedule(drainer, failed, error);
         }
-        drainer.recovery().backed_off(group.category(), &shard);
-        let end = backoff_end(drainer, self.last_backoff, &error.to_string(), attempts);
+    }
+
+    /// The scope gives up on this group: moved aside, and the shard goes on,
+    /// healthy again.
+    fn dead_letter(&mut self, drainer: &Engine<C>, failed: Failed<'_>, error: DeliveryError) {
+        observe::dead_lettered(
+            failed.shard,
+            failed.group,
+            failed.category_name,
+            self.attempts,
+            &error,
+        );
+        self.outcome.commit.dead_letters.push(DeadLetter {
+            ids: failed.group.ids.clone(),
+            error: error.to_string(),
+        });
+        self.outcome
+            .failures
+            .push(failed.failure(drainer.now(), true, error));
+        self.attempts = 0;
+        self.last_backoff = None;
+        self.dead_lettered_any = true;
+    }
+
+    /// A permanent error where the scope keeps no dead letters: the shard
+    /// waits for an operator.
+    fn quarantine(&mut self, drainer: &Engine<C>, failed: Failed<'_>, error: DeliveryError) {
+        observe::quarantined(failed.shard, failed.group, failed.category_name, &error);
+        let retry_at = crate::quarantined_until();
+        self.outcome.commit.end = ShardEnd::Backoff {
+            retry_at,
+            delay: self
+                .last_backoff
+                .unwrap_or(drainer.config().backoff.initial()),
+            error: error.to_string(),
+            attempts: self.attempts,
+        };
+        self.outcome
+            .failures
+            .push(failed.failure(retry_at, false, error));
+        self.ended = true;
+    }
+
+    /// Any other failure: the shard backs off, and is retried as a whole.
+    fn reschedule(&mut self, drainer: &Engine<C>, failed: Failed<'_>, error: DeliveryError) {
+        drainer
+            .recovery()
+            .backed_off(failed.group.category(), failed.shard);
+        let end = backoff_end(
+            drainer,
+            self.last_backoff,
+            &error.to_string(),
+            self.attempts,
+        );
         let retry_at = match &end {
             ShardEnd::Backoff { retry_at, .. } => *retry_at,
             _ => drainer.now(),
         };
         tracing::warn!(
-            %shard,
-            id = group.newest.id,
-            category = category_name.unwrap_or("unknown"),
-            attempts,
+            shard = %failed.shard,
+            id = failed.group.newest.id,
+            category = failed.category_name.unwrap_or("unknown"),
+            attempts = self.attempts,
             %retry_at,
             error = %error,
             "outbox delivery failed; shard rescheduled"
         );
-        self.outcome.failures.push(failure(
-            &shard,
-            &group,
-            category_name,
-            retry_at,
-            false,
-            error,
-        ));
+        self.outcome
+            .failures
+            .push(failed.failure(retry_at, false, error));
         self.outcome.commit.end = end;
         self.ended = true;
     }
 
     /// The shard's outcome, once [`next`](Self::next) returned `None`.
-    pub(crate) fn finish(mut self, drainer: &Drainer<C>) -> ShardOutcome {
+    pub(crate) fn finish(mut self, drainer: &Engine<C>) -> ShardOutcome {
         if !self.outcome.gave_up && self.outcome.failures.iter().all(|f| f.dead_lettered) {
             // A dead-lettered group started the shard's failure count over:
             // a state row, if any, goes; the shard is healthy.
@@ -374,28 +376,65 @@ impl<C: Category> ShardRun<C> {
     }
 }
 
-fn failure(
-    shard: &ShardKey,
-    group: &CoalescingGroup,
+/// An operator's control decides the shard: a cull drops its rows (none is
+/// delivered), a pause parks it (claims pass it by until it is lifted).
+fn controlled(
+    outcome: &mut ShardOutcome,
+    action: ControlAction,
+    groups: &[CoalescingGroup],
+    attempts: u32,
+    last_backoff: Option<std::time::Duration>,
+) {
+    let shard = &outcome.commit.shard;
+    match action {
+        ControlAction::Cull => {
+            for group in groups {
+                outcome.commit.delete_ids.extend_from_slice(&group.ids);
+                outcome.culled += group.ids.len();
+            }
+            tracing::info!(%shard, culled = outcome.culled, "outbox shard culled by an operator");
+        }
+        ControlAction::Pause => {
+            tracing::info!(%shard, "outbox shard paused by an operator: parked");
+            outcome.commit.end = ShardEnd::Backoff {
+                retry_at: crate::paused_until(),
+                delay: last_backoff.unwrap_or_default(),
+                error: PAUSED.to_owned(),
+                attempts,
+            };
+        }
+    }
+}
+
+/// A group whose delivery failed, and where it belongs.
+struct Failed<'a> {
+    shard: &'a ShardKey,
+    group: &'a CoalescingGroup,
     category_name: Option<&'static str>,
-    retry_at: chrono::DateTime<chrono::Utc>,
-    dead_lettered: bool,
-    error: DeliveryError,
-) -> ShardFailure {
-    ShardFailure {
-        shard: shard.clone(),
-        id: group.newest.id,
-        category: group.category(),
-        category_name,
-        object_identifier: group.object_identifier(),
-        retry_at,
-        dead_lettered,
-        error,
+}
+
+impl Failed<'_> {
+    fn failure(
+        &self,
+        retry_at: chrono::DateTime<chrono::Utc>,
+        dead_lettered: bool,
+        error: DeliveryError,
+    ) -> ShardFailure {
+        ShardFailure {
+            shard: self.shard.clone(),
+            id: self.group.newest.id,
+            category: self.group.category(),
+            category_name: self.category_name,
+            object_identifier: self.group.object_identifier(),
+            retry_at,
+            dead_lettered,
+            error,
+        }
     }
 }
 
 fn backoff_end<C: Category>(
-    drainer: &Drainer<C>,
+    drainer: &Engine<C>,
     last_backoff: Option<std::time::Duration>,
     error: &str,
     attempts: u32,

@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::drainer::{Drainer, DELIVERING};
+use super::drainer::Drainer;
+use super::engine::DELIVERING;
 use super::observe;
 use super::report::{DrainReport, FlushError};
 use super::round::Round;
@@ -119,7 +120,7 @@ impl<C: Category> Drainer<C> {
         let mut kinds: Vec<KindFlush> = Vec::new();
         let mut paused = Vec::new();
         for (shard, up_to) in shards {
-            if self.controls().action_for(&shard) == Some(ControlAction::Pause) {
+            if self.engine().controls().action_for(&shard) == Some(ControlAction::Pause) {
                 paused.push(shard);
                 continue;
             }
@@ -127,7 +128,9 @@ impl<C: Category> Drainer<C> {
             match kinds.iter_mut().find(|flush| flush.request.kind == kind) {
                 Some(flush) => flush.shards.push((shard, up_to)),
                 None => kinds.push(KindFlush {
-                    request: self.claim_request(kind, self.config().batch_size, None),
+                    request: self
+                        .engine()
+                        .claim_request(kind, self.config().batch_size, None),
                     completed_through: 0,
                     shards: vec![(shard, up_to)],
                     found: None,
@@ -190,22 +193,53 @@ impl<C: Category> Drainer<C> {
                 ..DrainReport::default()
             });
         }
-        self.refresh_controls_if_stale().await;
-        if self.controls().action_for(shard) == Some(ControlAction::Pause) {
+        self.operator().refresh_controls_if_stale().await;
+        if self.engine().controls().action_for(shard) == Some(ControlAction::Pause) {
             // Left to the background drain, which parks it; the caller hears
             // why its rows were not delivered.
             return Err(FlushError::Paused {
                 shard: shard.clone(),
             });
         }
-        let kind = shard.kind();
         let mut total = DrainReport::default();
-        let mut started = Instant::now();
+        loop {
+            let (request, claimed) = self.claim_within(shard, up_to_id, sync_wait).await?;
+            // More rows up to `up_to_id` than one batch: another claim after
+            // this one's commit.
+            let more = claimed.rows.len() >= request.rows;
+            let mut report = Round::new(self.engine().clone(), &request, true)
+                .run(vec![claimed])
+                .await?;
+            if let Some(failure) = report.failures.pop() {
+                return Err(FlushError::from_failure(failure));
+            }
+            if let Some(shard) = report.lost_claims.pop() {
+                return Err(FlushError::ClaimLost { shard });
+            }
+            total.absorb(report);
+            if !more {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Claims `shard`'s bucket (its rows up to `up_to_id`), trying again
+    /// (1 ms, then doubling, each try a new claim) while another worker
+    /// holds it, for at most `sync_wait`.
+    async fn claim_within(
+        &self,
+        shard: &ShardKey,
+        up_to_id: Option<i64>,
+        sync_wait: Duration,
+    ) -> Result<(ClaimRequest, ClaimedShard), FlushError> {
+        let started = Instant::now();
         let mut pause = Duration::from_millis(1);
         loop {
-            let request = self.claim_request(kind, self.config().batch_size, up_to_id);
-            let claimed = match self.store().claim_shard(&request, shard).await? {
-                ShardClaim::Claimed(claimed) => claimed,
+            let request =
+                self.engine()
+                    .claim_request(shard.kind(), self.config().batch_size, up_to_id);
+            match self.store().claim_shard(&request, shard).await? {
+                ShardClaim::Claimed(claimed) => return Ok((request, claimed)),
                 ShardClaim::BackingOff(state) => {
                     return Err(FlushError::BackingOff {
                         shard: shard.clone(),
@@ -222,27 +256,8 @@ impl<C: Category> Drainer<C> {
                     }
                     tokio::time::sleep(pause.min(sync_wait - waited)).await;
                     pause = (pause * 2).min(MAX_FLUSH_PAUSE);
-                    continue;
                 }
-            };
-            // More rows up to `up_to_id` than one batch: another claim after
-            // this one's commit.
-            let more = claimed.rows.len() >= request.rows;
-            let mut report = Round::new(self.clone(), &request, true)
-                .run(vec![claimed])
-                .await?;
-            if let Some(failure) = report.failures.pop() {
-                return Err(FlushError::from_failure(failure));
             }
-            if let Some(shard) = report.lost_claims.pop() {
-                return Err(FlushError::ClaimLost { shard });
-            }
-            total.absorb(report);
-            if !more {
-                return Ok(total);
-            }
-            started = Instant::now();
-            pause = Duration::from_millis(1);
         }
     }
 }
@@ -286,7 +301,7 @@ impl<C: Category> PreparedFlush<C> {
             let now = self.drainer.now();
             flush.request.now = now;
             flush.request.lease_until = now + super::claim::to_chrono(self.drainer.config().lease);
-            flush.completed_through = self.drainer.completer().completed_through();
+            flush.completed_through = self.drainer.engine().completer().completed_through();
             flush.found = Some(
                 on.claim_before_commit(&flush.request, &flush.shards)
                     .await?,
@@ -312,8 +327,8 @@ impl<C: Category> PreparedFlush<C> {
             match flush.found {
                 Some(found) => {
                     let leave_held = self.leave_held;
-                    let released_since =
-                        self.drainer.completer().completed_through() > flush.completed_through;
+                    let released_since = self.drainer.engine().completer().completed_through()
+                        > flush.completed_through;
                     deliver_claimed(
                         &self.drainer,
                         flush.request,
@@ -347,41 +362,84 @@ async fn deliver_claimed<C: Category>(
     released_since: bool,
     outcome: &mut FlushOutcome,
 ) {
-    let started = std::time::Instant::now();
-    let mut claimed: Vec<ClaimedShard> = Vec::new();
-    // Shards with more rows than one claim reads, and held shards that may
-    // be waited for: claimed again after this round.
-    let mut unfinished: Vec<(ShardKey, i64, Duration)> = Vec::new();
-    let mut truncated = false;
+    let sorted = sort_found(
+        drainer,
+        &request,
+        found,
+        leave_held,
+        released_since,
+        outcome,
+    );
+    if !sorted.claimed.is_empty() {
+        run_claimed(drainer, &request, sorted.claimed, sorted.truncated, outcome).await;
+    }
+    for (shard, up_to, wait) in sorted.unfinished {
+        if let Some(sequence) = drainer
+            .engine()
+            .completer()
+            .releasing(shard.kind(), shard.bucket())
+        {
+            drainer.engine().completer().completed(sequence).await;
+        }
+        let flushed = drainer.drain_shard_within(&shard, Some(up_to), wait).await;
+        if let Err(FlushError::ShardBusy { .. }) = &flushed {
+            drainer.engine().completer().held_found();
+        }
+        outcome.absorb(flushed);
+    }
+}
+
+/// What the claim before the commit found, sorted.
+struct Found {
+    /// Claimed: delivered from the rows read.
+    claimed: Vec<ClaimedShard>,
+    /// Shards with more rows than one claim reads, and held shards that may
+    /// be waited for: claimed again after the first round, each with how
+    /// long it may wait for its bucket.
+    unfinished: Vec<(ShardKey, i64, Duration)>,
+    /// Some claimed shard was read in part.
+    truncated: bool,
+}
+
+/// Sorts the claim's answer per shard; a held shard left to the background
+/// and a shard that backs off are reported in `outcome` at once.
+fn sort_found<C: Category>(
+    drainer: &Drainer<C>,
+    request: &ClaimRequest,
+    found: Vec<((ShardKey, i64), ShardClaim)>,
+    leave_held: bool,
+    released_since: bool,
+    outcome: &mut FlushOutcome,
+) -> Found {
+    let mut sorted = Found {
+        claimed: Vec::new(),
+        unfinished: Vec::new(),
+        truncated: false,
+    };
     let sync_wait = drainer.config().sync_wait;
+    let completer = drainer.engine().completer();
     for ((shard, up_to), claim) in found {
         match claim {
             ShardClaim::Claimed(shard_claim) => {
                 if shard_claim.rows.len() >= request.rows {
-                    truncated = true;
-                    unfinished.push((shard, up_to, sync_wait));
+                    sorted.truncated = true;
+                    sorted.unfinished.push((shard, up_to, sync_wait));
                 }
-                claimed.push(shard_claim);
+                sorted.claimed.push(shard_claim);
             }
-            ShardClaim::Held if !leave_held => unfinished.push((shard, up_to, sync_wait)),
+            ShardClaim::Held if !leave_held => sorted.unfinished.push((shard, up_to, sync_wait)),
+            // Held by a flush of this process whose completion is on its way
+            // (the previous request on the shard, say), or a completion of
+            // this process released buckets since the claim (this one,
+            // perhaps): one more try once it is released, no wait.
             ShardClaim::Held
-                if drainer
-                    .completer()
-                    .releasing(shard.kind(), shard.bucket())
-                    .is_some() =>
+                if released_since
+                    || completer.releasing(shard.kind(), shard.bucket()).is_some() =>
             {
-                // Held by a flush of this process whose completion is on its
-                // way (the previous request on the shard, say): claimed
-                // again once that completion released it.
-                unfinished.push((shard, up_to, Duration::ZERO));
-            }
-            ShardClaim::Held if released_since => {
-                // A completion of this process released buckets since the
-                // claim: this one, perhaps. One more try, no wait.
-                unfinished.push((shard, up_to, Duration::ZERO));
+                sorted.unfinished.push((shard, up_to, Duration::ZERO));
             }
             ShardClaim::Held => {
-                drainer.completer().held_found();
+                completer.held_found();
                 outcome.errors.push(FlushError::ShardBusy {
                     shard,
                     waited: Duration::ZERO,
@@ -393,44 +451,43 @@ async fn deliver_claimed<C: Category>(
             }),
         }
     }
-    if !claimed.is_empty() {
-        let kind = request.kind;
-        let count = claimed.len();
-        let mut round = Round::new(drainer.clone(), &request, true);
-        // A shard read in part is claimed again at once: its bucket must be
-        // released by then.
-        if !truncated {
-            round = round.complete_later();
-        }
-        match round.run(claimed).await {
-            Ok(mut report) => {
-                outcome
-                    .errors
-                    .extend(report.failures.drain(..).map(FlushError::from_failure));
-                outcome.errors.extend(
-                    report
-                        .lost_claims
-                        .drain(..)
-                        .map(|shard| FlushError::ClaimLost { shard }),
-                );
-                outcome.report.absorb(report);
-            }
-            Err(error) => outcome.errors.push(FlushError::Store(error)),
-        }
-        let ok = outcome.errors.is_empty();
-        for _ in 0..count {
-            observe::flushed(kind, ok, started.elapsed());
-        }
+    sorted
+}
+
+/// One round over the shards the claim before the commit leased.
+async fn run_claimed<C: Category>(
+    drainer: &Drainer<C>,
+    request: &ClaimRequest,
+    claimed: Vec<ClaimedShard>,
+    truncated: bool,
+    outcome: &mut FlushOutcome,
+) {
+    let started = std::time::Instant::now();
+    let count = claimed.len();
+    let mut round = Round::new(drainer.engine().clone(), request, true);
+    // A shard read in part is claimed again at once: its bucket must be
+    // released by then.
+    if !truncated {
+        round = round.complete_later();
     }
-    for (shard, up_to, wait) in unfinished {
-        if let Some(sequence) = drainer.completer().releasing(shard.kind(), shard.bucket()) {
-            drainer.completer().completed(sequence).await;
+    match round.run(claimed).await {
+        Ok(mut report) => {
+            outcome
+                .errors
+                .extend(report.failures.drain(..).map(FlushError::from_failure));
+            outcome.errors.extend(
+                report
+                    .lost_claims
+                    .drain(..)
+                    .map(|shard| FlushError::ClaimLost { shard }),
+            );
+            outcome.report.absorb(report);
         }
-        let flushed = drainer.drain_shard_within(&shard, Some(up_to), wait).await;
-        if let Err(FlushError::ShardBusy { .. }) = &flushed {
-            drainer.completer().held_found();
-        }
-        outcome.absorb(flushed);
+        Err(error) => outcome.errors.push(FlushError::Store(error)),
+    }
+    let ok = outcome.errors.is_empty();
+    for _ in 0..count {
+        observe::flushed(request.kind, ok, started.elapsed());
     }
 }
 
@@ -445,6 +502,7 @@ impl<C: Category> Drop for PreparedFlush<C> {
         for flush in &self.kinds {
             if flush.found.is_some() {
                 self.drainer
+                    .engine()
                     .abandoned()
                     .push(super::abandoned::AbandonedClaim {
                         kind: flush.request.kind,

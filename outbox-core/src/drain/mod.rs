@@ -79,14 +79,17 @@ mod complete;
 mod config;
 mod deliver;
 mod drainer;
+mod engine;
 mod flush;
 mod lease;
 pub(crate) mod observe;
+mod operator;
 mod pace;
 mod planner;
 mod recovery;
 mod report;
 mod round;
+mod view;
 mod wave;
 
 pub use config::{
@@ -94,6 +97,9 @@ pub use config::{
     DEFAULT_CONTROLS_REFRESH, DEFAULT_DELIVERY_TIMEOUT, DEFAULT_LEASE, DEFAULT_ROUND_DURATION,
     DEFAULT_SYNC_WAIT,
 };
-pub use drainer::{Backlog, DeadLetterPolicy, Drainer, ScopeBacklog};
+pub use drainer::Drainer;
+pub use engine::DeadLetterPolicy;
 pub use flush::{FlushOutcome, PreparedFlush};
+pub use operator::DrainOperator;
 pub use report::{DeliveryError, DrainReport, FlushError, ShardFailure};
+pub use view::{Backlog, DrainView, ScopeBacklog};

@@ -81,34 +81,6 @@ pub(crate) fn flushed(kind: OutboxKind, delivered: bool, elapsed: Duration) {
         .record(elapsed.as_secs_f64());
 }
 
-/// Publishes a backlog as gauges.
-pub(crate) fn backlog(backlog: &super::drainer::Backlog) {
-    let kind = backlog.kind.as_str();
-    metrics::gauge!(names::BACKLOG_DEPTH, "kind" => kind).set(backlog.depth as f64);
-    metrics::gauge!(names::BACKLOG_OLDEST_AGE, "kind" => kind)
-        .set(backlog.oldest_age.map_or(0.0, |age| age.as_secs_f64()));
-    metrics::gauge!(names::FAILING_SHARDS, "kind" => kind).set(backlog.failing_shards as f64);
-    metrics::gauge!(names::QUARANTINED_SHARDS, "kind" => kind)
-        .set(backlog.quarantined_shards as f64);
-    metrics::gauge!(names::PAUSED_SHARDS, "kind" => kind).set(backlog.paused_shards as f64);
-    if let Some(dead) = backlog.dead_tuples {
-        metrics::gauge!(names::DEAD_TUPLES, "kind" => kind).set(dead as f64);
-    }
-    metrics::gauge!(names::OLDEST_TRANSACTION_AGE, "kind" => kind).set(
-        backlog
-            .oldest_transaction_age
-            .map_or(0.0, |age| age.as_secs_f64()),
-    );
-    metrics::gauge!(names::DEAD_LETTERS, "kind" => kind).set(backlog.dead_letters as f64);
-    for scope in &backlog.scopes {
-        let name = scope.scope.clone();
-        metrics::gauge!(names::SCOPE_BACKLOG_DEPTH, "kind" => kind, "scope" => name.clone())
-            .set(scope.depth as f64);
-        metrics::gauge!(names::SCOPE_BACKLOG_OLDEST_AGE, "kind" => kind, "scope" => name)
-            .set(scope.oldest_age.map_or(0.0, |age| age.as_secs_f64()));
-    }
-}
-
 pub(crate) fn culled(kind: OutboxKind, rows: usize) {
     if rows > 0 {
         metrics::counter!(names::CULLED, "kind" => kind.as_str()).increment(rows as u64);

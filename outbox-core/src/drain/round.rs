@@ -11,7 +11,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::abandoned::{AbandonedClaim, ClaimGuard};
 use super::claim::to_chrono;
 use super::deliver::{deliver_shard, is_backing_off, ShardOutcome};
-use super::drainer::{Drainer, DELIVERING};
+use super::engine::{Engine, DELIVERING};
 use super::lease::LeaseEnd;
 use super::observe;
 use super::report::{DrainReport, ShardFailure};
@@ -32,7 +32,7 @@ use crate::store::{ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, Store
 /// that no other worker can take a shard while a receiver still works on it
 /// (rule 3).
 pub(crate) struct Round<C: Category> {
-    drainer: Drainer<C>,
+    drainer: Engine<C>,
     kind: OutboxKind,
     token: i64,
     lease_until: DateTime<Utc>,
@@ -54,6 +54,16 @@ struct Finished {
     gave_up: bool,
 }
 
+/// A claim's shards, sorted by how they are delivered ([`Round::sort`]).
+struct Sorted {
+    /// Done already: backing off.
+    finished: Vec<ShardOutcome>,
+    /// Not finished yet: queued, or in waves.
+    pending: HashSet<ShardKey>,
+    queue: Queue,
+    waves: Vec<ClaimedShard>,
+}
+
 /// The shards of a claim waiting for a delivery task, shared by the tasks.
 type Queue = Arc<Mutex<VecDeque<ClaimedShard>>>;
 
@@ -62,7 +72,7 @@ fn lock(queue: &Queue) -> MutexGuard<'_, VecDeque<ClaimedShard>> {
 }
 
 impl<C: Category> Round<C> {
-    pub(crate) fn new(drainer: Drainer<C>, request: &ClaimRequest, synchronous: bool) -> Self {
+    pub(crate) fn new(drainer: Engine<C>, request: &ClaimRequest, synchronous: bool) -> Self {
         Self {
             drainer,
             kind: request.kind,
@@ -87,9 +97,8 @@ impl<C: Category> Round<C> {
         mut self,
         shards: Vec<ClaimedShard>,
     ) -> Result<DrainReport, StoreError> {
-        let claimed = shards.len();
-        let mut report = DrainReport {
-            shards: claimed,
+        let report = DrainReport {
+            shards: shards.len(),
             ..DrainReport::default()
         };
         // Files the token as abandoned if this future is dropped or fails
@@ -102,40 +111,71 @@ impl<C: Category> Round<C> {
                 lease_until: self.lease_until,
             },
         );
-        let stack: Arc<Vec<ShardKey>> = DELIVERING.try_with(Arc::clone).unwrap_or_default();
-        let mut finished = Vec::new();
-        // Shards not finished yet, queued or being delivered.
-        let mut pending: HashSet<ShardKey> = HashSet::new();
-        let queue: Queue = Arc::default();
-        // Shards with a message for a batch handler go in waves.
-        let mut waves = Vec::new();
+        let sorted = self.sort(shards);
+        let (tasks, delivered) = self.spawn_deliveries(sorted.queue, sorted.waves);
+        let report = self
+            .collect(
+                report,
+                sorted.finished,
+                sorted.pending,
+                tasks,
+                delivered,
+                &mut guard,
+            )
+            .await?;
+        guard.finish();
+        Ok(report)
+    }
+
+    /// Sorts the claimed shards: those that back off are finished at once,
+    /// those with a message for a batch handler go in waves, the others in
+    /// the queue of the delivery tasks.
+    fn sort(&self, shards: Vec<ClaimedShard>) -> Sorted {
+        let mut sorted = Sorted {
+            finished: Vec::new(),
+            pending: HashSet::new(),
+            queue: Queue::default(),
+            waves: Vec::new(),
+        };
         let receivers = self.drainer.receivers();
         // Looked at row by row only where a batch handler is registered.
         let batching = receivers.has_batch();
         for shard in shards {
             match shard.state.as_ref() {
                 Some(state) if is_backing_off(&self.drainer, &shard) => {
-                    finished.push(ShardOutcome::waiting(shard.shard.clone(), state));
+                    sorted
+                        .finished
+                        .push(ShardOutcome::waiting(shard.shard.clone(), state));
                 }
                 _ => {
-                    pending.insert(shard.shard.clone());
-                    if batching
+                    sorted.pending.insert(shard.shard.clone());
+                    let batched = batching
                         && shard
                             .rows
                             .iter()
-                            .any(|row| receivers.is_batch(row.category))
-                    {
-                        waves.push(shard);
+                            .any(|row| receivers.is_batch(row.category));
+                    if batched {
+                        sorted.waves.push(shard);
                     } else {
-                        lock(&queue).push_back(shard);
+                        lock(&sorted.queue).push_back(shard);
                     }
                 }
             }
         }
-        // `concurrency` delivery tasks take shards from the queue until it is
-        // empty, and one task delivers the others in waves; dropping the set
-        // (a cancelled round) aborts them.
-        let (outcomes, mut delivered) = mpsc::unbounded_channel();
+        sorted
+    }
+
+    /// Starts `concurrency` delivery tasks that take shards from the queue
+    /// until it is empty, and one task that delivers the others in waves;
+    /// dropping the set (a cancelled round) aborts them. Each finished
+    /// shard's outcome comes back on the channel.
+    fn spawn_deliveries(
+        &self,
+        queue: Queue,
+        waves: Vec<ClaimedShard>,
+    ) -> (JoinSet<()>, mpsc::UnboundedReceiver<ShardOutcome>) {
+        let stack: Arc<Vec<ShardKey>> = DELIVERING.try_with(Arc::clone).unwrap_or_default();
+        let (outcomes, delivered) = mpsc::unbounded_channel();
         let mut tasks = JoinSet::new();
         if !waves.is_empty() {
             tasks.spawn(deliver_waves(
@@ -158,8 +198,22 @@ impl<C: Category> Round<C> {
                 stack.clone(),
             ));
         }
-        drop(outcomes);
+        (tasks, delivered)
+    }
 
+    /// Collects the outcomes until every shard is finished: commits the
+    /// finished ones at most `commit_interval` after the first of a wave,
+    /// renews the claim every heartbeat, and gives everything up when the
+    /// claim could not be renewed before the lease's margin.
+    async fn collect(
+        &mut self,
+        mut report: DrainReport,
+        mut finished: Vec<ShardOutcome>,
+        mut pending: HashSet<ShardKey>,
+        mut tasks: JoinSet<()>,
+        mut delivered: mpsc::UnboundedReceiver<ShardOutcome>,
+        guard: &mut ClaimGuard,
+    ) -> Result<DrainReport, StoreError> {
         let config = *self.drainer.config();
         let mut heartbeat =
             tokio::time::interval_at(Instant::now() + config.heartbeat(), config.heartbeat());
@@ -193,37 +247,44 @@ impl<C: Category> Round<C> {
                     wave_armed = false;
                     let done = std::mem::take(&mut finished);
                     let in_flight = pending.iter().cloned().collect();
-                    self.commit(&mut report, done, in_flight, &mut guard).await?;
+                    self.commit(&mut report, done, in_flight, guard).await?;
                     give_up.as_mut().reset(self.give_up_at());
                 }
                 _ = heartbeat.tick() => {
-                    if self.renew(&mut guard).await {
+                    if self.renew(guard).await {
                         give_up.as_mut().reset(self.give_up_at());
                     }
                 }
                 () = &mut give_up => {
-                    // The claim could not be renewed in time: stop every
-                    // receiver before the lease ends. Nothing is committed;
-                    // the next owner delivers these shards again.
                     tasks.abort_all();
-                    let lost: Vec<ShardKey> = pending
-                        .into_iter()
-                        .chain(finished.iter().map(|outcome| outcome.commit.shard.clone()))
-                        .collect();
-                    observe::claims_lost(self.kind, lost.len(), "the claim could not be renewed");
-                    report.lost_claims.extend(lost);
-                    report
-                        .failures
-                        .extend(finished.into_iter().flat_map(|outcome| outcome.failures));
-                    guard.finish();
-                    return Ok(report);
+                    return Ok(self.given_up(report, pending, finished));
                 }
             }
         }
-        self.commit(&mut report, finished, Vec::new(), &mut guard)
+        self.commit(&mut report, finished, Vec::new(), guard)
             .await?;
-        guard.finish();
         Ok(report)
+    }
+
+    /// The claim could not be renewed in time and every receiver was
+    /// stopped before the lease ends. Nothing is committed; the next owner
+    /// delivers these shards again.
+    fn given_up(
+        &self,
+        mut report: DrainReport,
+        pending: HashSet<ShardKey>,
+        finished: Vec<ShardOutcome>,
+    ) -> DrainReport {
+        let lost: Vec<ShardKey> = pending
+            .into_iter()
+            .chain(finished.iter().map(|outcome| outcome.commit.shard.clone()))
+            .collect();
+        observe::claims_lost(self.kind, lost.len(), "the claim could not be renewed");
+        report.lost_claims.extend(lost);
+        report
+            .failures
+            .extend(finished.into_iter().flat_map(|outcome| outcome.failures));
+        report
     }
 
     /// When to give the deliveries up unless the claim is renewed: a margin
@@ -296,30 +357,41 @@ impl<C: Category> Round<C> {
             renew_until: now + to_chrono(self.drainer.config().lease),
         };
         let kept_until = (!batch.in_flight.is_empty()).then_some(batch.renew_until);
-        let outcome = if self.complete_later && batch.is_finished() {
-            // Counted as deleted: the completer deletes them, or their rows
-            // are delivered again once the lease ends.
-            let deleted = batch
-                .shards
-                .iter()
-                .map(|shard| shard.delete_ids.len() as u64)
-                .sum();
-            let drainer = &self.drainer;
-            drainer
-                .completer()
-                .hand_off(|| drainer.completer_parts(), batch, self.lease_until);
-            CommitOutcome {
-                deleted,
-                ..CommitOutcome::default()
-            }
-        } else {
-            self.drainer.store().commit(&batch).await?
-        };
+        let outcome = self.send(batch).await?;
         if let Some(until) = kept_until {
             self.lease_until = until;
             self.lease_end.set(until);
             guard.renewed(until);
         }
+        self.tally(report, &outcome, results);
+        Ok(())
+    }
+
+    /// Commits `batch`, or hands it to the completer (a flush's common
+    /// commit, [`complete_later`](Self::complete_later)).
+    async fn send(&self, batch: CommitBatch) -> Result<CommitOutcome, StoreError> {
+        if !(self.complete_later && batch.is_finished()) {
+            return self.drainer.store().commit(&batch).await;
+        }
+        // Counted as deleted: the completer deletes them, or their rows are
+        // delivered again once the lease ends.
+        let deleted = batch
+            .shards
+            .iter()
+            .map(|shard| shard.delete_ids.len() as u64)
+            .sum();
+        let drainer = &self.drainer;
+        drainer
+            .completer()
+            .hand_off(|| drainer.completer_parts(), batch, self.lease_until);
+        Ok(CommitOutcome {
+            deleted,
+            ..CommitOutcome::default()
+        })
+    }
+
+    /// Adds a commit's results to the report and the metrics.
+    fn tally(&self, report: &mut DrainReport, outcome: &CommitOutcome, results: Vec<Finished>) {
         report.rows_deleted += outcome.deleted;
         report.dead_lettered += outcome.dead_lettered;
         observe::claims_lost(
@@ -346,14 +418,13 @@ impl<C: Category> Round<C> {
             }
             report.failures.extend(finished.failures);
         }
-        Ok(())
     }
 }
 
 /// A delivery task: takes shards from the queue and delivers them, one
 /// after the other, until the queue is empty.
 async fn deliver_queue<C: Category>(
-    drainer: Drainer<C>,
+    drainer: Engine<C>,
     queue: Queue,
     outcomes: mpsc::UnboundedSender<ShardOutcome>,
     lease: LeaseEnd,

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 use super::call::{call_batch, call_one, Call};
 use super::deliver::{ShardOutcome, ShardRun, Started};
-use super::drainer::Drainer;
+use super::engine::Engine;
 use super::lease::LeaseEnd;
 use super::report::DeliveryError;
 use crate::registry::Category;
@@ -28,7 +28,7 @@ use crate::store::ClaimedShard;
 /// Delivers `shards` wave by wave, sending each shard's outcome as soon as
 /// it is decided.
 pub(crate) async fn deliver_waves<C: Category>(
-    drainer: Drainer<C>,
+    drainer: Engine<C>,
     shards: Vec<ClaimedShard>,
     outcomes: mpsc::UnboundedSender<ShardOutcome>,
     lease: LeaseEnd,
@@ -92,7 +92,7 @@ pub(crate) async fn deliver_waves<C: Category>(
 /// Makes one wave's calls: a batch per category, the single calls at most
 /// `concurrency` at once, all concurrently. Results by run index.
 async fn call_wave<C: Category>(
-    drainer: &Drainer<C>,
+    drainer: &Engine<C>,
     batches: HashMap<C, Vec<(usize, Call<C>)>>,
     singles: Vec<(usize, Call<C>)>,
     concurrency: usize,

@@ -60,7 +60,7 @@ pub async fn drain_until_idle<C: Category>(
     for _round in 0..MAX_ROUNDS {
         let mut worked = false;
         for &kind in kinds {
-            let Some(bound) = drainer.admin().max_id(kind).await? else {
+            let Some(bound) = drainer.view().max_id(kind).await? else {
                 continue;
             };
             loop {
@@ -80,7 +80,7 @@ pub async fn drain_until_idle<C: Category>(
         }
     }
     for &kind in kinds {
-        if drainer.admin().has_due(kind, drainer.now()).await? {
+        if drainer.view().has_due(kind).await? {
             return Err(RunnerError::RecursionLimit { rounds: MAX_ROUNDS });
         }
     }

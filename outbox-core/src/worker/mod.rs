@@ -177,7 +177,7 @@ impl<C: Category> WorkerBuilder<C> {
         let mut parts = 0;
         let drainer = self.drainer.clone();
         tasks.spawn(async move {
-            if let Err(error) = drainer.release_orphaned_pauses().await {
+            if let Err(error) = drainer.operator().release_orphaned_pauses().await {
                 tracing::warn!(%error, "could not look for shards parked by a pause that is gone; they wait for the next resume");
             }
         });

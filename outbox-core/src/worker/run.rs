@@ -146,7 +146,7 @@ pub(super) async fn gauge_loop<C: Category>(
     let mut announced = false;
     loop {
         for &kind in &kinds {
-            match shared.drainer.backlog(kind).await {
+            match shared.drainer.view().backlog(kind).await {
                 Ok(backlog) => backlog.publish(),
                 Err(error) => {
                     tracing::debug!(%error, kind = kind.as_str(), "could not measure the outbox backlog; the gauges keep their last values");

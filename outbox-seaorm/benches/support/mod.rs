@@ -127,7 +127,7 @@ pub async fn drain_all(
     let wal = wal_since(db, &wal).await;
     assert_eq!(
         drainer
-            .admin()
+            .view()
             .pending_count(OutboxKind::Region)
             .await
             .unwrap(),

@@ -85,7 +85,7 @@ async fn pending_rows<C: Category>(drainers: &[Drainer<C>]) -> Result<u64, CliEr
     let mut pending = 0;
     for drainer in drainers {
         for kind in OutboxKind::ALL {
-            pending += drainer.admin().pending_count(kind).await?;
+            pending += drainer.view().pending_count(kind).await?;
         }
     }
     Ok(pending)
@@ -121,7 +121,7 @@ async fn timed_out<C: Category>(
     let (mut paused, mut quarantined, mut backing_off) = (0, 0, 0);
     for drainer in drainers {
         for kind in OutboxKind::ALL {
-            let backlog = drainer.backlog(kind).await?;
+            let backlog = drainer.view().backlog(kind).await?;
             paused += backlog.paused_shards;
             quarantined += backlog.quarantined_shards;
             backing_off += backlog.failing_shards;

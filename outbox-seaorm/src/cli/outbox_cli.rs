@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sea_orm::DatabaseConnection;
 
-use outbox_core::{Category, ControlTarget, Drainer, OutboxKind, StoreAdmin};
+use outbox_core::{Category, ControlTarget, Drainer, OutboxKind};
 
 use crate::backfill::Backfill;
 
@@ -158,10 +158,6 @@ impl<C: Category> OutboxCli<C> {
         })
     }
 
-    fn admin(&self) -> &dyn StoreAdmin {
-        self.drainer.admin().as_ref()
-    }
-
     fn backfill(&self) -> Result<(&Backfill, &DatabaseConnection), CliError> {
         self.backfill
             .as_ref()
@@ -172,7 +168,7 @@ impl<C: Category> OutboxCli<C> {
     async fn shards(&self, list: ListArgs) -> Result<ShardsOutput, CliError> {
         let limit = checked_limit(list.limit)?;
         // One transaction: the counts and lists agree.
-        let snapshot = self.admin().snapshot(list.kind, limit).await?;
+        let snapshot = self.drainer.view().snapshot(list.kind, limit).await?;
         Ok(ShardsOutput {
             kind: list.kind,
             pending: snapshot.pending,
@@ -204,13 +200,13 @@ impl<C: Category> OutboxCli<C> {
     }
 
     async fn dead_letter_count(&self, kind: OutboxKind) -> Result<u64, CliError> {
-        Ok(self.admin().snapshot(kind, 1).await?.dead_letters)
+        Ok(self.drainer.view().snapshot(kind, 1).await?.dead_letters)
     }
 
     async fn dead_letters(&self, list: ListArgs) -> Result<DeadLettersOutput, CliError> {
         let limit = checked_limit(list.limit)?;
         let kind = list.kind;
-        let rows = self.admin().dead_letters(kind, limit).await?;
+        let rows = self.drainer.view().dead_letters(kind, limit).await?;
         let total = self.dead_letter_count(kind).await?.max(rows.len() as u64);
         Ok(DeadLettersOutput {
             kind: list.kind,
@@ -240,8 +236,18 @@ impl<C: Category> OutboxCli<C> {
         ids: &[i64],
     ) -> Result<u64, CliError> {
         Ok(match action {
-            DeadLetterAction::Replayed => self.admin().replay_dead_letters(kind, ids).await?,
-            DeadLetterAction::Discarded => self.admin().discard_dead_letters(kind, ids).await?,
+            DeadLetterAction::Replayed => {
+                self.drainer
+                    .operator()
+                    .replay_dead_letters(kind, ids)
+                    .await?
+            }
+            DeadLetterAction::Discarded => {
+                self.drainer
+                    .operator()
+                    .discard_dead_letters(kind, ids)
+                    .await?
+            }
         })
     }
 
@@ -266,7 +272,8 @@ impl<C: Category> OutboxCli<C> {
             let mut seen = HashSet::new();
             loop {
                 let page: Vec<i64> = self
-                    .admin()
+                    .drainer
+                    .view()
                     .dead_letters(kind, PAGE)
                     .await?
                     .iter()
@@ -293,7 +300,8 @@ impl<C: Category> OutboxCli<C> {
             // All or nothing: every id must be a dead letter of the table.
             let total = self.dead_letter_count(kind).await?;
             let known: HashSet<i64> = self
-                .admin()
+                .drainer
+                .view()
                 .dead_letters(kind, usize::try_from(total).unwrap_or(usize::MAX))
                 .await?
                 .iter()
@@ -338,11 +346,13 @@ impl<C: Category> OutboxCli<C> {
         match change {
             ControlChange::Culled => {
                 self.drainer
+                    .operator()
                     .cull(target.clone(), args.reason.clone())
                     .await?
             }
             _ => {
                 self.drainer
+                    .operator()
                     .pause(target.clone(), args.reason.clone())
                     .await?
             }
@@ -359,14 +369,14 @@ impl<C: Category> OutboxCli<C> {
         let view = target_view::<C>(&target);
         // Only a target with a control: anything else is a typo, and
         // nothing is changed.
-        let known = self.admin().controls().await?;
+        let known = self.drainer.view().controls().await?;
         let Some(control) = known.iter().find(|control| control.target == target) else {
             return Err(CliError::UnknownControl {
                 target: view.to_string(),
             });
         };
         let reason = control.reason.clone();
-        if !self.drainer.resume(&target).await? {
+        if !self.drainer.operator().resume(&target).await? {
             // Lifted by someone else meanwhile.
             return Err(CliError::UnknownControl {
                 target: view.to_string(),
@@ -383,7 +393,8 @@ impl<C: Category> OutboxCli<C> {
         let shard = shard_key::<C>(args)?;
         let view = shard_view::<C>(&shard);
         let failing = self
-            .admin()
+            .drainer
+            .view()
             .failing_shards(shard.kind(), MAX_LIMIT as usize)
             .await?;
         if !failing.iter().any(|failing| failing.shard == shard) {
@@ -392,7 +403,11 @@ impl<C: Category> OutboxCli<C> {
             });
         }
         // Asks again for up to a second while a worker holds its bucket.
-        let released = self.drainer.retry_now(std::slice::from_ref(&shard)).await?;
+        let released = self
+            .drainer
+            .operator()
+            .retry_now(std::slice::from_ref(&shard))
+            .await?;
         if !released.is_empty() {
             tracing::info!(%shard, "outbox shard retried from the command line");
             return Ok(RetryOutput {

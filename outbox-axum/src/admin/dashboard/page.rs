@@ -39,15 +39,14 @@ impl Data {
         kind: OutboxKind,
         rows: usize,
     ) -> Result<Self, AdminError> {
-        let drainer = &state.drainer;
-        let admin = drainer.admin();
+        let view = &state.view;
         let mut backlogs = Vec::new();
         for kind in OutboxKind::ALL {
-            backlogs.push(drainer.backlog(kind).await?);
+            backlogs.push(view.backlog(kind).await?);
         }
-        let snapshot = admin.snapshot(kind, rows).await?;
-        let dead_letters = admin.dead_letters(kind, rows).await?;
-        let controls = admin.controls().await?;
+        let snapshot = view.snapshot(kind, rows).await?;
+        let dead_letters = view.dead_letters(kind, rows).await?;
+        let controls = view.controls().await?;
         let backfills = match &state.backfill {
             Some(backfill) => Some(backfill.status().await.map_err(|error| error.to_string())),
             None => None,
@@ -62,7 +61,7 @@ impl Data {
         };
         Ok(Self {
             kind,
-            now: drainer.now(),
+            now: view.now(),
             backlogs,
             snapshot,
             dead_letters,
