@@ -11,7 +11,7 @@ use axum::http::{Request, StatusCode};
 use futures::FutureExt;
 use outbox_axum::{OutboxWorker, RespondWith};
 use outbox_core::OutboxKind;
-use sea_orm::DbBackend;
+use sea_orm::{ConnectionTrait, DbBackend};
 use support::{send, OutboxCategory, TestApp};
 use tower::ServiceExt;
 
@@ -284,16 +284,39 @@ async fn a_write_committed_between_a_read_and_a_write_does_not_fail_the_request(
     app.signals.entered.notified().await; // the handler has read
     let db = app.db.db.clone();
     let other = tokio::spawn(async move {
-        use sea_orm::ConnectionTrait;
         db.execute_unprepared("INSERT INTO widgets (organization_id, name) VALUES (8, 'other')")
             .await
     });
-    // Time for the other write to commit, were it allowed to.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let other = if backend == DbBackend::Sqlite {
+        // The other write cannot commit in between: the request's
+        // transaction took SQLite's write lock with its first statement (a
+        // writer that does not wait is refused now).
+        let probe = app.db.connect_again(1).await.unwrap();
+        probe
+            .execute_unprepared("PRAGMA busy_timeout = 0")
+            .await
+            .unwrap();
+        let refused = probe.execute_unprepared("BEGIN IMMEDIATE").await;
+        if refused.is_ok() {
+            probe.execute_unprepared("ROLLBACK").await.unwrap();
+        }
+        assert!(
+            refused.is_err(),
+            "the request's transaction does not hold the write lock after its read"
+        );
+        probe.close().await.unwrap();
+        Some(other)
+    } else {
+        // PostgreSQL: the other write commits between the read and the write.
+        other.await.unwrap().unwrap();
+        None
+    };
     app.signals.proceed.notify_one();
     let (status, body, flush) = request.await.unwrap();
     assert_eq!((status, flush), (StatusCode::CREATED, None), "{body}");
-    other.await.unwrap().unwrap();
+    if let Some(other) = other {
+        other.await.unwrap().unwrap();
+    }
     assert_eq!(app.widgets().await, 2);
     assert_eq!(app.recorder.deliveries().len(), 1);
     assert_eq!(app.pending().await, 0);
@@ -359,7 +382,6 @@ async fn a_stalled_request_body_holds_no_connection(backend: DbBackend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_commit_answers_500_and_delivers_nothing() {
-    use sea_orm::ConnectionTrait;
     let app = TestApp::new(DbBackend::Postgres, "layer_commit_fails").await;
     app.db
         .db
