@@ -6,7 +6,7 @@
 //! Uses `DATABASE_URL` when set; otherwise starts a throwaway cluster with
 //! PostgreSQL's default durability (fsync on) and removes it afterwards.
 //! Starts Debian's `nats-server` with JetStream (`apt-get install -y
-//! nats-server`) through `outbox_core::testing::nats::NatsServer`, and
+//! nats-server`) through `outbox_testing::nats::NatsServer`, and
 //! publishes into a file-storage stream (`JetStreamSink::stream_config`).
 //!
 //! For each scenario, 20,000 pre-filled messages (over 20,000 shards, and
@@ -31,10 +31,10 @@
 use std::time::{Duration, Instant};
 
 use outbox_core::sink::jetstream::{async_nats, JetStreamSink};
-use outbox_core::testing::nats::NatsServer;
 use outbox_core::{DrainConfig, Drainer, HandlerError, OutboxKind, Receivers};
 use outbox_seaorm::testing::{start_cluster_at, stop_cluster_at, TestDatabase};
 use outbox_seaorm::SeaOrmStore;
+use outbox_testing::nats::NatsServer;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 
 outbox_core::registry! {

@@ -20,7 +20,7 @@ outbox_core::registry! {
     }
 }
 
-type Recorder = outbox_core::testing::Recorder<OutboxCategory>;
+type Recorder = outbox_testing::Recorder<OutboxCategory>;
 
 const TOKEN: &str = "admin-token";
 

@@ -33,7 +33,7 @@ outbox_core::registry! {
     }
 }
 
-type Recorder = outbox_core::testing::Recorder<OutboxCategory>;
+type Recorder = outbox_testing::Recorder<OutboxCategory>;
 
 const TOKEN: &str = "dashboard-token";
 

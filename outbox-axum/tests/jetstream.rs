@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use outbox_axum::OutboxWorker;
 use outbox_core::sink::jetstream::{async_nats, JetStreamSink, MESSAGE_ID_HEADER};
-use outbox_core::testing::nats::{read_stream, NatsServer};
 use outbox_core::{BackoffPolicy, DrainConfig, OutboxKind, Receivers, StoreAdmin};
 use outbox_seaorm::testing::{connect, DbBackend, TestDatabase};
 use outbox_seaorm::{begin_write, write_region, ObjectId, OutboxMessage, ShardId};
+use outbox_testing::nats::{read_stream, NatsServer};
 use serde_json::json;
 
 outbox_core::registry! {

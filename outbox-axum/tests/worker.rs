@@ -406,7 +406,7 @@ async fn a_receiver_that_writes_outboxes_cascades_without_deadlock(backend: DbBa
     assert_eq!(report.deliveries, 1);
     // The deferred audit row on the same shard is still there; the other was flushed.
     assert_eq!(app.pending().await, 1);
-    outbox_core::testing::drain_until_idle(&drainer, &[OutboxKind::Region])
+    outbox_testing::drain_until_idle(&drainer, &[OutboxKind::Region])
         .await
         .unwrap();
     assert_eq!(app.pending().await, 0);

@@ -22,8 +22,9 @@
 //!   services to consume: `sink::jetstream` (feature `nats`) publishes to
 //!   NATS JetStream, one subject per shard, de-duplicated by message id.
 //!
-//! Databases live in `outbox-seaorm`; this crate ships `MemoryStore` (feature
-//! `test-utils`) for fast tests.
+//! Databases live in `outbox-seaorm`; this crate ships `MemoryStore` for
+//! fast tests. Test support (drain-until-idle, a recording receiver, the
+//! conformance suite, the simulator) is the `outbox-testing` crate.
 //!
 //! ```
 //! outbox_core::registry! {
@@ -60,29 +61,18 @@
 pub mod backoff;
 pub mod clock;
 pub mod coalesce;
-#[cfg(feature = "test-utils")]
-#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
-pub mod conformance;
 pub mod context;
 pub mod control;
 pub mod drain;
 pub mod fence;
-#[cfg(feature = "test-utils")]
-#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
 pub mod memory;
 pub mod message;
 pub mod metrics;
 pub mod receiver;
 pub mod registry;
 pub mod shard;
-#[cfg(feature = "test-utils")]
-#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
-pub mod simulation;
 pub mod sink;
 pub mod store;
-#[cfg(feature = "test-utils")]
-#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
-pub mod testing;
 pub mod trace;
 pub mod worker;
 
@@ -96,8 +86,6 @@ pub use drain::{
     Drainer, FlushError, FlushOutcome, PreparedFlush, ScopeBacklog, ShardFailure,
 };
 pub use fence::FencingToken;
-#[cfg(feature = "test-utils")]
-#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
 pub use memory::{MemoryStore, MemoryTransaction};
 pub use message::{Message, PayloadError, StoredRow};
 pub use receiver::{

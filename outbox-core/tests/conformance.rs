@@ -1,12 +1,11 @@
-//! The conformance suite (one file per rule, in `outbox_core::conformance`)
+//! The conformance suite (one file per rule, in `outbox_testing::conformance`)
 //! against `MemoryStore`.
 
-#![cfg(feature = "test-utils")]
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use async_trait::async_trait;
-use outbox_core::conformance::{Backend, NewRow, WriterTransaction};
 use outbox_core::MemoryStore;
+use outbox_testing::conformance::{Backend, NewRow, WriterTransaction};
 
 #[derive(Clone, Default)]
 struct MemoryBackend;
@@ -46,4 +45,4 @@ impl Backend for MemoryBackend {
     }
 }
 
-outbox_core::conformance_tests!(MemoryBackend);
+outbox_testing::conformance_tests!(MemoryBackend);

@@ -524,7 +524,7 @@ async fn a_slow_receiver_keeps_its_claim_alive_past_the_lease() {
     let clock = ManualClock::starting_now();
     let store = MemoryStore::new();
     store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
-    let recorder = outbox_core::testing::Recorder::<OutboxCategory>::new();
+    let recorder = outbox_testing::Recorder::<OutboxCategory>::new();
     let gate = recorder.hold_when(|_| true);
     let slow = Drainer::new(store.clone(), recorder.receivers())
         .with_clock(clock.clone())
@@ -556,7 +556,7 @@ async fn a_claim_that_cannot_be_renewed_stops_its_receivers_before_the_lease_end
     let clock = ManualClock::starting_now();
     let store = MemoryStore::new();
     store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
-    let recorder = outbox_core::testing::Recorder::<OutboxCategory>::new();
+    let recorder = outbox_testing::Recorder::<OutboxCategory>::new();
     let gate = recorder.hold_when(|_| true);
     let config = DrainConfig::default().delivery_timeout(Duration::from_secs(60));
     let cut_off = Drainer::new(store.clone(), recorder.receivers())
@@ -594,7 +594,7 @@ async fn a_slow_receiver_holds_only_its_own_bucket() {
     for id in 1..=5 {
         store.write(&org(id), OutboxCategory::OrgUpdate, id, None);
     }
-    let recorder = outbox_core::testing::Recorder::<OutboxCategory>::new();
+    let recorder = outbox_testing::Recorder::<OutboxCategory>::new();
     let gate = recorder.hold_when(|message| message.shard_identifier() == 1);
     let config = DrainConfig::default();
     let drainer = Drainer::new(store.clone(), recorder.receivers())

@@ -1,5 +1,5 @@
 //! The JetStream sink against a real `nats-server` (Debian's, started by
-//! `outbox_core::testing::nats::NatsServer`), drained from `MemoryStore`:
+//! `outbox_testing::nats::NatsServer`), drained from `MemoryStore`:
 //! subjects and headers, order, acknowledgements awaited before the rows
 //! go, duplicates dropped by the stream, and the typed errors.
 
@@ -14,11 +14,11 @@ use outbox_core::sink::jetstream::{
     COALESCED_HEADER, DATE_ADDED_HEADER, MESSAGE_ID_HEADER, OBJECT_HEADER, ROW_ID_HEADER,
     SHARD_HEADER, TRACEPARENT_HEADER,
 };
-use outbox_core::testing::nats::{read_stream, NatsServer};
 use outbox_core::{
     quarantined_until, BackoffPolicy, DeliveryError, DrainConfig, DrainReport, Drainer,
     HandlerError, MemoryStore, Message, OutboxKind, Receivers, ShardKey, StoreAdmin,
 };
+use outbox_testing::nats::{read_stream, NatsServer};
 use serde_json::json;
 
 outbox_core::registry! {

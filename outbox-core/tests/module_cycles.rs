@@ -23,6 +23,7 @@ const KNOWN: &[&str] = &[];
 /// The crates whose `src` the test reads, relative to the workspace root.
 const CRATES: &[&str] = &[
     "outbox-core",
+    "outbox-core/testing",
     "outbox-seaorm",
     "outbox-seaorm/derive",
     "outbox-axum",

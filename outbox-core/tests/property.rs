@@ -1,8 +1,7 @@
 //! Property tests over the in-memory store: random interleavings of writes,
 //! drains, receiver failures, crashed workers (and the early release of their
-//! claims), store outages and clock jumps keep rules 2–6 (numbered as in `outbox_core::conformance`).
+//! claims), store outages and clock jumps keep rules 2–6 (numbered as in `outbox_testing::conformance`).
 
-#![cfg(feature = "test-utils")]
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::collections::HashMap;

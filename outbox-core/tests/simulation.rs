@@ -1,13 +1,12 @@
 //! Deterministic simulation: 10,000 seeded schedules of workers, producers,
 //! crashes between store operations, failing, rejecting and panicking
 //! receivers, lease expiries and clock jumps, with every rule checked after
-//! every step (see `outbox_core::simulation`). A failure prints its seed;
+//! every step (see `outbox_testing::simulation`). A failure prints its seed;
 //! `OUTBOX_SIM_SEED=<seed>` replays that one schedule.
 
-#![cfg(feature = "test-utils")]
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use outbox_core::simulation::{self, quiet_simulated_panics, SimConfig};
+use outbox_testing::simulation::{self, quiet_simulated_panics, SimConfig};
 
 #[test]
 fn ten_thousand_schedules_keep_every_rule() {

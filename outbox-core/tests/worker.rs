@@ -1,15 +1,14 @@
 //! The worker loop over `MemoryStore`: wake-ups, polling when the wake-up
 //! source fails, and shutdown.
 
-#![cfg(feature = "test-utils")]
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::testing::Recorder;
 use outbox_core::worker::{WakeSource, Wakeup, WorkerBuilder};
 use outbox_core::{BoxError, Drainer, MemoryStore, OutboxKind, ShardKey};
+use outbox_testing::Recorder;
 use tokio::sync::mpsc;
 
 outbox_core::registry! {

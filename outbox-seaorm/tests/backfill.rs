@@ -172,7 +172,7 @@ async fn drain(db: &TestDatabase) {
         .discard(OutboxCategory::WidgetUpdate)
         .discard(OutboxCategory::GadgetUpdate);
     let drainer = outbox_core::Drainer::new(db.store(), receivers);
-    outbox_core::testing::drain_until_idle(&drainer, &OutboxKind::ALL)
+    outbox_testing::drain_until_idle(&drainer, &OutboxKind::ALL)
         .await
         .unwrap();
 }

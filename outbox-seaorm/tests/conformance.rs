@@ -6,12 +6,12 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use outbox_core::conformance::{Backend, NewRow, WriterTransaction};
 use outbox_core::{ClaimBeforeCommit, ClaimRequest, OutboxKind, ShardClaim, ShardKey, StoreError};
 use outbox_seaorm::testing::TestDatabase;
 use outbox_seaorm::{
     write_control, write_region, ClaimOn, ObjectId, OutboxMessage, SeaOrmStore, ShardId,
 };
+use outbox_testing::conformance::{Backend, NewRow, WriterTransaction};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend};
 
 /// Fresh databases of one backend, kept until the test ends (dropped then,
@@ -150,10 +150,10 @@ impl Backend for Databases {
 
 mod postgres {
     use super::*;
-    outbox_core::conformance_tests!(Databases::new(DbBackend::Postgres));
+    outbox_testing::conformance_tests!(Databases::new(DbBackend::Postgres));
 }
 
 mod sqlite {
     use super::*;
-    outbox_core::conformance_tests!(Databases::new(DbBackend::Sqlite));
+    outbox_testing::conformance_tests!(Databases::new(DbBackend::Sqlite));
 }

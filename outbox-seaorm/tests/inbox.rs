@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
-use outbox_core::conformance::OutboxCategory;
 use outbox_core::uuid::Uuid;
 use outbox_core::{Drainer, HandlerError, ManualClock, Message, OutboxKind, Receivers, StoreAdmin};
 use outbox_seaorm::inbox::{self, Applied, Fence, FenceKey, Inbox, InboxError, Received};
 use outbox_seaorm::testing::{connect, DbBackend, TestDatabase};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
+use outbox_testing::conformance::OutboxCategory;
 use sea_orm::{ConnectionTrait, DbErr, Statement, TransactionTrait};
 
 const CHILD_DB: &str = "OUTBOX_INBOX_CHILD_DB";
@@ -463,7 +463,10 @@ async fn fencing_tokens_are_kept_per_consumer_sender_and_shard(backend: DbBacken
     use outbox_core::{FencingToken, ShardKey};
     let t = TestDatabase::of(backend, "inbox_fence_keys").await.unwrap();
     let inbox = Inbox::new("replica");
-    let shard = ShardKey::region(outbox_core::conformance::OutboxScope::OrganizationScope, 7);
+    let shard = ShardKey::region(
+        outbox_testing::conformance::OutboxScope::OrganizationScope,
+        7,
+    );
     let key = |sender: &str, token: i64| {
         FenceKey::new(
             sender,

@@ -9,14 +9,14 @@ use sea_orm_migration::MigrationName;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use outbox_core::conformance::{OutboxCategory, OutboxScope};
-use outbox_core::testing::Recorder;
 use outbox_core::uuid::Uuid;
 use outbox_core::{Drainer, HandlerError, Message, OutboxKind, Receivers, StoreAdmin};
 use outbox_seaorm::testing::{DbBackend, TestDatabase};
 use outbox_seaorm::{
     write_control, write_region, write_region_many, ObjectId, OutboxMessage, ShardId,
 };
+use outbox_testing::conformance::{OutboxCategory, OutboxScope};
+use outbox_testing::Recorder;
 use sea_orm::{ConnectionTrait, Statement};
 use sea_orm_migration::MigratorTrait;
 

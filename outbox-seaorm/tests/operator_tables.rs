@@ -86,8 +86,8 @@ async fn the_dead_letter_and_control_entities_read_the_tables(
 
     // A dead letter: an audit event refused once, in a scope that
     // dead-letters after one attempt.
-    use outbox_core::conformance::{OutboxCategory, OutboxScope};
-    use outbox_core::testing::Recorder;
+    use outbox_testing::conformance::{OutboxCategory, OutboxScope};
+    use outbox_testing::Recorder;
     let id = outbox_seaorm::write_region(
         &t.db,
         outbox_seaorm::OutboxMessage::new(

@@ -5,15 +5,14 @@
 
 use std::sync::{Arc, Mutex};
 
-use outbox_core::{
-    testing::drain_until_idle, Drainer, HandlerError, OutboxContext, OutboxKind, Receivers,
-};
+use outbox_core::{Drainer, HandlerError, OutboxContext, OutboxKind, Receivers};
 use outbox_seaorm::replication::{
     bulk_delete, bulk_insert, bulk_update, replicate_to_regions, ControlReplication,
     RegionReplication, ReplicationReceivers,
 };
 use outbox_seaorm::testing::TestDatabase;
 use outbox_seaorm::SeaOrmStore;
+use outbox_testing::drain_until_idle;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, DbErr,
     EntityTrait, QueryFilter, Set, Statement, TransactionTrait,

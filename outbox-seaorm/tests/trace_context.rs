@@ -5,12 +5,12 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use outbox_core::conformance::{OutboxCategory, OutboxScope};
-use outbox_core::testing::Recorder;
 use outbox_core::{Drainer, OutboxKind, StoreAdmin, TraceParent};
 use outbox_seaorm::entity::outbox_dead_letter;
 use outbox_seaorm::testing::{DbBackend, TestDatabase};
 use outbox_seaorm::{write_control, write_region, ObjectId, OutboxMessage, ShardId};
+use outbox_testing::conformance::{OutboxCategory, OutboxScope};
+use outbox_testing::Recorder;
 use sea_orm::{ConnectionTrait, EntityTrait, Statement};
 
 const VALID: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";

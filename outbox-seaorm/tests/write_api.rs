@@ -6,10 +6,10 @@
 
 use std::collections::HashMap;
 
-use outbox_core::testing::{drain_until_idle, Recorder};
 use outbox_core::{Drainer, OutboxKind, StoreAdmin};
 use outbox_seaorm::testing::TestDatabase;
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId, WriteError};
+use outbox_testing::{drain_until_idle, Recorder};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;

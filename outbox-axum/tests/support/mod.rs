@@ -26,7 +26,7 @@ outbox_core::registry! {
     }
 }
 
-pub type Recorder = outbox_core::testing::Recorder<OutboxCategory>;
+pub type Recorder = outbox_testing::Recorder<OutboxCategory>;
 
 #[derive(Clone, Default)]
 pub struct Signals {

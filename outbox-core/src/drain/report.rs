@@ -242,8 +242,9 @@ impl FlushError {
         }
     }
 
-    /// A flush error from the first failure of a report.
-    pub(crate) fn from_failure(failure: ShardFailure) -> Self {
+    /// The flush error of a failed delivery of a round's report
+    /// ([`DrainReport::failures`]).
+    pub fn from_failure(failure: ShardFailure) -> Self {
         FlushError::Delivery {
             category: failure.category_label(),
             shard: failure.shard,

@@ -252,9 +252,9 @@ pub struct CommitOutcome {
 
 /// The hot path of the drain: what a worker needs, and nothing else.
 ///
-/// Implementations: `MemoryStore` in this crate (feature `test-utils`), and
-/// the PostgreSQL and SQLite stores of `outbox-seaorm`. All of them pass the
-/// conformance suite (`outbox_core::conformance`, feature `test-utils`).
+/// Implementations: `MemoryStore` in this crate, and the PostgreSQL and
+/// SQLite stores of `outbox-seaorm`. All of them pass the conformance suite
+/// (`outbox_testing::conformance`, in the `outbox-testing` crate).
 #[async_trait]
 pub trait DrainStore: Send + Sync + 'static {
     /// Leases free buckets (at most

@@ -22,8 +22,8 @@ outbox_core::registry! {
     }
 }
 
-/// The recording receiver of `outbox_core::testing`, for this registry.
-pub type Recorder = outbox_core::testing::Recorder<OutboxCategory>;
+/// The recording receiver of `outbox_testing`, for this registry.
+pub type Recorder = outbox_testing::Recorder<OutboxCategory>;
 
 pub async fn database(backend: DbBackend, label: &str) -> TestDatabase {
     TestDatabase::of(backend, label)

@@ -17,7 +17,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let server = outbox_core::testing::nats::NatsServer::start()?;
+//! # let server = outbox_testing::nats::NatsServer::start()?;
 //! # let url = server.url();
 //! let jetstream = async_nats::jetstream::new(async_nats::connect(url).await?);
 //! let sink = JetStreamSink::new(jetstream.clone()); // subjects `outbox.…`
@@ -360,7 +360,7 @@ impl JetStreamSink {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// # let server = outbox_core::testing::nats::NatsServer::start().unwrap();
+    /// # let server = outbox_testing::nats::NatsServer::start().unwrap();
     /// # let url = server.url();
     /// let client = async_nats::connect(url).await.unwrap();
     /// let sink = JetStreamSink::new(async_nats::jetstream::new(client));

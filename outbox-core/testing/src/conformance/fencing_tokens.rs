@@ -9,14 +9,14 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, watch};
 
 use super::{drainer, org, update, v, Backend, OutboxCategory};
-use crate::clock::ManualClock;
-use crate::drain::{DrainConfig, Drainer};
-use crate::fence::{FenceBook, Fenced};
-use crate::message::Message;
-use crate::receiver::Receivers;
-use crate::shard::OutboxKind;
-use crate::store::StoreAdmin;
-use crate::testing::Recorder;
+use crate::Recorder;
+use outbox_core::clock::ManualClock;
+use outbox_core::drain::{DrainConfig, Drainer};
+use outbox_core::fence::{FenceBook, Fenced};
+use outbox_core::message::Message;
+use outbox_core::receiver::Receivers;
+use outbox_core::shard::OutboxKind;
+use outbox_core::store::StoreAdmin;
 
 /// One shard claimed again and again, by two processes, through every kind
 /// of claim (background rounds, a flush claimed after its commit, one
@@ -116,7 +116,7 @@ pub async fn a_worker_paused_past_its_lease_is_refused_by_a_fenced_receiver<B: B
                 let _ = entered.send(());
                 let _ = resumed.wait_for(|go| *go).await;
                 replica.apply(&book, &message);
-                Ok::<_, crate::HandlerError>(())
+                Ok::<_, outbox_core::HandlerError>(())
             }
         }
     });
@@ -132,7 +132,7 @@ pub async fn a_worker_paused_past_its_lease_is_refused_by_a_fenced_receiver<B: B
         let (book, replica) = (book.clone(), replica.clone());
         move |message: Message<OutboxCategory>| {
             replica.apply(&book, &message);
-            async { Ok::<_, crate::HandlerError>(()) }
+            async { Ok::<_, outbox_core::HandlerError>(()) }
         }
     });
     let fresh = Drainer::new(backend.reconnect(&store).await, fresh_receivers)
@@ -212,7 +212,7 @@ pub async fn a_flush_resumed_after_its_lease_delivers_nothing<B: Backend>(backen
     let outcome = flush.deliver().await;
     assert_eq!(flushed.calls(), 0, "no receiver call after the lease ended");
     assert!(
-        matches!(&outcome.errors[..], [crate::FlushError::ClaimLost { shard: lost }] if *lost == shard),
+        matches!(&outcome.errors[..], [outbox_core::FlushError::ClaimLost { shard: lost }] if *lost == shard),
         "{:?}",
         outcome.errors
     );

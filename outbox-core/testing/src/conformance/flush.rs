@@ -1,5 +1,5 @@
 //! The synchronous flush claimed before the commit
-//! ([`Drainer::prepare_flush`](crate::Drainer::prepare_flush)): a request
+//! ([`Drainer::prepare_flush`](outbox_core::Drainer::prepare_flush)): a request
 //! claims the buckets of the shards it wrote inside its own transaction,
 //! just before its `COMMIT`, delivers right after it, and leaves the delete
 //! and release to its drainer's completer. Rule 3 holds against it (a
@@ -17,11 +17,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::{drainer, org, update, v, Backend, WriterTransaction};
-use crate::clock::ManualClock;
-use crate::drain::{DrainConfig, DrainReport, FlushError};
-use crate::shard::{OutboxKind, CLAIM_BUCKETS};
-use crate::store::StoreAdmin;
-use crate::testing::Recorder;
+use crate::Recorder;
+use outbox_core::clock::ManualClock;
+use outbox_core::drain::{DrainConfig, DrainReport, FlushError};
+use outbox_core::shard::{OutboxKind, CLAIM_BUCKETS};
+use outbox_core::store::StoreAdmin;
 
 /// How long a step that must not wait for anyone may take before the test
 /// says it waited: far more than it takes, far less than forever.
@@ -248,7 +248,7 @@ pub async fn a_flush_whose_completion_is_lost_is_delivered_again_once_its_lease_
     // The second group is not sent: by the flusher's own clock its lease
     // has ended (rule 12, the sender's half), and the flush says so.
     assert!(
-        matches!(&outcome.errors[..], [crate::FlushError::ClaimLost { shard: lost }] if *lost == shard),
+        matches!(&outcome.errors[..], [outbox_core::FlushError::ClaimLost { shard: lost }] if *lost == shard),
         "{:?}",
         outcome.errors
     );
@@ -279,7 +279,7 @@ pub async fn a_flush_whose_completion_is_lost_is_delivered_again_once_its_lease_
 
 /// While a background round delivers a shard, a request writes that shard
 /// and claims before its commit with
-/// [`leave_held_to_background`](crate::PreparedFlush::leave_held_to_background):
+/// [`leave_held_to_background`](outbox_core::PreparedFlush::leave_held_to_background):
 /// its flush reports [`FlushError::ShardBusy`] at once (its `sync_wait` is
 /// an hour), delivers nothing and waits for nothing. Once the round
 /// released the bucket, the next drain delivers the request's row.

@@ -1,5 +1,5 @@
 //! One suite of tests for every store: the rules of the outbox, each in its
-//! own file, generic over a [`Backend`] (feature `test-utils`).
+//! own file, generic over a [`Backend`].
 //!
 //! | file | rule |
 //! |---|---|
@@ -23,11 +23,11 @@
 //! A store crate implements [`Backend`] for its store in a test file, and
 //! [`conformance_tests!`](crate::conformance_tests!) writes one
 //! `#[tokio::test]` per rule. This crate's own `tests/conformance.rs`, for
-//! [`MemoryStore`](crate::MemoryStore):
+//! [`MemoryStore`](outbox_core::MemoryStore):
 //!
 //! ```
 //! use async_trait::async_trait;
-//! use outbox_core::conformance::{Backend, NewRow, WriterTransaction};
+//! use outbox_testing::conformance::{Backend, NewRow, WriterTransaction};
 //! use outbox_core::MemoryStore;
 //!
 //! #[derive(Clone)]
@@ -68,12 +68,12 @@
 //!     }
 //! }
 //!
-//! outbox_core::conformance_tests!(MemoryBackend);
+//! outbox_testing::conformance_tests!(MemoryBackend);
 //!
 //! // Each rule is also a function to call with a backend:
 //! #[tokio::main]
 //! async fn main() {
-//!     outbox_core::conformance::atomic_write::rolled_back_writes_leave_no_row_and_fire_nothing(
+//!     outbox_testing::conformance::atomic_write::rolled_back_writes_leave_no_row_and_fire_nothing(
 //!         &MemoryBackend,
 //!     )
 //!     .await;
@@ -99,14 +99,14 @@ pub mod order;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::clock::ManualClock;
-use crate::drain::{DrainConfig, Drainer};
-use crate::memory::MemoryTransaction;
-use crate::shard::ShardKey;
-use crate::store::{ClaimBeforeCommit, DrainStore, StoreAdmin};
-use crate::testing::Recorder;
+use crate::Recorder;
+use outbox_core::clock::ManualClock;
+use outbox_core::drain::{DrainConfig, Drainer};
+use outbox_core::memory::MemoryTransaction;
+use outbox_core::shard::ShardKey;
+use outbox_core::store::{ClaimBeforeCommit, DrainStore, StoreAdmin};
 
-crate::registry! {
+outbox_core::registry! {
     /// Organization-owned data, sharded by organization id.
     OrganizationScope = 0 (shard_field = "organization_id") {
         /// An organization changed.
@@ -159,7 +159,7 @@ pub trait Backend: Clone + Send + Sync + 'static {
 
 /// A writer's transaction left open ([`Backend::begin`]): it writes rows,
 /// claims their shards before it commits (it is the
-/// [`ClaimBeforeCommit`] that [`PreparedFlush::claim`](crate::PreparedFlush::claim)
+/// [`ClaimBeforeCommit`] that [`PreparedFlush::claim`](outbox_core::PreparedFlush::claim)
 /// runs on), then commits or rolls back. A failure is a panic.
 #[async_trait]
 pub trait WriterTransaction: ClaimBeforeCommit {
@@ -262,7 +262,6 @@ pub fn v(payload: &Option<Value>) -> i64 {
 /// evaluated in the calling module's scope). The calling crate needs `tokio`
 /// with `macros` and `rt-multi-thread`.
 #[macro_export]
-#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
 macro_rules! conformance_tests {
     ($backend:expr) => {
         $crate::conformance_tests!(@tests $backend;

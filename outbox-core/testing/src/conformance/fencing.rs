@@ -4,13 +4,13 @@
 //! longer write anything: no delete, no backoff, no dead letter.
 
 use super::{drainer, org, update, Backend, NewRow, OutboxCategory};
-use crate::clock::ManualClock;
-use crate::drain::DrainConfig;
-use crate::message::Message;
-use crate::receiver::Receivers;
-use crate::shard::OutboxKind;
-use crate::store::StoreAdmin;
-use crate::testing::{drain_until_idle, Recorder};
+use crate::{drain_until_idle, Recorder};
+use outbox_core::clock::ManualClock;
+use outbox_core::drain::DrainConfig;
+use outbox_core::message::Message;
+use outbox_core::receiver::Receivers;
+use outbox_core::shard::OutboxKind;
+use outbox_core::store::StoreAdmin;
 
 /// A worker's receiver fails after the worker's lease ended and another
 /// worker delivered the row: the stale worker's commit (a backoff) is
@@ -95,7 +95,7 @@ pub async fn receivers_run_outside_any_transaction<B: Backend>(backend: &B) {
     };
     receivers.ensure_complete().unwrap();
     let clock = ManualClock::starting_now();
-    let drainer = crate::drain::Drainer::new(store.clone(), receivers).with_clock(clock);
+    let drainer = outbox_core::drain::Drainer::new(store.clone(), receivers).with_clock(clock);
     drain_until_idle(&drainer, &[OutboxKind::Region])
         .await
         .unwrap();

@@ -1,13 +1,13 @@
 //! Runs many seeded schedules of the drain simulation and prints their rate.
 //!
 //! ```text
-//! cargo run --release -p outbox-core --features test-utils --example simulate -- [schedules] [first seed]
+//! cargo run --release -p outbox-testing --example simulate -- [schedules] [first seed]
 //! ```
 //!
 //! Defaults: 100,000 schedules from seed 0. Stops at the first broken rule
-//! and prints its seed and steps; `outbox_core::simulation::run(seed, ..)`
-//! (or `OUTBOX_SIM_SEED=<seed> cargo test -p outbox-core --features
-//! test-utils --test simulation`) replays it.
+//! and prints its seed and steps; `outbox_testing::simulation::run(seed, ..)`
+//! (or `OUTBOX_SIM_SEED=<seed> cargo test -p outbox-core --test
+//! simulation`) replays it.
 //!
 //! `OUTBOX_SIM_UNFENCED=1` runs the same schedules with a receiver that
 //! applies every delivery, whatever its fencing token, and counts the
@@ -18,7 +18,7 @@
 
 use std::time::Instant;
 
-use outbox_core::simulation::{self, SimConfig};
+use outbox_testing::simulation::{self, SimConfig};
 
 fn main() {
     let mut args = std::env::args().skip(1);

@@ -1,91 +1,12 @@
-//! Test utilities: drain everything, as Sentry's `outbox_runner()` does.
-//!
-//! Enabled by the `test-utils` feature.
-
-#[cfg(feature = "nats")]
-#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
-pub mod nats;
+//! A receiver that records what it is given, and a gate to hold it at.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use outbox_core::registry::Category;
+use outbox_core::shard::ShardKey;
 use tokio::sync::Notify;
-
-use crate::drain::{DrainReport, Drainer, FlushError};
-use crate::registry::Category;
-use crate::shard::{OutboxKind, ShardKey};
-use crate::store::StoreError;
-
-/// Rounds [`drain_until_idle`] runs before it gives up: 10.
-pub const MAX_ROUNDS: usize = 10;
-
-/// Why [`drain_until_idle`] stopped before the outbox was empty of due rows.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RunnerError {
-    /// Receivers kept writing new outbox rows for [`MAX_ROUNDS`] rounds.
-    #[error(
-        "outbox rows were still due after {rounds} drain rounds: receivers keep writing \
-         outboxes (a cascade that does not end?)"
-    )]
-    RecursionLimit {
-        /// Rounds run.
-        rounds: usize,
-    },
-    /// A delivery failed.
-    #[error(transparent)]
-    Flush(#[from] FlushError),
-    /// The store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-/// Drains every due row of `kinds`, round after round, until nothing is due.
-///
-/// Each round delivers the rows that existed when it started; rows written by
-/// receivers during a round (a cascade) are delivered by the next. After
-/// [`MAX_ROUNDS`] rounds with rows still due it returns
-/// [`RunnerError::RecursionLimit`]. The first failed delivery is returned as a
-/// [`FlushError`] naming the category, the shard and the receiver's error.
-///
-/// # Errors
-///
-/// See [`RunnerError`].
-pub async fn drain_until_idle<C: Category>(
-    drainer: &Drainer<C>,
-    kinds: &[OutboxKind],
-) -> Result<DrainReport, RunnerError> {
-    let mut total = DrainReport::default();
-    for _round in 0..MAX_ROUNDS {
-        let mut worked = false;
-        for &kind in kinds {
-            let Some(bound) = drainer.view().max_id(kind).await? else {
-                continue;
-            };
-            loop {
-                let mut report = drainer.drain_due_up_to(kind, Some(bound)).await?;
-                if let Some(failure) = report.failures.pop() {
-                    return Err(FlushError::from_failure(failure).into());
-                }
-                if report.is_empty() {
-                    break;
-                }
-                worked = true;
-                total.absorb(report);
-            }
-        }
-        if !worked {
-            return Ok(total);
-        }
-    }
-    for &kind in kinds {
-        if drainer.view().has_due(kind).await? {
-            return Err(RunnerError::RecursionLimit { rounds: MAX_ROUNDS });
-        }
-    }
-    Ok(total)
-}
 
 /// One delivery as a [`Recorder`] saw it.
 #[derive(Clone, Debug, PartialEq)]
@@ -107,14 +28,14 @@ pub struct Delivery<C> {
     /// Whether it was a synchronous flush.
     pub synchronous: bool,
     /// The trace context of the span that wrote the delivered row.
-    pub traceparent: Option<crate::trace::TraceParent>,
+    pub traceparent: Option<outbox_core::trace::TraceParent>,
     /// The message id of the delivered row.
     pub message_id: uuid::Uuid,
     /// The fencing token of the claim that delivered it.
-    pub fence: crate::FencingToken,
+    pub fence: outbox_core::FencingToken,
 }
 
-type Rule<C> = Arc<dyn Fn(&crate::Message<C>) -> bool + Send + Sync>;
+type Rule<C> = Arc<dyn Fn(&outbox_core::Message<C>) -> bool + Send + Sync>;
 
 /// A receiver for tests: records every delivery, fails or holds deliveries on
 /// demand, and counts deliveries of one shard that overlap in time (two
@@ -129,7 +50,7 @@ struct RecorderInner<C: Category> {
     overlaps: AtomicUsize,
     calls: AtomicUsize,
     fail: Mutex<Option<Rule<C>>>,
-    /// Whether failures are permanent ([`crate::permanent`]).
+    /// Whether failures are permanent ([`outbox_core::permanent`]).
     permanent: AtomicBool,
     hold: Mutex<Option<(Rule<C>, Gate)>>,
     yield_inside: AtomicBool,
@@ -243,16 +164,19 @@ impl<C: Category> Recorder<C> {
     }
 
     /// Fails every message for which `rule` holds.
-    pub fn fail_when(&self, rule: impl Fn(&crate::Message<C>) -> bool + Send + Sync + 'static) {
+    pub fn fail_when(
+        &self,
+        rule: impl Fn(&outbox_core::Message<C>) -> bool + Send + Sync + 'static,
+    ) {
         self.inner.permanent.store(false, Ordering::SeqCst);
         *lock(&self.inner.fail) = Some(Arc::new(rule));
     }
 
     /// Fails every message for which `rule` holds with a
-    /// [`permanent`](crate::permanent) error.
+    /// [`permanent`](outbox_core::permanent) error.
     pub fn fail_permanently_when(
         &self,
-        rule: impl Fn(&crate::Message<C>) -> bool + Send + Sync + 'static,
+        rule: impl Fn(&outbox_core::Message<C>) -> bool + Send + Sync + 'static,
     ) {
         self.inner.permanent.store(true, Ordering::SeqCst);
         *lock(&self.inner.fail) = Some(Arc::new(rule));
@@ -267,7 +191,7 @@ impl<C: Category> Recorder<C> {
     /// it is opened (a receiver that hangs, or a crash point).
     pub fn hold_when(
         &self,
-        rule: impl Fn(&crate::Message<C>) -> bool + Send + Sync + 'static,
+        rule: impl Fn(&outbox_core::Message<C>) -> bool + Send + Sync + 'static,
     ) -> Gate {
         let gate = Gate::default();
         *lock(&self.inner.hold) = Some((Arc::new(rule), gate.clone()));
@@ -316,7 +240,10 @@ impl<C: Category> Recorder<C> {
     /// # Errors
     ///
     /// When the fail rule holds for the message.
-    pub async fn handle(&self, message: crate::Message<C>) -> Result<(), crate::HandlerError> {
+    pub async fn handle(
+        &self,
+        message: outbox_core::Message<C>,
+    ) -> Result<(), outbox_core::HandlerError> {
         self.inner.calls.fetch_add(1, Ordering::SeqCst);
         if !lock(&self.inner.active).insert(message.shard.clone()) {
             self.inner.overlaps.fetch_add(1, Ordering::SeqCst);
@@ -339,7 +266,7 @@ impl<C: Category> Recorder<C> {
         if fail.is_some_and(|rule| rule(&message)) {
             let error = format!("receiver refused {}", message.id);
             if self.inner.permanent.load(Ordering::SeqCst) {
-                return Err(crate::permanent(error));
+                return Err(outbox_core::permanent(error));
             }
             return Err(error.into());
         }
@@ -370,8 +297,8 @@ impl<C: Category> Recorder<C> {
     /// all at once, one result per message in the batch's order.
     pub async fn handle_batch(
         &self,
-        batch: Vec<crate::BatchItem<C>>,
-    ) -> Vec<Result<(), crate::HandlerError>> {
+        batch: Vec<outbox_core::BatchItem<C>>,
+    ) -> Vec<Result<(), outbox_core::HandlerError>> {
         lock(&self.inner.batches).push(
             batch
                 .iter()
@@ -382,10 +309,10 @@ impl<C: Category> Recorder<C> {
     }
 
     /// Receivers for every live category, all into this recorder, with a
-    /// batch handler ([`Receivers::on_batch`](crate::Receivers::on_batch))
+    /// batch handler ([`Receivers::on_batch`](outbox_core::Receivers::on_batch))
     /// for `batched` categories and a single one for the others.
-    pub fn batch_receivers(&self, batched: &[C]) -> crate::Receivers<C> {
-        let mut receivers = crate::Receivers::new();
+    pub fn batch_receivers(&self, batched: &[C]) -> outbox_core::Receivers<C> {
+        let mut receivers = outbox_core::Receivers::new();
         for &category in C::ALL {
             if category.is_retired() {
                 continue;
@@ -407,7 +334,7 @@ impl<C: Category> Recorder<C> {
     }
 
     /// Receivers for every live category, all into this recorder.
-    pub fn receivers(&self) -> crate::Receivers<C> {
+    pub fn receivers(&self) -> outbox_core::Receivers<C> {
         self.batch_receivers(&[])
     }
 }

@@ -6,13 +6,13 @@
 use std::time::Duration;
 
 use super::{audit, drainer, org, update, Backend, NewRow, OutboxCategory, OutboxScope};
-use crate::clock::{Clock, ManualClock};
-use crate::drain::{DrainConfig, FlushError};
-use crate::shard::OutboxKind;
-use crate::store::StoreAdmin;
-use crate::testing::{drain_until_idle, Recorder};
+use crate::{drain_until_idle, Recorder};
+use outbox_core::clock::{Clock, ManualClock};
+use outbox_core::drain::{DrainConfig, FlushError};
+use outbox_core::shard::OutboxKind;
+use outbox_core::store::StoreAdmin;
 
-async fn state_of<S: StoreAdmin>(store: &S) -> crate::store::ShardState {
+async fn state_of<S: StoreAdmin>(store: &S) -> outbox_core::store::ShardState {
     let failing = store.failing_shards(OutboxKind::Region, 10).await.unwrap();
     assert_eq!(failing.len(), 1, "{failing:?}");
     failing[0].state.clone()

@@ -1,4 +1,4 @@
-//! Deterministic simulation of the drain (feature `test-utils`).
+//! Deterministic simulation of the drain.
 //!
 //! One *schedule* is a seeded sequence of steps over a [`MemoryStore`] and a
 //! [`ManualClock`], on a single-threaded tokio runtime with paused time, so
@@ -32,8 +32,8 @@
 //!
 //! `tests/simulation.rs` runs 10,000 schedules (`OUTBOX_SIM_SEED=<seed>`
 //! replays one, `OUTBOX_SIM_TRACE=1` prints its steps as they run);
-//! `cargo run --release -p outbox-core --features test-utils --example
-//! simulate` runs 100,000 and prints the rate.
+//! `cargo run --release -p outbox-testing --example simulate` runs 100,000
+//! and prints the rate.
 //!
 //! A planted bug is caught: with the fencing check of `MemoryStore::commit`
 //! removed, seed 6 breaks rule 7 (a commit whose lease had ended changed
@@ -60,21 +60,21 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use crate::backoff::BackoffPolicy;
-use crate::clock::{Clock, ManualClock};
-use crate::drain::{DeadLetterPolicy, DrainConfig, Drainer};
-use crate::fence::FencingToken;
-use crate::memory::MemoryStore;
-use crate::message::Message;
-use crate::receiver::{HandlerError, Receivers};
-use crate::registry::{Category, Scope};
-use crate::shard::{OutboxKind, ShardKey};
-use crate::store::{
+use outbox_core::backoff::BackoffPolicy;
+use outbox_core::clock::{Clock, ManualClock};
+use outbox_core::drain::{DeadLetterPolicy, DrainConfig, Drainer};
+use outbox_core::fence::FencingToken;
+use outbox_core::memory::MemoryStore;
+use outbox_core::message::Message;
+use outbox_core::receiver::{HandlerError, Receivers};
+use outbox_core::registry::{Category, Scope};
+use outbox_core::shard::{OutboxKind, ShardKey};
+use outbox_core::store::{
     ClaimRequest, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore, DueClaim, FailingShard,
     ShardClaim, ShardDepth, StoreAdmin, StoreError,
 };
 
-crate::registry! {
+outbox_core::registry! {
     /// Retries forever; a permanent error quarantines its shard.
     SimOrgScope = 0 {
         /// An organization update.
@@ -154,7 +154,7 @@ impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "rule broken: {} after step {} of seed {} (replay: outbox_core::simulation::run({}, &config))",
+            "rule broken: {} after step {} of seed {} (replay: outbox_testing::simulation::run({}, &config))",
             self.rule, self.step, self.seed, self.seed
         )?;
         writeln!(f, "  {}", self.detail)?;
@@ -395,31 +395,31 @@ impl StoreAdmin for SimStore {
         &self,
         kind: OutboxKind,
         limit: usize,
-    ) -> Result<crate::store::AdminSnapshot, StoreError> {
+    ) -> Result<outbox_core::store::AdminSnapshot, StoreError> {
         self.inner.snapshot(kind, limit).await
     }
 
     async fn table_health(
         &self,
         kind: OutboxKind,
-    ) -> Result<crate::store::TableHealth, StoreError> {
+    ) -> Result<outbox_core::store::TableHealth, StoreError> {
         self.inner.table_health(kind).await
     }
 
-    async fn controls(&self) -> Result<Vec<crate::control::RuntimeControl>, StoreError> {
+    async fn controls(&self) -> Result<Vec<outbox_core::control::RuntimeControl>, StoreError> {
         self.inner.controls().await
     }
 
     async fn set_control(
         &self,
-        control: &crate::control::RuntimeControl,
+        control: &outbox_core::control::RuntimeControl,
     ) -> Result<(), StoreError> {
         self.inner.set_control(control).await
     }
 
     async fn clear_control(
         &self,
-        target: &crate::control::ControlTarget,
+        target: &outbox_core::control::ControlTarget,
     ) -> Result<bool, StoreError> {
         self.inner.clear_control(target).await
     }
@@ -512,7 +512,7 @@ impl Receiver {
                 }
             }
             Some(Fault::Fail) => return Err("simulated failure".into()),
-            Some(Fault::Permanent) => return Err(crate::permanent("simulated rejection")),
+            Some(Fault::Permanent) => return Err(outbox_core::permanent("simulated rejection")),
             Some(Fault::Panic) => panic!("simulated receiver panic"),
             None => {}
         }
@@ -587,7 +587,7 @@ fn drain_config() -> DrainConfig {
 
 impl World {
     fn new(seed: u64, config: SimConfig) -> Self {
-        let clock = ManualClock::new(crate::the_past() + chrono::Duration::days(3650));
+        let clock = ManualClock::new(outbox_core::the_past() + chrono::Duration::days(3650));
         let store = MemoryStore::new().with_clock(clock.clone());
         let control = Arc::new(Control {
             rng: Mutex::new(Some(Rng(seed ^ 0xA5A5_A5A5))),

@@ -7,13 +7,13 @@
 use std::time::Duration;
 
 use super::{audit, drainer, org, update, Backend, NewRow, OutboxCategory, OutboxScope};
-use crate::clock::ManualClock;
-use crate::control::ControlTarget;
-use crate::drain::{DrainConfig, FlushError};
-use crate::registry::Scope;
-use crate::shard::OutboxKind;
-use crate::store::StoreAdmin;
-use crate::testing::Recorder;
+use crate::Recorder;
+use outbox_core::clock::ManualClock;
+use outbox_core::control::ControlTarget;
+use outbox_core::drain::{DrainConfig, FlushError};
+use outbox_core::registry::Scope;
+use outbox_core::shard::OutboxKind;
+use outbox_core::store::StoreAdmin;
 
 /// A shard paused through one process is neither delivered by another's
 /// drain nor by its synchronous flush, its rows stay (new ones too), and

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::{drainer, org, update, v, webhook, Backend, OutboxCategory};
-use crate::clock::ManualClock;
-use crate::drain::DrainConfig;
-use crate::shard::{OutboxKind, ShardKey};
-use crate::store::StoreAdmin;
-use crate::testing::Recorder;
+use crate::Recorder;
+use outbox_core::clock::ManualClock;
+use outbox_core::drain::DrainConfig;
+use outbox_core::shard::{OutboxKind, ShardKey};
+use outbox_core::store::StoreAdmin;
 
 /// Five updates of one object are one delivery with the fifth payload,
 /// acknowledging all five rows; another object of the shard is its own group.

@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 use super::{drainer, org, update, v, Backend};
-use crate::backoff::BackoffPolicy;
-use crate::clock::ManualClock;
-use crate::drain::DrainConfig;
-use crate::shard::OutboxKind;
-use crate::store::StoreAdmin;
-use crate::testing::{drain_until_idle, Recorder};
+use crate::{drain_until_idle, Recorder};
+use outbox_core::backoff::BackoffPolicy;
+use outbox_core::clock::ManualClock;
+use outbox_core::drain::DrainConfig;
+use outbox_core::shard::OutboxKind;
+use outbox_core::store::StoreAdmin;
 
 /// Interleaved writes of four objects on one shard are delivered object by
 /// object in the order each first appeared, each with its newest payload;

@@ -2,11 +2,11 @@
 //! committed. A rolled-back unit of work leaves no row and fires nothing.
 
 use super::{drainer, org, update, Backend, NewRow, OutboxCategory, OutboxScope};
-use crate::clock::ManualClock;
-use crate::drain::DrainConfig;
-use crate::shard::{OutboxKind, ShardKey};
-use crate::store::StoreAdmin;
-use crate::testing::{drain_until_idle, Recorder};
+use crate::{drain_until_idle, Recorder};
+use outbox_core::clock::ManualClock;
+use outbox_core::drain::DrainConfig;
+use outbox_core::shard::{OutboxKind, ShardKey};
+use outbox_core::store::StoreAdmin;
 
 fn control(region: &str, id: i64) -> ShardKey {
     ShardKey::control(region, OutboxScope::OrganizationScope, id)

@@ -1,5 +1,5 @@
 //! A throwaway NATS server with JetStream, for tests of the JetStream sink
-//! (features `test-utils` and `nats`).
+//! (`outbox-core`'s feature `nats`).
 //!
 //! [`NatsServer::start`] runs Debian's `nats-server` (`apt-get install -y
 //! nats-server`; `scripts/test.sh` installs it) on a free loopback port, with
@@ -13,9 +13,9 @@
 //! that needs the server fails rather than skips.
 //!
 //! ```no_run
-//! use outbox_core::testing::nats::NatsServer;
+//! use outbox_testing::nats::NatsServer;
 //!
-//! # fn main() -> Result<(), outbox_core::testing::nats::NatsServerError> {
+//! # fn main() -> Result<(), outbox_testing::nats::NatsServerError> {
 //! let mut server = NatsServer::start()?;
 //! let url = server.url(); // nats://127.0.0.1:<port>, for async_nats::connect
 //! // ... publish ...

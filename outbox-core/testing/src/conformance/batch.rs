@@ -6,11 +6,11 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::{org, update, v, webhook, Backend, NewRow, OutboxCategory};
-use crate::clock::ManualClock;
-use crate::drain::{DrainConfig, Drainer};
-use crate::receiver::Receivers;
-use crate::shard::{OutboxKind, ShardKey};
-use crate::testing::{Delivery, Recorder};
+use crate::{Delivery, Recorder};
+use outbox_core::clock::ManualClock;
+use outbox_core::drain::{DrainConfig, Drainer};
+use outbox_core::receiver::Receivers;
+use outbox_core::shard::{OutboxKind, ShardKey};
 
 /// Versions delivered per shard, in delivery order.
 fn per_shard(deliveries: &[Delivery<OutboxCategory>]) -> HashMap<ShardKey, Vec<i64>> {

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::{drainer, org, update, Backend, OutboxCategory};
-use crate::clock::ManualClock;
-use crate::drain::{DrainConfig, Drainer};
-use crate::shard::OutboxKind;
-use crate::store::StoreAdmin;
-use crate::testing::{drain_until_idle, Gate, Recorder};
+use crate::{drain_until_idle, Gate, Recorder};
+use outbox_core::clock::ManualClock;
+use outbox_core::drain::{DrainConfig, Drainer};
+use outbox_core::shard::OutboxKind;
+use outbox_core::store::StoreAdmin;
 
 /// A worker whose first delivery hangs, with its round running in a task.
 struct Stuck {
@@ -18,7 +18,10 @@ struct Stuck {
     round: tokio::task::JoinHandle<()>,
 }
 
-async fn stuck_worker<S: crate::store::Store + Clone>(store: &S, clock: &ManualClock) -> Stuck {
+async fn stuck_worker<S: outbox_core::store::Store + Clone>(
+    store: &S,
+    clock: &ManualClock,
+) -> Stuck {
     let recorder = Recorder::new();
     let first = Arc::new(AtomicBool::new(true));
     let gate: Gate = recorder.hold_when(move |_| first.swap(false, Ordering::SeqCst));

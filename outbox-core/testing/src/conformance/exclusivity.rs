@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{drainer, org, update, Backend, NewRow};
-use crate::clock::ManualClock;
-use crate::drain::{DrainConfig, FlushError};
-use crate::shard::{OutboxKind, ShardKey, CLAIM_BUCKETS};
-use crate::store::{
+use crate::Recorder;
+use outbox_core::clock::ManualClock;
+use outbox_core::drain::{DrainConfig, FlushError};
+use outbox_core::shard::{OutboxKind, ShardKey, CLAIM_BUCKETS};
+use outbox_core::store::{
     ClaimOrder, ClaimRequest, CommitBatch, DrainStore, ShardClaim, ShardCommit, ShardEnd,
     StoreAdmin,
 };
-use crate::testing::Recorder;
 
 /// Four drain loops over four connections ("processes") and two tasks
 /// flushing shards synchronously, over 24 shards of which some share a

@@ -3,11 +3,11 @@
 //! claim before its commit, the next owner delivers it again.
 
 use super::{drainer, org, update, Backend};
-use crate::clock::ManualClock;
-use crate::drain::DrainConfig;
-use crate::shard::OutboxKind;
-use crate::store::StoreAdmin;
-use crate::testing::Recorder;
+use crate::Recorder;
+use outbox_core::clock::ManualClock;
+use outbox_core::drain::DrainConfig;
+use outbox_core::shard::OutboxKind;
+use outbox_core::store::StoreAdmin;
 
 /// A worker stalls in a receiver past its lease; another worker claims the
 /// shard and delivers the row; the stalled delivery then completes, but its
