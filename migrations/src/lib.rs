@@ -122,6 +122,7 @@ mod m20261123_000008_inbox;
 mod m20261125_000009_flush_before_commit;
 mod m20261125_000010_fencing_tokens;
 mod m20261125_000011_superseded_counts;
+mod m20261126_000012_outbox_autovacuum;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
 pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
@@ -134,6 +135,7 @@ pub use m20261123_000008_inbox::Migration as Inbox;
 pub use m20261125_000009_flush_before_commit::Migration as FlushBeforeCommit;
 pub use m20261125_000010_fencing_tokens::Migration as FencingTokens;
 pub use m20261125_000011_superseded_counts::Migration as SupersededCounts;
+pub use m20261126_000012_outbox_autovacuum::Migration as OutboxAutovacuum;
 
 /// Makes the migration's connection read the schema as it is now, on
 /// SQLite, before its statements are prepared.
@@ -170,6 +172,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(FlushBeforeCommit),
         Box::new(FencingTokens),
         Box::new(SupersededCounts),
+        Box::new(OutboxAutovacuum),
     ]
 }
 

@@ -183,6 +183,13 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
         tables: &[("outbox_inbox_fence", &["superseded", "superseded_at"])],
         dropped_indexes: &[],
     },
+    MigrationSchema {
+        migration: "m20261126_000012_outbox_autovacuum",
+        // Storage parameters only (PostgreSQL): nothing the check can see,
+        // and nothing the outbox needs to run.
+        tables: &[],
+        dropped_indexes: &[],
+    },
 ];
 
 /// How to run the migrations, for the error messages.
@@ -211,7 +218,8 @@ pub enum SchemaError {
         column: Option<&'static str>,
         /// An index the migration drops that is still there.
         index: Option<&'static str>,
-        /// How many later outbox migrations have not run either.
+        /// How many later outbox migrations have not run either (of those
+        /// the check can see: not the ones that only change settings).
         later: usize,
     },
     /// The catalogue could not be read (the database is unreachable, or the

@@ -3,6 +3,7 @@
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
+use outbox_core::store::HorizonHolderKind;
 use outbox_core::{OutboxKind, StoreAdmin};
 use outbox_seaorm::testing::TestDatabase;
 use sea_orm::ConnectionTrait;
@@ -28,10 +29,16 @@ async fn postgres_reports_dead_tuples_and_a_transaction_holding_back_vacuum() {
         .unwrap();
     let health = store.table_health(OutboxKind::Control).await.unwrap();
     assert!(health.oldest_transaction_age.is_some(), "{health:?}");
+    // Named, with what an operator needs to end it.
+    let holder = health.horizon.expect("a holder");
+    assert_eq!(holder.kind, HorizonHolderKind::Session);
+    assert!(holder.pid.is_some() && holder.age.is_some(), "{holder:?}");
+    assert_eq!(holder.state.as_deref(), Some("idle in transaction"));
 
     other.execute_unprepared("ROLLBACK").await.unwrap();
     let health = store.table_health(OutboxKind::Region).await.unwrap();
     assert_eq!(health.oldest_transaction_age, None);
+    assert_eq!(health.horizon, None);
     other.close().await.unwrap();
 }
 
@@ -41,8 +48,12 @@ async fn sqlite_reports_nothing_it_cannot_know() {
     let t = TestDatabase::sqlite("table_health").await.unwrap();
     let health = t.store().table_health(OutboxKind::Region).await.unwrap();
     assert_eq!(
-        (health.dead_tuples, health.oldest_transaction_age),
-        (None, None)
+        (
+            health.dead_tuples,
+            health.oldest_transaction_age,
+            health.horizon
+        ),
+        (None, None, None)
     );
 }
 
@@ -125,3 +136,45 @@ async fn the_dead_letter_and_control_entities_read_the_tables(
 }
 
 outbox_seaorm::on_both_backends!(the_dead_letter_and_control_entities_read_the_tables);
+
+/// PostgreSQL: the migrations set the outbox tables' autovacuum to act on
+/// 1,000 dead tuples plus 1 % (not the default 20 %), and take it back
+/// when migrated down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outbox_tables_vacuum_early() {
+    use outbox_migrations::OutboxMigrator;
+    use sea_orm_migration::MigratorTrait;
+    let t = TestDatabase::postgres("autovacuum").await.unwrap();
+    let options = || async {
+        let rows =
+            t.db.query_all_raw(sea_orm::Statement::from_string(
+                sea_orm::DbBackend::Postgres,
+                "SELECT relname::text AS table, array_to_string(reloptions, ',') AS options \
+                 FROM pg_class WHERE relname IN ('region_outbox', 'control_outbox') \
+                 ORDER BY relname",
+            ))
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|row| {
+                (
+                    row.try_get::<String>("", "table").unwrap(),
+                    row.try_get::<Option<String>>("", "options").unwrap(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let set =
+        Some("autovacuum_vacuum_threshold=1000,autovacuum_vacuum_scale_factor=0.01".to_owned());
+    let expected = |options: Option<String>| {
+        vec![
+            ("control_outbox".to_owned(), options.clone()),
+            ("region_outbox".to_owned(), options),
+        ]
+    };
+    assert_eq!(options().await, expected(set.clone()));
+    OutboxMigrator::down(&t.db, Some(1)).await.unwrap();
+    assert_eq!(options().await, expected(None));
+    OutboxMigrator::up(&t.db, None).await.unwrap();
+    assert_eq!(options().await, expected(set));
+}

@@ -38,7 +38,22 @@ async fn each_missing_migration_is_named_with_the_fix(backend: DbBackend) {
         .await
         .unwrap();
     let names = names();
-    for (applied, expected) in names.iter().enumerate() {
+    // A migration of storage settings only has nothing to check: the check
+    // names the next one it can see missing, and passes when none is left.
+    let checkable = |name: &String| {
+        MIGRATIONS.iter().any(|m| {
+            m.migration == name.as_str() && !(m.tables.is_empty() && m.dropped_indexes.is_empty())
+        })
+    };
+    for applied in 0..names.len() {
+        let Some(at) = (applied..names.len()).find(|&at| checkable(&names[at])) else {
+            check_schema(&t.db).await.unwrap();
+            outbox_migrations::OutboxMigrator::up(&t.db, Some(1))
+                .await
+                .unwrap();
+            continue;
+        };
+        let expected = &names[at];
         let error = check_schema(&t.db).await.unwrap_err();
         let message = error.to_string();
         match error {
@@ -50,7 +65,10 @@ async fn each_missing_migration_is_named_with_the_fix(backend: DbBackend) {
                 later,
             } => {
                 assert_eq!(migration, expected, "after {applied} migrations");
-                assert_eq!(later, names.len() - applied - 1);
+                assert_eq!(
+                    later,
+                    names[at + 1..].iter().filter(|n| checkable(n)).count()
+                );
                 let what = match (column, index) {
                     (Some(column), _) => format!("table `{table}` has no column `{column}`"),
                     (None, Some(index)) => format!("table `{table}` still has index `{index}`"),

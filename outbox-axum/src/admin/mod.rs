@@ -9,7 +9,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /health` | per table: depth, oldest age, failing, quarantined and paused shards, dead tuples and the oldest open transaction's age (PostgreSQL); controls in force |
+//! | `GET /health` | per table: depth, oldest age, failing, quarantined and paused shards, dead tuples, the oldest open transaction's age and what holds vacuum back (`horizon`: pid, name, state, and the statement that ends it) (PostgreSQL); controls in force |
 //! | `GET /shards?kind=region&limit=100` | one snapshot (one transaction): pending rows, dead letters, the deepest shards (with their failure state), the failing shards (attempts, next attempt, last error and when, paused, quarantined) |
 //! | `POST /shards/retry` `{"shards": [...]}` | makes failing, paused or quarantined shards due at once |
 //! | `GET /controls` | runtime controls (see [`outbox_core::control`]) |

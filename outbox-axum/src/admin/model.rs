@@ -369,10 +369,63 @@ pub struct BacklogView {
     /// Age of the database's oldest open transaction, in seconds
     /// (PostgreSQL): it holds back vacuum.
     pub oldest_transaction_age_seconds: Option<f64>,
+    /// What holds vacuum back the furthest (PostgreSQL): end it when dead
+    /// tuples pile up.
+    pub horizon: Option<HorizonHolderView>,
     /// Rows in the dead-letter table.
     pub dead_letters: u64,
     /// Per scope: pending rows and the oldest's age.
     pub scopes: Vec<ScopeBacklogView>,
+}
+
+/// What holds vacuum's horizon back ([`outbox_core::store::HorizonHolder`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HorizonHolderView {
+    /// `session`, `prepared transaction` or `replication slot`.
+    pub kind: String,
+    /// The session's process id (or the slot user's).
+    pub pid: Option<i32>,
+    /// Application name, prepared transaction gid, or slot name.
+    pub name: String,
+    /// The session's user, or the prepared transaction's owner.
+    pub user: Option<String>,
+    /// The session's state, or the slot's (`active`, `inactive`).
+    pub state: Option<String>,
+    /// How long its transaction has been open, in seconds.
+    pub age_seconds: Option<f64>,
+    /// How many transactions behind the present its horizon is.
+    pub xid_age: u64,
+    /// What ends it, as SQL an operator can run.
+    pub remedy: String,
+}
+
+impl From<&outbox_core::store::HorizonHolder> for HorizonHolderView {
+    fn from(holder: &outbox_core::store::HorizonHolder) -> Self {
+        Self {
+            kind: holder.kind.as_str().to_owned(),
+            pid: holder.pid,
+            name: holder.name.clone(),
+            user: holder.user.clone(),
+            state: holder.state.clone(),
+            age_seconds: holder.age.map(|age| age.as_secs_f64()),
+            xid_age: holder.xid_age,
+            remedy: remedy(holder),
+        }
+    }
+}
+
+/// The statement that ends what holds the horizon back.
+pub(crate) fn remedy(holder: &outbox_core::store::HorizonHolder) -> String {
+    use outbox_core::store::HorizonHolderKind;
+    let quoted = holder.name.replace('\'', "''");
+    match (holder.kind, holder.pid) {
+        (HorizonHolderKind::Session, Some(pid)) => format!("SELECT pg_terminate_backend({pid})"),
+        (HorizonHolderKind::Session, None) => "end the session's transaction".to_owned(),
+        (HorizonHolderKind::PreparedTransaction, _) => format!("ROLLBACK PREPARED '{quoted}'"),
+        (HorizonHolderKind::ReplicationSlot, _) => {
+            format!("SELECT pg_drop_replication_slot('{quoted}') (once its consumer is gone)")
+        }
+    }
 }
 
 /// One scope's backlog.
@@ -399,6 +452,7 @@ impl From<&Backlog> for BacklogView {
             oldest_transaction_age_seconds: backlog
                 .oldest_transaction_age
                 .map(|age| age.as_secs_f64()),
+            horizon: backlog.horizon.as_ref().map(HorizonHolderView::from),
             dead_letters: backlog.dead_letters,
             scopes: backlog
                 .scopes

@@ -14,8 +14,8 @@ use crate::metrics as names;
 use crate::registry::{Category, Scope};
 use crate::shard::OutboxKind;
 use crate::store::{
-    AdminSnapshot, DeadLetterRow, FailingShard, ScopeDepth, ShardDepth, ShardState, StoreAdmin,
-    StoreError, TableHealth,
+    AdminSnapshot, DeadLetterRow, FailingShard, HorizonHolder, ScopeDepth, ShardDepth, ShardState,
+    StoreAdmin, StoreError, TableHealth,
 };
 
 /// A read-only view of a drain's store ([`Drainer::view`](super::Drainer::view)):
@@ -205,6 +205,7 @@ impl<C: Category> DrainView<C> {
             paused_shards,
             dead_tuples: health.dead_tuples,
             oldest_transaction_age: health.oldest_transaction_age,
+            horizon: health.horizon,
             dead_letters,
             scopes,
         })
@@ -254,6 +255,10 @@ pub struct Backlog {
     /// Age of the oldest open transaction of the database, which holds
     /// back vacuum, where the store can tell (PostgreSQL).
     pub oldest_transaction_age: Option<Duration>,
+    /// What holds vacuum back the furthest, where the store can tell
+    /// (PostgreSQL): the session (or prepared transaction, or replication
+    /// slot) to end when dead tuples pile up.
+    pub horizon: Option<HorizonHolder>,
     /// Rows in the dead-letter table for this outbox table.
     pub dead_letters: u64,
     /// Per declared scope (and any unknown scope with pending rows), in

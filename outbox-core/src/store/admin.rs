@@ -71,6 +71,68 @@ pub struct TableHealth {
     /// session's) has run: it holds back the `xmin` horizon, so vacuum
     /// cannot remove what the drain deleted since it began.
     pub oldest_transaction_age: Option<std::time::Duration>,
+    /// What holds vacuum's horizon back the furthest (PostgreSQL): a
+    /// session, a prepared transaction or a replication slot, named so
+    /// that an operator can end it. `None` when nothing does.
+    pub horizon: Option<HorizonHolder>,
+}
+
+/// What keeps vacuum from removing the rows the drain deleted: the oldest
+/// snapshot or transaction id still needed, and who needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HorizonHolder {
+    /// A session, a prepared transaction, or a replication slot.
+    pub kind: HorizonHolderKind,
+    /// The session's process id (`pg_terminate_backend(pid)` ends it), or
+    /// the pid of the process using the slot.
+    pub pid: Option<i32>,
+    /// The session's `application_name` (its user when it set none), the
+    /// prepared transaction's gid, or the slot's name.
+    pub name: String,
+    /// The session's user, or the prepared transaction's owner.
+    pub user: Option<String>,
+    /// The session's state (`idle in transaction` is the usual culprit),
+    /// or whether the slot is `active` or `inactive`.
+    pub state: Option<String>,
+    /// How long its transaction has been open (or since it was prepared);
+    /// `None` for a slot.
+    pub age: Option<std::time::Duration>,
+    /// How many transactions behind the present its horizon is: what
+    /// vacuum cannot clean up until it goes.
+    pub xid_age: u64,
+}
+
+/// The kind of a [`HorizonHolder`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HorizonHolderKind {
+    /// A client session with an open transaction or snapshot.
+    Session,
+    /// A prepared (two-phase) transaction, waiting for its
+    /// `COMMIT PREPARED` or `ROLLBACK PREPARED`.
+    PreparedTransaction,
+    /// A replication slot whose consumer lags or is gone.
+    ReplicationSlot,
+}
+
+impl HorizonHolderKind {
+    /// `session`, `prepared transaction` or `replication slot`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HorizonHolderKind::Session => "session",
+            HorizonHolderKind::PreparedTransaction => "prepared transaction",
+            HorizonHolderKind::ReplicationSlot => "replication slot",
+        }
+    }
+
+    /// The kind named by [`as_str`](Self::as_str).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "session" => Some(HorizonHolderKind::Session),
+            "prepared transaction" => Some(HorizonHolderKind::PreparedTransaction),
+            "replication slot" => Some(HorizonHolderKind::ReplicationSlot),
+            _ => None,
+        }
+    }
 }
 
 /// One scope's pending rows.

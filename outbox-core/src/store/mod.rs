@@ -38,7 +38,8 @@ mod drain;
 mod error;
 
 pub use admin::{
-    AdminSnapshot, DeadLetterRow, FailingShard, ScopeDepth, ShardDepth, StoreAdmin, TableHealth,
+    AdminSnapshot, DeadLetterRow, FailingShard, HorizonHolder, HorizonHolderKind, ScopeDepth,
+    ShardDepth, StoreAdmin, TableHealth,
 };
 pub use drain::{
     ClaimBeforeCommit, ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome,

@@ -301,8 +301,40 @@ fn health(data: &Data) -> Markup {
                     }
                 }
             }
+            @if let Some(holder) = data.backlogs.iter().find_map(|backlog| backlog.horizon.as_ref()) {
+                p.horizon {
+                    "Vacuum is held back by " (horizon_holder(holder)) ". "
+                    "Until it ends, the rows the drain deletes stay as dead tuples. End it: "
+                    code { (crate::admin::model::remedy(holder)) }
+                }
+            }
         }
     }
+}
+
+/// "session 4242 (report-job, user app, idle in transaction for 2h 3m),
+/// 1,234 transactions behind".
+fn horizon_holder(holder: &outbox_core::store::HorizonHolder) -> String {
+    let mut about = vec![holder.name.clone()];
+    if let Some(user) = &holder.user {
+        about.push(format!("user {user}"));
+    }
+    if let Some(state) = &holder.state {
+        about.push(match holder.age {
+            Some(age) => format!(
+                "{state} for {}",
+                span(i64::try_from(age.as_secs()).unwrap_or(i64::MAX))
+            ),
+            None => state.clone(),
+        });
+    }
+    let pid = holder.pid.map(|pid| format!(" {pid}")).unwrap_or_default();
+    format!(
+        "{}{pid} ({}), {} transactions behind",
+        holder.kind.as_str(),
+        about.join(", "),
+        holder.xid_age
+    )
 }
 
 fn state_label(failing: &FailingShard) -> (&'static str, &'static str) {
