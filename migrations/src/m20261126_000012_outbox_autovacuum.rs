@@ -40,30 +40,25 @@ impl MigrationTrait for Migration {
     }
 
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        crate::fresh_schema(manager).await?;
-        if manager.get_database_backend() != DbBackend::Postgres {
-            return Ok(());
-        }
-        for table in TABLES {
-            manager
-                .get_connection()
-                .execute_unprepared(&format!("ALTER TABLE {table} SET ({SETTINGS})"))
-                .await?;
-        }
-        Ok(())
+        alter_tables(manager, &format!("SET ({SETTINGS})")).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        crate::fresh_schema(manager).await?;
-        if manager.get_database_backend() != DbBackend::Postgres {
-            return Ok(());
-        }
-        for table in TABLES {
-            manager
-                .get_connection()
-                .execute_unprepared(&format!("ALTER TABLE {table} RESET ({NAMES})"))
-                .await?;
-        }
-        Ok(())
+        alter_tables(manager, &format!("RESET ({NAMES})")).await
     }
+}
+
+/// `ALTER TABLE <table> <change>` on each outbox table, on PostgreSQL.
+async fn alter_tables(manager: &SchemaManager<'_>, change: &str) -> Result<(), DbErr> {
+    crate::fresh_schema(manager).await?;
+    if manager.get_database_backend() != DbBackend::Postgres {
+        return Ok(());
+    }
+    for table in TABLES {
+        manager
+            .get_connection()
+            .execute_unprepared(&format!("ALTER TABLE {table} {change}"))
+            .await?;
+    }
+    Ok(())
 }
