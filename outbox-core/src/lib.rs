@@ -89,8 +89,8 @@ pub use fence::FencingToken;
 pub use memory::{MemoryStore, MemoryTransaction};
 pub use message::{Message, PayloadError, StoredRow};
 pub use receiver::{
-    is_permanent, permanent, BatchFuture, BatchItem, HandlerError, IncompleteReceivers, Permanent,
-    Receivers,
+    is_permanent, permanent, requested_retry_after, retry_after, BatchFuture, BatchItem,
+    HandlerError, IncompleteReceivers, Permanent, Receivers, RetryAfter,
 };
 pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
 pub use shard::{
