@@ -63,6 +63,7 @@ pub mod clock;
 pub mod coalesce;
 pub mod context;
 pub mod control;
+pub mod delivery_headers;
 pub mod drain;
 pub mod fence;
 pub mod memory;
