@@ -103,6 +103,27 @@ async fn an_error_with_a_nul_or_lossy_bytes_backs_off_and_delivers_later(backend
         .is_empty());
 }
 
+async fn an_error_with_a_nul_is_dead_lettered_where_the_scope_allows(backend: DbBackend) {
+    let t = database(backend, "error_text_dead").await;
+    let store = t.store();
+    let script = Arc::new(Mutex::new(Some("refused\0here".to_owned())));
+    let drainer = Drainer::new(store.clone(), receivers(&script))
+        .with_dead_letter(OutboxScope::OrganizationScope, 1);
+    write_region(
+        &t.db,
+        OutboxMessage::new(OutboxCategory::OrganizationUpdate, ShardId(2), ObjectId(2)),
+    )
+    .await
+    .unwrap();
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.dead_lettered, 1, "{report:?}");
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+    let dead = store.dead_letters(OutboxKind::Region, 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert!(!dead[0].error.contains('\0'), "{:?}", dead[0].error);
+}
+
 outbox_seaorm::on_both_backends!(
     an_error_with_a_nul_or_lossy_bytes_backs_off_and_delivers_later,
+    an_error_with_a_nul_is_dead_lettered_where_the_scope_allows,
 );
