@@ -66,17 +66,12 @@ use sea_orm::DbErr;
 
 use crate::tx::{Tx, TxRejection};
 
-/// Header: the id of the delivered message.
-pub const MESSAGE_ID_HEADER: &str = "outbox-message-id";
-/// Header: the claim's fencing token (see `outbox_core::fence`).
-pub const FENCE_HEADER: &str = "outbox-fence";
-/// Header: the message's shard, as `ShardKey`'s `Display` writes it.
-pub const SHARD_HEADER: &str = "outbox-shard";
-/// Header: the message's category name.
-pub const CATEGORY_HEADER: &str = "outbox-category";
-/// Header: the sending service: tokens grow per outbox database, so the
-/// receiving side compares them per sender.
-pub const SENDER_HEADER: &str = "outbox-sender";
+/// The names of the delivery headers: defined in
+/// [`outbox_core::delivery_headers`], which the webhook sink
+/// (`outbox_core::sink::webhook`) writes too.
+pub use outbox_core::delivery_headers::{
+    CATEGORY_HEADER, FENCE_HEADER, MESSAGE_ID_HEADER, SENDER_HEADER, SHARD_HEADER,
+};
 
 /// The headers that let the receiving side's [`apply_once`] apply the
 /// current delivery once and in fence order: its message id, fencing token,
@@ -90,17 +85,10 @@ pub fn delivery_headers(sender: &str) -> HeaderMap {
     let Some(delivery) = current_delivery() else {
         return headers;
     };
-    let mut put = |name: &'static str, value: String| {
+    for (name, value) in outbox_core::delivery_headers::for_delivery(&delivery, sender) {
         if let Ok(value) = HeaderValue::try_from(value) {
             headers.insert(HeaderName::from_static(name), value);
         }
-    };
-    put(MESSAGE_ID_HEADER, delivery.message_id.to_string());
-    if !sender.is_empty() {
-        put(FENCE_HEADER, delivery.fence.to_string());
-        put(SHARD_HEADER, delivery.shard.to_string());
-        put(CATEGORY_HEADER, delivery.category.to_owned());
-        put(SENDER_HEADER, sender.to_owned());
     }
     headers
 }

@@ -99,6 +99,9 @@ mod context;
 pub mod layer;
 mod slot;
 mod tx;
+#[cfg(feature = "webhook")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
+pub mod webhook;
 pub mod worker;
 
 pub use context::{defer_flush, deferred, OutboxCtx};

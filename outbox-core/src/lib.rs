@@ -63,6 +63,7 @@ pub mod clock;
 pub mod coalesce;
 pub mod context;
 pub mod control;
+pub mod delivery_headers;
 pub mod drain;
 pub mod fence;
 pub mod memory;
@@ -89,8 +90,8 @@ pub use fence::FencingToken;
 pub use memory::{MemoryStore, MemoryTransaction};
 pub use message::{Message, PayloadError, StoredRow};
 pub use receiver::{
-    is_permanent, permanent, BatchFuture, BatchItem, HandlerError, IncompleteReceivers, Permanent,
-    Receivers,
+    is_permanent, permanent, requested_retry_after, retry_after, BatchFuture, BatchItem,
+    HandlerError, IncompleteReceivers, Permanent, Receivers, RetryAfter,
 };
 pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
 pub use shard::{

@@ -25,6 +25,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::message::Message;
 use crate::registry::Category;
@@ -91,6 +92,68 @@ pub fn is_permanent(error: &(dyn std::error::Error + 'static)) -> bool {
         next = error.source();
     }
     false
+}
+
+/// An error after which the receiver asked to be left alone for a while:
+/// a peer's `429 Too Many Requests` or `503` with `Retry-After`. Made with
+/// [`retry_after`].
+///
+/// It is transient like any other error, and the shard backs off as usual,
+/// but for at least [`after`](Self::after) (capped at the drain's
+/// `BackoffPolicy::max`): the delay is the larger of the asked one and
+/// the shard's next backoff.
+#[derive(Debug)]
+pub struct RetryAfter {
+    /// How long the receiver asked the sender to wait.
+    pub after: Duration,
+    /// What failed.
+    pub error: HandlerError,
+}
+
+impl fmt::Display for RetryAfter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (retry after {:?})", self.error, self.after)
+    }
+}
+
+impl std::error::Error for RetryAfter {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.error.as_ref())
+    }
+}
+
+/// Marks `error` as transient with a delay the receiver asked for: the
+/// shard waits at least `after` (up to the backoff cap) before it is tried
+/// again.
+///
+/// ```
+/// # outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
+/// use std::time::Duration;
+/// use outbox_core::{retry_after, HandlerError, Message, Receivers};
+///
+/// let receivers = Receivers::new().on(OutboxCategory::OrgUpdate, |_msg: Message<OutboxCategory>| async move {
+///     // The peer said `429 Too Many Requests` with `Retry-After: 30`.
+///     Err::<(), HandlerError>(retry_after("rate limited", Duration::from_secs(30)))
+/// });
+/// ```
+pub fn retry_after(error: impl Into<HandlerError>, after: Duration) -> HandlerError {
+    Box::new(RetryAfter {
+        after,
+        error: error.into(),
+    })
+}
+
+/// The delay asked for with [`retry_after`] (anywhere in `error`'s chain of
+/// sources; the first one found), if any.
+pub fn requested_retry_after(error: &(dyn std::error::Error + 'static)) -> Option<Duration> {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(asked) = error.downcast_ref::<RetryAfter>() {
+            return Some(asked.after);
+        }
+        next = error.source();
+    }
+    None
 }
 
 /// The future a registered handler returns.

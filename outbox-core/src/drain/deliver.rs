@@ -334,12 +334,7 @@ impl<C: Category> ShardRun<C> {
         drainer
             .recovery()
             .backed_off(failed.group.category(), failed.shard);
-        let end = backoff_end(
-            drainer,
-            self.last_backoff,
-            &error.to_string(),
-            self.attempts,
-        );
+        let end = backoff_end(drainer, self.last_backoff, &error, self.attempts);
         let retry_at = match &end {
             ShardEnd::Backoff { retry_at, .. } => *retry_at,
             _ => drainer.now(),
@@ -436,14 +431,22 @@ impl Failed<'_> {
 fn backoff_end<C: Category>(
     drainer: &Engine<C>,
     last_backoff: Option<std::time::Duration>,
-    error: &str,
+    error: &DeliveryError,
     attempts: u32,
 ) -> ShardEnd {
-    let delay = drainer.config().backoff.next_delay(last_backoff);
+    let backoff = drainer.config().backoff;
+    let mut delay = backoff.next_delay(last_backoff);
+    // A receiver that asked for a delay (`retry_after`) gets at least that,
+    // up to the cap.
+    if let DeliveryError::Handler(handler) = error {
+        if let Some(asked) = crate::receiver::requested_retry_after(handler.as_ref()) {
+            delay = delay.max(asked.min(backoff.max()));
+        }
+    }
     ShardEnd::Backoff {
         retry_at: drainer.now() + to_chrono(delay),
         delay,
-        error: error.to_owned(),
+        error: error.to_string(),
         attempts,
     }
 }

@@ -20,7 +20,14 @@
 //! - `jetstream` (feature `nats`): NATS JetStream, one subject per shard,
 //!   the message id as `Nats-Msg-Id` so that the stream's duplicate window
 //!   drops redeliveries.
+//! - `webhook` (feature `webhook`): an HTTP `POST` per message to an
+//!   endpoint, signed per Standard Webhooks, the message id as
+//!   `webhook-id` so that the endpoint applies a redelivery once.
 
 #[cfg(feature = "nats")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub mod jetstream;
+
+#[cfg(feature = "webhook")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
+pub mod webhook;

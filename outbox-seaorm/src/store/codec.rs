@@ -186,9 +186,10 @@ pub(super) fn group(
     shards
 }
 
-/// An error text as a shard's state keeps it.
+/// An error text as a shard's state keeps it: [`storable_text`], cut to
+/// `MAX_ERROR_LEN` bytes.
 pub(super) fn error_text(error: &str) -> String {
-    let mut text = error.to_owned();
+    let mut text = storable_text(error);
     if text.len() > MAX_ERROR_LEN {
         let mut cut = MAX_ERROR_LEN;
         while !text.is_char_boundary(cut) {
@@ -197,6 +198,14 @@ pub(super) fn error_text(error: &str) -> String {
         text.truncate(cut);
     }
     text
+}
+
+/// A receiver's error text as both backends can store it: a NUL character,
+/// which PostgreSQL's `text` refuses (and which would fail the commit of
+/// every round that tries to record it), becomes U+FFFD; the same on
+/// SQLite, so both keep the same text.
+pub(super) fn storable_text(error: &str) -> String {
+    error.replace('\0', "\u{fffd}")
 }
 
 /// Milliseconds of a delay, as stored.
@@ -331,5 +340,13 @@ mod tests {
         assert!(cut.len() <= MAX_ERROR_LEN);
         assert!(cut.chars().all(|c| c == 'é'));
         assert_eq!(error_text("short"), "short");
+    }
+
+    #[test]
+    fn a_nul_in_an_error_becomes_a_replacement_character() {
+        assert_eq!(error_text("bad\0thing"), "bad\u{fffd}thing");
+        assert_eq!(storable_text("\0\0"), "\u{fffd}\u{fffd}");
+        let long = format!("{}\0", "x".repeat(MAX_ERROR_LEN));
+        assert!(!error_text(&long).contains('\0'));
     }
 }

@@ -393,7 +393,7 @@ async fn dead_letter(
                 table(batch.kind).dead_letter,
                 vec![
                     batch.kind.as_i16().into(),
-                    dead.error.clone().into(),
+                    codec::storable_text(&dead.error).into(),
                     batch.now.into(),
                     dead.ids.clone().into(),
                 ],

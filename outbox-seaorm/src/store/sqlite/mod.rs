@@ -545,7 +545,7 @@ impl DrainStore for SqliteStore {
                 table(kind).dead_letter,
                 vec![
                     kind.as_i16().into(),
-                    dead.error.clone().into(),
+                    codec::storable_text(&dead.error).into(),
                     at(batch.now),
                     ids.clone(),
                 ],
