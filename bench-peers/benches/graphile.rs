@@ -28,7 +28,7 @@ use graphile_worker::{
 };
 use outbox_core::drain::DEFAULT_CONCURRENCY;
 use outbox_core::DrainConfig;
-use outbox_seaorm::testing::{start_cluster_at, stop_cluster_at, TestDatabase};
+use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Notify;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use example_app::ids::{next_id, region_of, REGION_STRIDE, SEQUENCE_HEADROOM};
 use example_app::migrations::RegionMigrator;
-use outbox_seaorm::testing::TestDatabase;
+use outbox_testing::database::TestDatabase;
 use sea_orm::{ConnectionTrait, TransactionTrait};
 use sea_orm_migration::MigratorTrait;
 

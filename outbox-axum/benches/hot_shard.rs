@@ -46,8 +46,8 @@ use std::time::{Duration, Instant};
 
 use outbox_axum::OutboxWorker;
 use outbox_core::{HandlerError, Message, OutboxKind, Receivers, ShardKey};
-use outbox_seaorm::testing::{start_cluster_at, stop_cluster_at, TestDatabase};
 use outbox_seaorm::{listener, write_region, ObjectId, OutboxMessage, ShardId};
+use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
 use tokio::time::MissedTickBehavior;
 

@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 
 use outbox_core::sink::jetstream::{async_nats, JetStreamSink};
 use outbox_core::{DrainConfig, Drainer, HandlerError, OutboxKind, Receivers};
-use outbox_seaorm::testing::{start_cluster_at, stop_cluster_at, TestDatabase};
 use outbox_seaorm::SeaOrmStore;
+use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use outbox_testing::nats::NatsServer;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 

@@ -27,8 +27,8 @@ use axum::routing::post;
 use axum::Router;
 use outbox_axum::{OutboxWorker, Tx};
 use outbox_core::{Drainer, HandlerError, Message, OutboxKind, Receivers};
-use outbox_seaorm::testing::{start_cluster_at, stop_cluster_at, TestDatabase};
 use outbox_seaorm::{listener, write_region, ObjectId, OutboxMessage, ShardId};
+use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use tower::ServiceExt;
 

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use outbox_axum::OutboxWorker;
 use outbox_core::{DrainConfig, HandlerError, Message, OutboxKind, Receivers};
-use outbox_seaorm::testing::{connect, start_cluster_at, stop_cluster_at, TestDatabase};
+use outbox_testing::database::{connect, start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::ConnectionTrait;
 
 outbox_core::registry! {

@@ -324,7 +324,7 @@ mod tests {
     use super::*;
     use axum::body::Body;
     use axum::http::Request;
-    use outbox_seaorm::testing::TestDatabase;
+    use outbox_testing::database::TestDatabase;
     use tower::ServiceExt;
 
     async fn call(app: &Router, method: &str, uri: &str, body: serde_json::Value) -> StatusCode {
@@ -349,7 +349,7 @@ mod tests {
 
     // A fresh database per test, migrated by the app's own Migrator: one
     // test on PostgreSQL and one on SQLite (`(sqlite)` for SQLite only).
-    #[outbox_seaorm::test(migrator = Migrator)]
+    #[outbox_testing::test(migrator = Migrator)]
     async fn every_price_change_sends_its_webhook_and_the_index_follows(db: TestDatabase) {
         let effects = Arc::new(Effects::default());
         let worker = OutboxWorker::builder(db.db.clone(), receivers(&db.db, effects.clone()))

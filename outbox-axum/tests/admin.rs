@@ -9,8 +9,8 @@ use axum::Router;
 use http_body_util::BodyExt;
 use outbox_axum::admin::{Admin, BearerToken};
 use outbox_core::{Drainer, OutboxKind, StoreAdmin};
-use outbox_seaorm::testing::{DbBackend, TestDatabase};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
+use outbox_testing::database::{DbBackend, TestDatabase};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -562,7 +562,7 @@ async fn health_names_the_session_that_holds_vacuum_back() {
     report.close().await.unwrap();
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     dead_letters_are_listed_replayed_and_discarded,
     unauthorised_requests_get_401_and_change_nothing,
     bad_input_gets_a_typed_error_and_changes_nothing,

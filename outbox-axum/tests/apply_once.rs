@@ -15,7 +15,7 @@ use outbox_axum::apply_once::{
     SENDER_HEADER, SHARD_HEADER,
 };
 use outbox_core::{Drainer, MemoryStore, Message, OutboxKind, Receivers, ShardKey};
-use outbox_seaorm::testing::DbBackend;
+use outbox_testing::database::DbBackend;
 use support::{OutboxCategory, OutboxScope, TestApp};
 use tower::ServiceExt;
 
@@ -113,7 +113,7 @@ async fn without_the_outbox_layer_the_route_is_refused_with_the_reason(backend: 
     );
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     a_delivery_is_applied_once_and_never_after_a_newer_claim,
     without_the_outbox_layer_the_route_is_refused_with_the_reason,
 );

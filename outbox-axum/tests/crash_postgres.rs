@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use outbox_axum::OutboxWorker;
 use outbox_core::{DrainConfig, HandlerError, Message, OutboxKind, Receivers, StoreAdmin};
-use outbox_seaorm::testing::{connect, TestDatabase};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
+use outbox_testing::database::{connect, TestDatabase};
 use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
 use support::OutboxCategory;
 

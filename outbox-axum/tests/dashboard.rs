@@ -19,8 +19,8 @@ use http_body_util::BodyExt;
 use outbox_axum::admin::{Admin, BearerToken};
 use outbox_core::{Drainer, OutboxKind, StoreAdmin};
 use outbox_seaorm::backfill::Backfill;
-use outbox_seaorm::testing::{DbBackend, TestDatabase};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
+use outbox_testing::database::{DbBackend, TestDatabase};
 use serde_json::json;
 use tower::ServiceExt;
 
@@ -595,7 +595,7 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
     server.abort();
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     the_dashboard_needs_the_token,
     forms_from_elsewhere_or_with_bad_input_change_nothing,
     a_browser_sees_the_failure_and_replays_the_dead_letter,

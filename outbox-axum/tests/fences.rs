@@ -12,8 +12,8 @@ use http_body_util::BodyExt;
 use outbox_axum::admin::{Admin, BearerToken};
 use outbox_core::{Drainer, FencingToken, ShardKey};
 use outbox_seaorm::inbox::{Fence, FenceKey, Inbox};
-use outbox_seaorm::testing::{DbBackend, TestDatabase};
 use outbox_seaorm::SeaOrmStore;
+use outbox_testing::database::{DbBackend, TestDatabase};
 use sea_orm::TransactionTrait;
 use serde_json::json;
 use tower::ServiceExt;
@@ -146,7 +146,7 @@ async fn without_the_receivers_database_the_route_says_so(backend: DbBackend) {
     );
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     superseded_deliveries_are_shown_to_operators,
     without_the_receivers_database_the_route_says_so,
 );

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use outbox_axum::OutboxWorker;
 use outbox_core::sink::jetstream::{async_nats, JetStreamSink, MESSAGE_ID_HEADER};
 use outbox_core::{BackoffPolicy, DrainConfig, OutboxKind, Receivers, StoreAdmin};
-use outbox_seaorm::testing::{connect, DbBackend, TestDatabase};
 use outbox_seaorm::{begin_write, write_region, ObjectId, OutboxMessage, ShardId};
+use outbox_testing::database::{connect, DbBackend, TestDatabase};
 use outbox_testing::nats::{read_stream, NatsServer};
 use serde_json::json;
 
@@ -265,4 +265,4 @@ fn check_stream(messages: &[async_nats::Message], written: &[String]) -> Vec<Str
     problems
 }
 
-outbox_seaorm::on_both_backends!(killed_workers_and_a_restarted_nats_server_lose_nothing);
+outbox_testing::on_both_backends!(killed_workers_and_a_restarted_nats_server_lose_nothing);

@@ -402,7 +402,7 @@ async fn a_failed_commit_answers_500_and_delivers_nothing() {
     assert!(app.recorder.deliveries().is_empty());
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     a_paused_or_culled_shard_is_not_flushed_and_the_client_is_told,
     success_commits_and_flushes_before_the_response,
     client_and_server_errors_roll_back_everything,

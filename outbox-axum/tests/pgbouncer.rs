@@ -10,8 +10,8 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use outbox_axum::OutboxWorker;
 use outbox_core::{OutboxKind, StoreAdmin};
-use outbox_seaorm::testing::{connect, PgBouncer, PoolMode};
 use outbox_seaorm::{listener, write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
+use outbox_testing::database::{connect, PgBouncer, PoolMode};
 use sea_orm::{ConnectionTrait, DbBackend, TransactionTrait};
 use support::{send, OutboxCategory, TestApp};
 

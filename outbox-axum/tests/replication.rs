@@ -12,8 +12,8 @@ use axum::Router;
 use outbox_axum::{OutboxLayer, Tx};
 use outbox_core::{Drainer, HandlerError, Receivers};
 use outbox_seaorm::replication::{RegionReplication, ReplicationReceivers};
-use outbox_seaorm::testing::TestDatabase;
 use outbox_seaorm::SeaOrmStore;
+use outbox_testing::database::TestDatabase;
 use sea_orm::{ActiveModelTrait, ConnectionTrait, DbBackend, Set};
 use tower::ServiceExt;
 
@@ -165,7 +165,7 @@ async fn replicated_effect_is_visible_when_the_response_returns(backend: DbBacke
     );
 }
 
-outbox_seaorm::on_both_backends!(replicated_effect_is_visible_when_the_response_returns);
+outbox_testing::on_both_backends!(replicated_effect_is_visible_when_the_response_returns);
 
 async fn the_worker_backfills_existing_rows_once_the_option_allows_it(backend: DbBackend) {
     use outbox_axum::OutboxWorker;
@@ -223,6 +223,6 @@ async fn the_worker_backfills_existing_rows_once_the_option_allows_it(backend: D
 }
 
 mod backfill {
-    outbox_seaorm::on_both_backends!(the_worker_backfills_existing_rows_once_the_option_allows_it);
+    outbox_testing::on_both_backends!(the_worker_backfills_existing_rows_once_the_option_allows_it);
     use super::*;
 }

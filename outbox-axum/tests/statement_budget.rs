@@ -1,6 +1,6 @@
 //! The statement budget of each request path (PostgreSQL): the statements
 //! and round trips a request sends to the server, counted on the wire by
-//! `outbox_seaorm::testing::wire::StatementCounter` (a proxy the app's pool
+//! `outbox_testing::database::wire::StatementCounter` (a proxy the app's pool
 //! connects through), held to the budget declared below, and what the
 //! server did for them (rows, WAL bytes) from `pg_stat_statements`.
 //!
@@ -54,9 +54,9 @@ use outbox_core::worker::Waker;
 use outbox_core::{
     ClaimRequest, DrainConfig, DrainStore, Drainer, OutboxKind, Receivers, ShardClaim, ShardKey,
 };
-use outbox_seaorm::testing::wire::{label, pool_idle, StatementCounter, WireSnapshot};
-use outbox_seaorm::testing::{connect, start_cluster_at, stop_cluster_at, TestDatabase};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
+use outbox_testing::database::wire::{label, pool_idle, StatementCounter, WireSnapshot};
+use outbox_testing::database::{connect, start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,
     TransactionTrait, Value,
@@ -559,7 +559,7 @@ async fn pool_through(
         .min_connections(0)
         .test_before_acquire(test_before_acquire)
         .acquire_timeout(ACQUIRE_TIMEOUT)
-        // No reaping (see `outbox_seaorm::testing::connect`).
+        // No reaping (see `outbox_testing::database::connect`).
         .idle_timeout(None::<Duration>)
         .max_lifetime(None::<Duration>)
         .sqlx_logging(false);

@@ -26,7 +26,7 @@ use outbox_core::sink::webhook::WebhookSink;
 use outbox_core::{
     DrainReport, Drainer, HandlerError, MemoryStore, Message, OutboxKind, Receivers, ShardKey,
 };
-use outbox_seaorm::testing::DbBackend;
+use outbox_testing::database::DbBackend;
 use sea_orm::{ConnectionTrait, Statement};
 use support::{OutboxCategory, OutboxScope, TestApp};
 use tokio::sync::mpsc;
@@ -402,7 +402,7 @@ async fn a_late_delivery_is_refused_by_its_fence_and_a_third_party_sender_is_app
     assert_eq!(silo.widgets().await, 2);
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     a_delivery_is_applied_once_and_a_changed_or_replayed_one_never,
     another_silos_key_and_stale_or_future_timestamps_are_refused,
     a_key_rotation_accepts_both_keys_then_refuses_the_old,

@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use outbox_axum::{OutboxWorker, WorkerError};
 use outbox_core::{HandlerError, Message, OutboxContext, OutboxKind, Receivers, StoreAdmin};
-use outbox_seaorm::testing::{restart_cluster_at, start_cluster_at, stop_cluster_at, TestDatabase};
 use outbox_seaorm::{listener, write_region, ObjectId, OutboxMessage, ShardId};
+use outbox_testing::database::{
+    restart_cluster_at, start_cluster_at, stop_cluster_at, TestDatabase,
+};
 use sea_orm::{DbBackend, TransactionTrait};
 use support::{OutboxCategory, Recorder, TestApp};
 
@@ -454,7 +456,7 @@ async fn the_worker_prunes_the_inbox(backend: DbBackend) {
     worker.shutdown().await;
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     the_worker_prunes_the_inbox,
     the_worker_refuses_to_start_without_the_migrations,
     polling_finds_rows_nobody_announced,

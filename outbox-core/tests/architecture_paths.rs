@@ -8,6 +8,7 @@ use std::path::Path;
 
 const CRATES: &[&str] = &[
     "outbox-core",
+    "outbox-core/testing",
     "outbox-seaorm",
     "outbox-axum",
     "migrations",

@@ -37,7 +37,7 @@ use outbox_core::{
     MAX_BUCKETS_PER_CLAIM,
 };
 use outbox_seaorm::store::PgStore;
-use outbox_seaorm::testing::{connect, start_cluster_at, stop_cluster_at, TestDatabase};
+use outbox_testing::database::{connect, start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, QueryResult, Statement, Value};
 
 const MESSAGES: i64 = 20_000;

@@ -31,9 +31,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_seaorm::testing::{start_cluster_at, stop_cluster_at, TestDatabase};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
 use outbox_testing::conformance::OutboxCategory;
+use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait, Value};
 
 const CLIENTS: usize = 8;

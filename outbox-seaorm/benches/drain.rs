@@ -29,8 +29,8 @@
 use std::time::{Duration, Instant};
 
 use outbox_core::DrainConfig;
-use outbox_seaorm::testing::{start_cluster_at, stop_cluster_at, TestDatabase};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
+use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 use serde_json::json;
 

@@ -61,10 +61,10 @@
 //!   your own clap parser.
 //! - [`sqlite`]: [`sqlite::connect`], SQLite as the outbox needs it (WAL,
 //!   busy timeout, foreign keys, on every pooled connection), and why.
-//! - `testing` (feature `test-utils`): `#[outbox_seaorm::test]`, a fresh
-//!   PostgreSQL and SQLite database per test migrated by your own migrator
-//!   (in the style of `#[sqlx::test]`), `TestDatabase`, a throwaway
-//!   PostgreSQL cluster, PgBouncer.
+//!
+//! Test databases for code built on this crate (a fresh PostgreSQL and
+//! SQLite database per test, `#[outbox_testing::test]`) are in the
+//! `outbox-testing` crate, a dev-dependency (its feature `seaorm`).
 //!
 //! # SQLite notes
 //!
@@ -90,17 +90,11 @@ pub mod replication;
 pub mod schema;
 pub mod sqlite;
 pub mod store;
-#[cfg(feature = "test-utils")]
-#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
-pub mod testing;
 mod time;
 pub mod transaction;
 pub mod write;
 
 pub use connect::{connect, connect_options, UnsupportedUrl};
-#[cfg(feature = "test-utils")]
-#[cfg_attr(docsrs, doc(cfg(feature = "test-utils")))]
-pub use outbox_seaorm_derive::test;
 pub use schema::{check_schema, SchemaError};
 pub use store::{ClaimOn, SeaOrmStore, UnsupportedBackend};
 pub use transaction::{begin_write, write_transaction};

@@ -8,7 +8,7 @@ use outbox_core::{HandlerError, OutboxKind, Receivers, StoreAdmin};
 use outbox_seaorm::backfill::{set_target_version, Backfill};
 use outbox_seaorm::entity::{control_outbox, region_outbox};
 use outbox_seaorm::replication::{ControlReplication, RegionReplication};
-use outbox_seaorm::testing::TestDatabase;
+use outbox_testing::database::TestDatabase;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, EntityTrait};
 
 outbox_core::registry! {
@@ -359,7 +359,7 @@ async fn batches_survive_other_writers_committing_meanwhile(backend: DbBackend) 
     assert!(counts.values().all(|n| *n == 1), "{counts:?}");
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     a_pool_of_one_connection_backfills,
     batches_survive_other_writers_committing_meanwhile,
     an_unset_option_backfills_nothing,

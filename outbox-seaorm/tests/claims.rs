@@ -109,7 +109,7 @@ async fn the_statements_hash_shards_into_the_cores_buckets(backend: DbBackend) {
     }
 }
 
-outbox_seaorm::on_both_backends!(the_statements_hash_shards_into_the_cores_buckets);
+outbox_testing::on_both_backends!(the_statements_hash_shards_into_the_cores_buckets);
 
 /// The flush claimed after a commit ([`Drainer::drain_shard`]), on a free
 /// shard: one statement claims

@@ -20,8 +20,8 @@ use outbox_seaorm::cli::{
     run_cli_from, CliError, DeadLetterCommand, Kind, ListArgs, OutboxArgs, OutboxCli,
     OutboxCommand, Progress, StandaloneCli,
 };
-use outbox_seaorm::testing::{DbBackend, TestDatabase};
 use outbox_seaorm::{write_control, write_region, ObjectId, OutboxMessage, ShardId};
+use outbox_testing::database::{DbBackend, TestDatabase};
 use sea_orm::ConnectionTrait;
 use serde::de::DeserializeOwned;
 
@@ -716,7 +716,7 @@ async fn backfill_status_and_run(backend: DbBackend) {
     assert_eq!(t.delivered_objects(), (1..=7).collect::<Vec<_>>());
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     shards_show_the_deepest_and_the_failing_with_their_last_error,
     a_paused_shard_is_delivered_only_after_resume,
     a_culled_scope_is_dropped_without_delivery,

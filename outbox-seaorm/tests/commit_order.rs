@@ -124,7 +124,7 @@ async fn sqlite_has_one_writer_at_a_time() {
     let t = database(DbBackend::Sqlite, "commit_order_sqlite").await;
     let a = begin_write(&t.db).await.unwrap();
     let a_row = write_region(&a, message(1)).await.unwrap();
-    let other = outbox_seaorm::testing::connect(&t.url, 1).await.unwrap();
+    let other = outbox_testing::database::connect(&t.url, 1).await.unwrap();
     other
         .execute_unprepared("PRAGMA busy_timeout = 0")
         .await

@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use outbox_core::{ClaimBeforeCommit, ClaimRequest, OutboxKind, ShardClaim, ShardKey, StoreError};
-use outbox_seaorm::testing::TestDatabase;
 use outbox_seaorm::{
     write_control, write_region, ClaimOn, ObjectId, OutboxMessage, SeaOrmStore, ShardId,
 };
 use outbox_testing::conformance::{Backend, NewRow, WriterTransaction};
+use outbox_testing::database::TestDatabase;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend};
 
 /// Fresh databases of one backend, kept until the test ends (dropped then,

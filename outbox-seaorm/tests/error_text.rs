@@ -15,8 +15,8 @@ use outbox_core::{
     Clock, DrainConfig, Drainer, HandlerError, ManualClock, Message, OutboxKind, Receivers,
     ShardKey, StoreAdmin,
 };
-use outbox_seaorm::testing::DbBackend;
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
+use outbox_testing::database::DbBackend;
 
 /// A receiver that fails with the script's text while it holds one.
 fn receivers(script: &Arc<Mutex<Option<String>>>) -> Receivers<OutboxCategory> {
@@ -123,7 +123,7 @@ async fn an_error_with_a_nul_is_dead_lettered_where_the_scope_allows(backend: Db
     assert!(!dead[0].error.contains('\0'), "{:?}", dead[0].error);
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     an_error_with_a_nul_or_lossy_bytes_backs_off_and_delivers_later,
     an_error_with_a_nul_is_dead_lettered_where_the_scope_allows,
 );

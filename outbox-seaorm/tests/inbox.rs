@@ -15,9 +15,9 @@ use chrono::Utc;
 use outbox_core::uuid::Uuid;
 use outbox_core::{Drainer, HandlerError, ManualClock, Message, OutboxKind, Receivers, StoreAdmin};
 use outbox_seaorm::inbox::{self, Applied, Fence, FenceKey, Inbox, InboxError, Received};
-use outbox_seaorm::testing::{connect, DbBackend, TestDatabase};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use outbox_testing::conformance::OutboxCategory;
+use outbox_testing::database::{connect, DbBackend, TestDatabase};
 use sea_orm::{ConnectionTrait, DbErr, Statement, TransactionTrait};
 
 const CHILD_DB: &str = "OUTBOX_INBOX_CHILD_DB";
@@ -536,7 +536,7 @@ async fn fencing_tokens_are_kept_per_consumer_sender_and_shard(backend: DbBacken
     assert_eq!(top, records[..1]);
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     a_paused_workers_delivery_is_superseded_in_a_fenced_inbox,
     fencing_tokens_are_kept_per_consumer_sender_and_shard,
     a_crash_between_the_receivers_commit_and_the_delete_applies_once,

@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 
 use outbox_core::uuid::Uuid;
 use outbox_core::{Drainer, HandlerError, Message, OutboxKind, Receivers, StoreAdmin};
-use outbox_seaorm::testing::{DbBackend, TestDatabase};
 use outbox_seaorm::{
     write_control, write_region, write_region_many, ObjectId, OutboxMessage, ShardId,
 };
 use outbox_testing::conformance::{OutboxCategory, OutboxScope};
+use outbox_testing::database::{DbBackend, TestDatabase};
 use outbox_testing::Recorder;
 use sea_orm::{ConnectionTrait, Statement};
 use sea_orm_migration::MigratorTrait;
@@ -263,7 +263,7 @@ async fn the_migration_gives_existing_rows_ids(backend: DbBackend) {
     assert_eq!(delivered, ids.into_iter().collect::<HashSet<_>>());
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     written_ids_are_stored_and_delivered,
     dead_letters_and_replay_keep_the_id,
     a_row_without_an_id_gets_the_same_derived_id_each_time,

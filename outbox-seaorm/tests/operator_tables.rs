@@ -5,7 +5,7 @@
 
 use outbox_core::store::HorizonHolderKind;
 use outbox_core::{OutboxKind, StoreAdmin};
-use outbox_seaorm::testing::TestDatabase;
+use outbox_testing::database::TestDatabase;
 use sea_orm::ConnectionTrait;
 
 /// On PostgreSQL: the table's dead tuples, and the age of another session's
@@ -60,7 +60,7 @@ async fn sqlite_reports_nothing_it_cannot_know() {
 /// The entities of the dead-letter and control tables read what the store
 /// wrote, on both backends.
 async fn the_dead_letter_and_control_entities_read_the_tables(
-    backend: outbox_seaorm::testing::DbBackend,
+    backend: outbox_testing::database::DbBackend,
 ) {
     use chrono::Utc;
     use outbox_core::{ControlAction, ControlTarget, RuntimeControl, ShardKey};
@@ -135,7 +135,7 @@ async fn the_dead_letter_and_control_entities_read_the_tables(
     assert!(row.dead_lettered_at >= row.date_added, "{row:?}");
 }
 
-outbox_seaorm::on_both_backends!(the_dead_letter_and_control_entities_read_the_tables);
+outbox_testing::on_both_backends!(the_dead_letter_and_control_entities_read_the_tables);
 
 /// PostgreSQL: the migrations set the outbox tables' autovacuum to act on
 /// 1,000 dead tuples plus 1 % (not the default 20 %), and take it back

@@ -10,8 +10,8 @@ use outbox_seaorm::replication::{
     bulk_delete, bulk_insert, bulk_update, replicate_to_regions, ControlReplication,
     RegionReplication, ReplicationReceivers,
 };
-use outbox_seaorm::testing::TestDatabase;
 use outbox_seaorm::SeaOrmStore;
+use outbox_testing::database::TestDatabase;
 use outbox_testing::drain_until_idle;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, DbErr,
@@ -654,7 +654,7 @@ async fn bulk_helpers_write_one_outbox_per_row_and_roll_back_with_it(backend: Db
     assert_eq!(mapping(&silo, inserted[0].id).await, None);
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     save_then_flush_replicates_the_row,
     two_updates_deliver_once_with_the_latest_state,
     delete_delivers_a_tombstone_with_the_saved_payload,

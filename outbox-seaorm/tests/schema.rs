@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use outbox_seaorm::schema::{check_schema, SchemaError, MIGRATIONS};
-use outbox_seaorm::testing::{DbBackend, TestDatabase};
+use outbox_testing::database::{DbBackend, TestDatabase};
 use sea_orm_migration::prelude::*;
 
 /// A user's own migrator with the outbox migrations inside (tracked in
@@ -125,7 +125,7 @@ async fn a_users_own_migrator_passes_the_check(backend: DbBackend) {
     );
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     each_missing_migration_is_named_with_the_fix,
     a_users_own_migrator_passes_the_check,
 );

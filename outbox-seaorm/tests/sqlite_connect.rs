@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use outbox_seaorm::testing::TestDatabase;
+use outbox_testing::database::TestDatabase;
 use sea_orm::sqlx::sqlite::SqliteSynchronous;
 use sea_orm::{ConnectionTrait, Database, DbBackend, Statement, TransactionTrait};
 

@@ -7,9 +7,9 @@
 
 use outbox_core::{Drainer, OutboxKind, StoreAdmin, TraceParent};
 use outbox_seaorm::entity::outbox_dead_letter;
-use outbox_seaorm::testing::{DbBackend, TestDatabase};
 use outbox_seaorm::{write_control, write_region, ObjectId, OutboxMessage, ShardId};
 use outbox_testing::conformance::{OutboxCategory, OutboxScope};
+use outbox_testing::database::{DbBackend, TestDatabase};
 use outbox_testing::Recorder;
 use sea_orm::{ConnectionTrait, EntityTrait, Statement};
 
@@ -193,7 +193,7 @@ async fn a_pool_that_read_the_schema_before_another_migrated_down_migrates_up(ba
         .unwrap();
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     a_traceparent_survives_claims_dead_letters_and_replay,
     the_trace_context_migration_goes_down_and_up_with_rows,
     a_pool_that_read_the_schema_before_another_migrated_down_migrates_up,

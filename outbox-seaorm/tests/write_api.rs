@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 
 use outbox_core::{Drainer, OutboxKind, StoreAdmin};
-use outbox_seaorm::testing::TestDatabase;
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId, WriteError};
+use outbox_testing::database::TestDatabase;
 use outbox_testing::{drain_until_idle, Recorder};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -155,7 +155,7 @@ async fn unserializable_payloads_and_retired_categories_are_typed_errors(backend
     );
 }
 
-outbox_seaorm::on_both_backends!(
+outbox_testing::on_both_backends!(
     hostile_payloads_round_trip_or_are_refused_with_nothing_left,
     unserializable_payloads_and_retired_categories_are_typed_errors,
 );

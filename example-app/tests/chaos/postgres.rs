@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use outbox_seaorm::testing::{
+use outbox_testing::database::{
     connect, crash_restart_cluster_at, start_cluster_at, stop_cluster_at, PgBouncer, PoolMode,
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};

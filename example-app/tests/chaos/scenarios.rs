@@ -179,7 +179,7 @@ struct Stage<'a> {
     ledger: Arc<Mutex<Ledger>>,
     /// The silos' databases, directly (not through PgBouncer).
     database_urls: Vec<String>,
-    bouncer: Option<outbox_seaorm::testing::PgBouncer>,
+    bouncer: Option<outbox_testing::database::PgBouncer>,
     rng: StdRng,
     seed: u64,
     tally: Tally,

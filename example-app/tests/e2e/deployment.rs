@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use example_app::silo::{self, Role, RunningSilo, SiloConfig};
-use outbox_seaorm::testing::{admin_url, connect};
+use outbox_testing::database::{admin_url, connect};
 use reqwest::StatusCode;
 use sea_orm::{ConnectionTrait, DbBackend};
 use serde_json::{json, Value};

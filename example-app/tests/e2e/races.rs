@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use example_app::control::entities::users;
-use outbox_seaorm::testing::connect;
+use outbox_testing::database::connect;
 use reqwest::StatusCode;
 use sea_orm::{
     ActiveModelTrait, ConnectionTrait, DbBackend, EntityTrait, IntoActiveModel, Set, Statement,

@@ -10,16 +10,31 @@
 //! - [`simulation`]: seeded, deterministic schedules of writes, crashes,
 //!   pauses and clock jumps over `MemoryStore`, checked against the rules
 //!   (the `simulate` example runs many);
-//! - [`nats`]: a throwaway `nats-server -js` for JetStream tests.
+//! - [`nats`]: a throwaway `nats-server -js` for JetStream tests;
+//! - `database` (feature `seaorm`): real PostgreSQL and SQLite databases for
+//!   code built on `outbox-seaorm`, a fresh one per test with
+//!   `#[outbox_testing::test]` (in the style of `#[sqlx::test]`), throwaway
+//!   PostgreSQL clusters, PgBouncer, a wire-protocol statement counter, and
+//!   `on_both_backends!`.
 //!
-//! PostgreSQL and SQLite test databases are in `outbox_seaorm::testing`
-//! (`outbox-seaorm`'s feature `test-utils`).
+//! ```toml
+//! [dev-dependencies]
+//! outbox-testing = { version = "0.1", features = ["seaorm"] } # without: no SeaORM
+//! ```
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod conformance;
+#[cfg(feature = "seaorm")]
+#[cfg_attr(docsrs, doc(cfg(feature = "seaorm")))]
+pub mod database;
 pub mod nats;
 mod recorder;
 mod runner;
 pub mod simulation;
 
+#[cfg(feature = "seaorm")]
+#[cfg_attr(docsrs, doc(cfg(feature = "seaorm")))]
+pub use outbox_seaorm_derive::test;
 pub use recorder::{Delivery, Gate, Recorder};
 pub use runner::{drain_until_idle, RunnerError, MAX_ROUNDS};

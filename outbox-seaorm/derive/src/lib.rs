@@ -1,7 +1,8 @@
 //! Derive macros for `outbox-seaorm`: [`ReplicatedRegionModel`] and
 //! [`ReplicatedControlModel`]. Use them through their re-exports in
 //! `outbox_seaorm::replication`, whose module documentation is the guide to
-//! replicated models.
+//! replicated models. The `test` attribute is `outbox-testing`'s
+//! (`#[outbox_testing::test]`, its feature `seaorm`).
 //!
 //! On a SeaORM entity's `Model`, a derive and an `#[outbox(...)]` attribute
 //! make every save and delete write the model's outbox row in the same
@@ -508,11 +509,12 @@ mod test_attr;
 
 /// Runs an `async fn name(db: TestDatabase)` as a test on a fresh database,
 /// once per backend: tests `name::postgres` and `name::sqlite`. Used as
-/// `#[outbox_seaorm::test]` (feature `test-utils`); see
-/// `outbox_seaorm::testing` for the guide and a compiled example.
+/// `#[outbox_testing::test]` (the `outbox-testing` crate, feature `seaorm`;
+/// the expansion names `::outbox_testing::database`); see
+/// `outbox_testing::database` for the guide and a compiled example.
 ///
 /// ```ignore
-/// #[outbox_seaorm::test(migrator = crate::Migrator)]
+/// #[outbox_testing::test(migrator = crate::Migrator)]
 /// async fn orders_are_written(db: TestDatabase) {
 ///     // ...
 /// }

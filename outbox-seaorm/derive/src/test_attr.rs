@@ -1,15 +1,15 @@
-//! `#[outbox_seaorm::test]`: an `async fn name(db: TestDatabase)` run as one
+//! `#[outbox_testing::test]`: an `async fn name(db: TestDatabase)` run as one
 //! test per backend, each on a fresh database.
 //!
 //! ```ignore
-//! #[outbox_seaorm::test(migrator = crate::Migrator)]
+//! #[outbox_testing::test(migrator = crate::Migrator)]
 //! async fn writes(db: TestDatabase) { .. }
 //! ```
 //!
 //! becomes
 //!
 //! ```ignore
-//! fn writes() -> ::outbox_seaorm::testing::__private::TestCase {
+//! fn writes() -> ::outbox_testing::database::__private::TestCase {
 //!     async fn writes(db: TestDatabase) { .. }
 //!     TestCase::new("writes", TestDatabaseOptions::new().migrator::<crate::Migrator>(), writes)
 //! }
@@ -23,7 +23,7 @@
 //! of the user's module, so they resolve as written (`super::`, imports,
 //! other crates); the generated module names only `super::writes` (a
 //! function: the module is in the type namespace, so both can be `writes`)
-//! and `::outbox_seaorm`.
+//! and `::outbox_testing`.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
@@ -48,7 +48,7 @@ const EXPECTED: &str = "expected `migrator = path::to::Migrator`, `no_migrations
                         `postgres`";
 
 impl TestOptions {
-    /// Parses one option of `#[outbox_seaorm::test(...)]`.
+    /// Parses one option of `#[outbox_testing::test(...)]`.
     fn parse(&mut self, meta: syn::meta::ParseNestedMeta<'_>) -> syn::Result<()> {
         let Some(name) = meta.path.get_ident().map(ToString::to_string) else {
             return Err(meta.error(format!("unknown option; {EXPECTED}")));
@@ -100,7 +100,7 @@ impl TestOptions {
     }
 }
 
-/// `#[outbox_seaorm::test(attr)] item`: the tests, or the error with `item`
+/// `#[outbox_testing::test(attr)] item`: the tests, or the error with `item`
 /// as written, so that the error comes alone, without warnings about the
 /// imports the function used.
 pub(crate) fn test(attr: TokenStream, item: TokenStream) -> TokenStream {
@@ -129,19 +129,19 @@ fn is_test_attribute(attr: &Attribute) -> bool {
     attr.path().is_ident("ignore") || attr.path().is_ident("should_panic")
 }
 
-/// Expands `#[outbox_seaorm::test(options)]` on `function`.
+/// Expands `#[outbox_testing::test(options)]` on `function`.
 fn expand(options: TestOptions, mut function: ItemFn) -> syn::Result<TokenStream> {
     let signature = &function.sig;
     if signature.asyncness.is_none() {
         return Err(syn::Error::new(
             signature.fn_token.span(),
-            "`#[outbox_seaorm::test]` functions must be `async fn`",
+            "`#[outbox_testing::test]` functions must be `async fn`",
         ));
     }
     if !signature.generics.params.is_empty() || signature.generics.where_clause.is_some() {
         return Err(syn::Error::new(
             signature.generics.span(),
-            "`#[outbox_seaorm::test]` functions cannot be generic",
+            "`#[outbox_testing::test]` functions cannot be generic",
         ));
     }
     let argument = match (signature.inputs.len(), signature.inputs.first()) {
@@ -149,7 +149,7 @@ fn expand(options: TestOptions, mut function: ItemFn) -> syn::Result<TokenStream
         (_, Some(FnArg::Receiver(receiver))) => {
             return Err(syn::Error::new(
                 receiver.span(),
-                "`#[outbox_seaorm::test]` functions cannot take `self`; expected one \
+                "`#[outbox_testing::test]` functions cannot take `self`; expected one \
                  argument, `db: TestDatabase`",
             ))
         }
@@ -162,8 +162,8 @@ fn expand(options: TestOptions, mut function: ItemFn) -> syn::Result<TokenStream
             return Err(syn::Error::new(
                 span,
                 format!(
-                    "`#[outbox_seaorm::test]` functions take one argument, \
-                     `db: outbox_seaorm::testing::TestDatabase`, not {count}"
+                    "`#[outbox_testing::test]` functions take one argument, \
+                     `db: outbox_testing::database::TestDatabase`, not {count}"
                 ),
             ));
         }
@@ -176,7 +176,7 @@ fn expand(options: TestOptions, mut function: ItemFn) -> syn::Result<TokenStream
         function.attrs.drain(..).partition(is_test_attribute);
     function.attrs = fn_attrs;
 
-    let mut database = quote!(::outbox_seaorm::testing::TestDatabaseOptions::new());
+    let mut database = quote!(::outbox_testing::database::TestDatabaseOptions::new());
     if let Some(migrator) = &options.migrator {
         database.extend(quote_spanned!(migrator.span()=> .migrator::<#migrator>()));
     }
@@ -201,16 +201,16 @@ fn expand(options: TestOptions, mut function: ItemFn) -> syn::Result<TokenStream
             #[::core::prelude::v1::test]
             #(#test_attrs)*
             fn #test() {
-                super::#name().run(::outbox_seaorm::testing::DbBackend::#variant);
+                super::#name().run(::outbox_testing::database::DbBackend::#variant);
             }
         });
     }
 
     Ok(quote! {
         #[allow(dead_code, reason = "run by the tests of the module below")]
-        fn #name() -> ::outbox_seaorm::testing::__private::TestCase {
+        fn #name() -> ::outbox_testing::database::__private::TestCase {
             #function
-            ::outbox_seaorm::testing::__private::TestCase::new(
+            ::outbox_testing::database::__private::TestCase::new(
                 ::core::stringify!(#name),
                 #database,
                 move |#db| #call,

@@ -2,7 +2,7 @@
 
 #![allow(dead_code, missing_docs, clippy::unwrap_used)]
 
-use outbox_seaorm::testing::TestDatabase;
+use outbox_testing::database::TestDatabase;
 use sea_orm::DbBackend;
 
 outbox_core::registry! {

@@ -20,6 +20,7 @@
 //!
 //! The SQL lives in `sql/`, one file per statement; statements that touch an
 //! outbox table have one file per table (`sql/region/`, `sql/control/`).
+//! [`sql_files`] lists them, for tools that name the statements a pool sends.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -39,9 +40,11 @@ use super::codec::{self, get, op};
 
 mod due;
 mod shard_claim;
+mod sql_files;
 
 pub(crate) use shard_claim::claim_before_commit;
 use shard_claim::decode_shard_claim;
+pub use sql_files::sql_files;
 
 /// A claim's stream failed: the database, or a row that does not decode.
 enum DecodeOrDb {

@@ -1,7 +1,6 @@
 //! Short names for SQL statements.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::OnceLock;
 
 /// The longest label made from a first line, in characters.
@@ -20,7 +19,7 @@ const MAX_LABEL: usize = 60;
 ///   characters (`BEGIN`, `SELECT 1`).
 ///
 /// ```
-/// use outbox_seaorm::testing::wire::label;
+/// use outbox_testing::database::wire::label;
 /// assert_eq!(label("INSERT INTO widgets (name) VALUES ($1) RETURNING id"), "INSERT INTO widgets");
 /// assert_eq!(label("-- Does a thing.\n-- More.\nSELECT 1"), "-- Does a thing.");
 /// assert_eq!(label("  BEGIN  "), "BEGIN");
@@ -82,35 +81,15 @@ pub(super) fn is_blank(sql: &str) -> bool {
 }
 
 /// The PostgreSQL store's SQL files, trimmed text → path relative to its `sql`
-/// folder, read once from this crate's sources (where a test build finds
-/// them; anywhere else, none, and labels fall back to the other rules).
+/// folder ([`outbox_seaorm::store::postgres::sql_files`]).
 fn store_statements() -> &'static HashMap<String, String> {
     static FILES: OnceLock<HashMap<String, String>> = OnceLock::new();
     FILES.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/postgres/sql");
-        let mut files = HashMap::new();
-        read_sql_files(&root, &root, &mut files);
-        files
+        outbox_seaorm::store::postgres::sql_files()
+            .into_iter()
+            .map(|(name, sql)| (sql.trim().to_owned(), name))
+            .collect()
     })
-}
-
-fn read_sql_files(root: &Path, dir: &Path, files: &mut HashMap<String, String>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            read_sql_files(root, &path, files);
-        } else if path.extension().is_some_and(|e| e == "sql") {
-            if let (Ok(text), Ok(relative)) =
-                (std::fs::read_to_string(&path), path.strip_prefix(root))
-            {
-                let name = relative.to_string_lossy().replace('\\', "/");
-                files.insert(text.trim().to_owned(), name);
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -136,12 +115,11 @@ mod tests {
 
     #[test]
     fn the_stores_statements_are_named_after_their_files() {
-        let claim = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("src/store/postgres/sql/region/claim_shard.sql"),
-        )
-        .unwrap();
-        assert_eq!(label(&claim), "region/claim_shard.sql");
+        let (_, claim) = outbox_seaorm::store::postgres::sql_files()
+            .into_iter()
+            .find(|(name, _)| name == "region/claim_shard.sql")
+            .unwrap();
+        assert_eq!(label(claim), "region/claim_shard.sql");
         assert_eq!(label(claim.trim()), "region/claim_shard.sql");
         assert!(store_statements().len() > 10, "{:?}", store_statements());
     }

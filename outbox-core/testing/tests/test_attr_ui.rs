@@ -1,4 +1,4 @@
-//! Compile tests for `#[outbox_seaorm::test]`: its mistakes are compile
+//! Compile tests for `#[outbox_testing::test]`: its mistakes are compile
 //! errors that point at what to fix.
 
 #[test]

@@ -38,8 +38,8 @@ impl PoolMode {
 /// and its folder removed, when dropped.
 ///
 /// ```no_run
-/// # fn run(url: &str) -> Result<(), outbox_seaorm::testing::TestDbError> {
-/// use outbox_seaorm::testing::{PgBouncer, PoolMode};
+/// # fn run(url: &str) -> Result<(), outbox_testing::database::TestDbError> {
+/// use outbox_testing::database::{PgBouncer, PoolMode};
 /// let bouncer = PgBouncer::start(url, PoolMode::Session)?;
 /// let through_the_pooler = bouncer.url_for(url);
 /// # Ok(()) }

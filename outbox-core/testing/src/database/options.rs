@@ -28,8 +28,8 @@ fn migrate_up<M: MigratorTrait + 'static>(
 /// # impl MigratorTrait for Migrator {
 /// #     fn migrations() -> Vec<Box<dyn MigrationTrait>> { outbox_migrations::migrations() }
 /// # }
-/// # async fn run() -> Result<(), outbox_seaorm::testing::TestDbError> {
-/// use outbox_seaorm::testing::TestDatabase;
+/// # async fn run() -> Result<(), outbox_testing::database::TestDbError> {
+/// use outbox_testing::database::TestDatabase;
 ///
 /// // Your own migrator, with the outbox migrations embedded in it:
 /// let db = TestDatabase::options().migrator::<Migrator>().sqlite("orders").await?;
@@ -89,7 +89,7 @@ impl TestDatabaseOptions {
     }
 
     /// A fresh SQLite database file named after `label`, opened with
-    /// [`crate::sqlite::configure`] (WAL, busy timeout, foreign keys).
+    /// [`outbox_seaorm::sqlite::configure`] (WAL, busy timeout, foreign keys).
     ///
     /// # Errors
     ///

@@ -1,11 +1,11 @@
-use outbox_seaorm::testing::TestDatabase;
+use outbox_testing::database::TestDatabase;
 
-#[outbox_seaorm::test]
+#[outbox_testing::test]
 async fn two_databases(first: TestDatabase, second: TestDatabase) {
     drop((first, second));
 }
 
-#[outbox_seaorm::test]
+#[outbox_testing::test]
 async fn not_a_database(db: String) {
     drop(db);
 }

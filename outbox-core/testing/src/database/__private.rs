@@ -1,4 +1,4 @@
-//! What the code `#[outbox_seaorm::test]` generates calls: not public API,
+//! What the code `#[outbox_testing::test]` generates calls: not public API,
 //! may change in any release.
 
 use std::fmt::Debug;
@@ -15,7 +15,7 @@ type Outcome = Result<(), String>;
 /// A test body, run once per backend.
 type Body = Box<dyn FnOnce(TestDatabase) -> Pin<Box<dyn Future<Output = Outcome>>>>;
 
-/// One `#[outbox_seaorm::test]` function: its name, its database options and
+/// One `#[outbox_testing::test]` function: its name, its database options and
 /// its body.
 pub struct TestCase {
     name: &'static str,
@@ -73,10 +73,10 @@ impl TestCase {
     }
 }
 
-/// What an `#[outbox_seaorm::test]` function may return: `()`, or a
+/// What an `#[outbox_testing::test]` function may return: `()`, or a
 /// `Result<(), E>` whose error fails the test.
 #[diagnostic::on_unimplemented(
-    message = "`#[outbox_seaorm::test]` functions return `()` or `Result<(), E>` with `E: Debug`, not `{Self}`",
+    message = "`#[outbox_testing::test]` functions return `()` or `Result<(), E>` with `E: Debug`, not `{Self}`",
     label = "returns `{Self}`"
 )]
 pub trait TestOutcome {

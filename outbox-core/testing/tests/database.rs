@@ -1,12 +1,12 @@
 //! Test databases made with the application's own migrator, or none, on
-//! PostgreSQL and SQLite, through `#[outbox_seaorm::test]` and
+//! PostgreSQL and SQLite, through `#[outbox_testing::test]` and
 //! `TestDatabase::options()`.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use outbox_seaorm::entity::region_outbox;
-use outbox_seaorm::testing::{admin_url, connect, DbBackend, TestDatabase};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
+use outbox_testing::database::{admin_url, connect, DbBackend, TestDatabase};
 use sea_orm::{ConnectionTrait, DbErr, EntityTrait, PaginatorTrait, Statement};
 use sea_orm_migration::prelude::*;
 
@@ -116,7 +116,7 @@ async fn table_count(db: &impl ConnectionTrait) -> i64 {
     count(db, sql).await
 }
 
-#[outbox_seaorm::test(migrator = Migrator)]
+#[outbox_testing::test(migrator = Migrator)]
 async fn users_migrator_with_the_outbox_migrations_embedded(db: TestDatabase) {
     let txn = outbox_seaorm::begin_write(&db.db).await.unwrap();
     txn.execute_unprepared("INSERT INTO product (id, name) VALUES (7, 'lamp')")
@@ -137,14 +137,14 @@ async fn users_migrator_with_the_outbox_migrations_embedded(db: TestDatabase) {
     );
 }
 
-#[outbox_seaorm::test(no_migrations)]
+#[outbox_testing::test(no_migrations)]
 async fn no_migrations_gives_an_empty_database(db: TestDatabase) {
     assert_eq!(table_count(&db.db).await, 0);
     let missing = region_outbox::Entity::find().count(&db.db).await;
     assert!(missing.is_err(), "no region_outbox table: {missing:?}");
 }
 
-#[outbox_seaorm::test]
+#[outbox_testing::test]
 async fn without_options_the_outbox_migrations_apply(db: TestDatabase) -> Result<(), DbErr> {
     let txn = outbox_seaorm::begin_write(&db.db).await?;
     let message = OutboxMessage::new(OutboxCategory::ProductUpdate, ShardId(1), ObjectId(2));
@@ -154,7 +154,7 @@ async fn without_options_the_outbox_migrations_apply(db: TestDatabase) -> Result
     Ok(())
 }
 
-#[outbox_seaorm::test(sqlite, migrator = self::Migrator)]
+#[outbox_testing::test(sqlite, migrator = self::Migrator)]
 async fn one_backend_when_asked(db: TestDatabase) {
     assert_eq!(db.db.get_database_backend(), DbBackend::Sqlite);
     // SQLite test databases are opened with `outbox_seaorm::sqlite`'s pragmas.
@@ -170,7 +170,7 @@ async fn one_backend_when_asked(db: TestDatabase) {
     assert_eq!(row.try_get_by_index::<String>(0).unwrap(), "wal");
 }
 
-#[outbox_seaorm::test(postgres, no_migrations)]
+#[outbox_testing::test(postgres, no_migrations)]
 async fn postgres_only(db: TestDatabase) {
     assert_eq!(db.db.get_database_backend(), DbBackend::Postgres);
 }
@@ -222,37 +222,4 @@ async fn a_failed_migration_leaves_no_database(backend: DbBackend) {
     );
 }
 
-outbox_seaorm::on_both_backends!(
-    a_failed_migration_leaves_no_database,
-    connect_opens_either_backend_from_its_url,
-);
-
-/// `outbox_seaorm::connect` opens a migrated database from its URL alone,
-/// PostgreSQL or SQLite, ready for the outbox (its schema checks out); SQLite
-/// with the outbox's pragmas.
-async fn connect_opens_either_backend_from_its_url(backend: DbBackend) {
-    let t = TestDatabase::of(backend, "connect_url").await.unwrap();
-    let db = outbox_seaorm::connect(t.url.clone()).await.unwrap();
-    assert_eq!(db.get_database_backend(), backend);
-    outbox_seaorm::check_schema(&db).await.unwrap();
-    if backend == DbBackend::Sqlite {
-        let row = db
-            .query_one_raw(sea_orm::Statement::from_string(
-                DbBackend::Sqlite,
-                "PRAGMA journal_mode",
-            ))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(row.try_get_by_index::<String>(0).unwrap(), "wal");
-    }
-    db.close().await.unwrap();
-    let error = outbox_seaorm::connect("mysql://u:secret@localhost/app")
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        error.contains("`mysql:`") && !error.contains("secret"),
-        "{error}"
-    );
-}
+outbox_testing::on_both_backends!(a_failed_migration_leaves_no_database);

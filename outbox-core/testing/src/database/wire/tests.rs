@@ -7,7 +7,7 @@ use sea_orm::{
 
 use super::protocol::FrontendParser;
 use super::*;
-use crate::testing::TestDatabase;
+use crate::database::TestDatabase;
 
 /// A pool of one connection through `counter`; `ping`: sqlx's
 /// `test_before_acquire`.

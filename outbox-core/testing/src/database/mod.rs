@@ -1,6 +1,9 @@
-//! Real databases for tests (feature `test-utils`).
+//! Real databases for tests (feature `seaorm`): PostgreSQL and SQLite
+//! test databases for code built on `outbox-seaorm`, the throwaway
+//! PostgreSQL clusters they live on, PgBouncer, and a wire-protocol
+//! statement counter ([`wire`]).
 //!
-//! # `#[outbox_seaorm::test]`
+//! # `#[outbox_testing::test]`
 //!
 //! The way to test code that writes outbox rows, in the style of
 //! `#[sqlx::test]`: an `async fn` that takes a [`TestDatabase`] becomes one
@@ -17,10 +20,10 @@
 //! #         fn migrations() -> Vec<Box<dyn MigrationTrait>> { outbox_migrations::migrations() }
 //! #     }
 //! # }
-//! use outbox_seaorm::testing::TestDatabase;
+//! use outbox_testing::database::TestDatabase;
 //! use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
 //!
-//! #[outbox_seaorm::test(migrator = migration::Migrator)]
+//! #[outbox_testing::test(migrator = migration::Migrator)]
 //! async fn an_order_writes_its_outbox_row(db: TestDatabase) -> Result<(), Box<dyn std::error::Error>> {
 //!     let txn = outbox_seaorm::begin_write(&db.db).await?;
 //!     let message = OutboxMessage::new(OutboxCategory::OrderUpdate, ShardId(1), ObjectId(2));
@@ -47,7 +50,7 @@
 //!
 //! ```toml
 //! [dev-dependencies]
-//! outbox-seaorm = { version = "0.1", features = ["test-utils"] }
+//! outbox-testing = { version = "0.1", features = ["seaorm"] }
 //! ```
 //!
 //! The same, by hand: [`TestDatabase::options`], then the backend
@@ -70,7 +73,7 @@
 //! (`CREATE EXTENSION pg_stat_statements` in a database to read it).
 //!
 //! A SQLite test database is a fresh file, opened as
-//! [`crate::sqlite::connect`] opens one (WAL, busy timeout, foreign keys).
+//! [`outbox_seaorm::sqlite::connect`] opens one (WAL, busy timeout, foreign keys).
 //!
 //! [`PgBouncer`] starts Debian's `pgbouncer` in front of a test server, in
 //! session or transaction pooling mode, and stops it when dropped.
@@ -83,7 +86,7 @@
 //! removed) when the last clone of its [`TestDatabase`] drops, and kept when
 //! that happens during a panic: the failing test's output ends with its URL.
 //! (So the last clone should be the test's own: one held by a spawned task
-//! drops outside the panic.) `#[outbox_seaorm::test]` holds a clone until
+//! drops outside the panic.) `#[outbox_testing::test]` holds a clone until
 //! the test has passed: a test that panics or returns `Err` keeps its
 //! database.
 //!
@@ -273,15 +276,15 @@ impl TestDatabase {
         connect(&self.url, max_connections).await
     }
 
-    /// A [`SeaOrmStore`](crate::SeaOrmStore) over this database.
-    pub fn store(&self) -> crate::SeaOrmStore {
+    /// A [`SeaOrmStore`](outbox_seaorm::SeaOrmStore) over this database.
+    pub fn store(&self) -> outbox_seaorm::SeaOrmStore {
         // PostgreSQL or SQLite, by construction.
-        crate::SeaOrmStore::new(self.db.clone()).unwrap_or_else(|e| panic!("{e}"))
+        outbox_seaorm::SeaOrmStore::new(self.db.clone()).unwrap_or_else(|e| panic!("{e}"))
     }
 }
 
 /// Connects with a bounded pool and quiet statement logging; SQLite with
-/// [`crate::sqlite::configure`] on every connection (WAL, busy timeout,
+/// [`outbox_seaorm::sqlite::configure`] on every connection (WAL, busy timeout,
 /// foreign keys).
 ///
 /// The pool reaps no idle or old connections: that leaves sqlx without its
@@ -294,7 +297,7 @@ impl TestDatabase {
 /// [`TestDbError`] when it cannot connect.
 pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection, TestDbError> {
     let mut options = if url.starts_with("sqlite:") {
-        crate::sqlite::options(url)
+        outbox_seaorm::sqlite::options(url)
     } else {
         ConnectOptions::new(url)
     };
@@ -358,8 +361,8 @@ pub use sea_orm::DbBackend;
 /// `rt-multi-thread`).
 ///
 /// ```
-/// async fn commits(backend: outbox_seaorm::testing::DbBackend) { /* ... */ }
-/// outbox_seaorm::on_both_backends!(commits);
+/// async fn commits(backend: outbox_testing::database::DbBackend) { /* ... */ }
+/// outbox_testing::on_both_backends!(commits);
 /// # fn main() {}
 /// ```
 #[macro_export]
@@ -369,7 +372,7 @@ macro_rules! on_both_backends {
             $(
                 #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
-                    super::$name($crate::testing::DbBackend::Postgres).await;
+                    super::$name($crate::database::DbBackend::Postgres).await;
                 }
             )*
         }
@@ -377,7 +380,7 @@ macro_rules! on_both_backends {
             $(
                 #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
-                    super::$name($crate::testing::DbBackend::Sqlite).await;
+                    super::$name($crate::database::DbBackend::Sqlite).await;
                 }
             )*
         }

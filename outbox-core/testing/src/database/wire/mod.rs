@@ -31,8 +31,8 @@
 //!
 //! ```no_run
 //! # async fn run(url: &str) -> Result<(), Box<dyn std::error::Error>> {
-//! use outbox_seaorm::testing::connect;
-//! use outbox_seaorm::testing::wire::{pool_idle, StatementCounter};
+//! use outbox_testing::database::connect;
+//! use outbox_testing::database::wire::{pool_idle, StatementCounter};
 //! use sea_orm::ConnectionTrait;
 //!
 //! let counter = StatementCounter::start(url).await?;

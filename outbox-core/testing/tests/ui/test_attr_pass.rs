@@ -1,4 +1,4 @@
-use outbox_seaorm::testing::TestDatabase;
+use outbox_testing::database::TestDatabase;
 
 mod migration {
     pub struct Migrator;
@@ -11,13 +11,13 @@ mod migration {
     }
 }
 
-#[outbox_seaorm::test]
+#[outbox_testing::test]
 async fn default(_db: TestDatabase) {}
 
-#[outbox_seaorm::test(migrator = migration::Migrator, sqlite)]
+#[outbox_testing::test(migrator = migration::Migrator, sqlite)]
 async fn relative_path(_db: TestDatabase) {}
 
-#[outbox_seaorm::test(postgres, no_migrations)]
+#[outbox_testing::test(postgres, no_migrations)]
 #[ignore = "compiled only"]
 async fn returns_a_result(db: TestDatabase) -> Result<(), sea_orm::DbErr> {
     db.db.ping().await

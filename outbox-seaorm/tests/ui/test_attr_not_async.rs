@@ -1,8 +1,0 @@
-use outbox_seaorm::testing::TestDatabase;
-
-#[outbox_seaorm::test]
-fn writes(db: TestDatabase) {
-    drop(db);
-}
-
-fn main() {}
