@@ -431,12 +431,16 @@ fn sort_found<C: Category>(
             // Held by a flush of this process whose completion is on its way
             // (the previous request on the shard, say), or a completion of
             // this process released buckets since the claim (this one,
-            // perhaps): one more try once it is released, no wait.
+            // perhaps): claimed again once it is released. The background
+            // drain, woken by this request's commit, may take the bucket
+            // first: then the flush waits for its round (which delivers
+            // these rows) up to `sync_wait`, instead of answering before
+            // they are delivered.
             ShardClaim::Held
                 if released_since
                     || completer.releasing(shard.kind(), shard.bucket()).is_some() =>
             {
-                sorted.unfinished.push((shard, up_to, Duration::ZERO));
+                sorted.unfinished.push((shard, up_to, sync_wait));
             }
             ShardClaim::Held => {
                 completer.held_found();

@@ -39,6 +39,7 @@ use outbox_core::{
 use super::codec::{self, get, op};
 
 mod due;
+mod health;
 mod shard_claim;
 mod sql_files;
 
@@ -866,32 +867,7 @@ impl StoreAdmin for PgStore {
         let Some(row) = row else {
             return Ok(outbox_core::store::TableHealth::default());
         };
-        let dead: Option<i64> = get(&row, "dead_tuples", OP)?;
-        let oldest: Option<f64> = get(&row, "oldest_transaction_seconds", OP)?;
-        let seconds = |seconds: f64| std::time::Duration::from_secs_f64(seconds.max(0.0));
-        let horizon = match get::<Option<String>>(&row, "holder_kind", OP)? {
-            Some(kind) => Some(outbox_core::store::HorizonHolder {
-                kind: outbox_core::store::HorizonHolderKind::parse(&kind).ok_or_else(|| {
-                    StoreError::Malformed {
-                        what: OP,
-                        detail: format!("unknown horizon holder {kind:?}"),
-                    }
-                })?,
-                pid: get(&row, "holder_pid", OP)?,
-                name: get::<Option<String>>(&row, "holder_name", OP)?.unwrap_or_default(),
-                user: get(&row, "holder_user", OP)?,
-                state: get(&row, "holder_state", OP)?,
-                age: get::<Option<f64>>(&row, "holder_seconds", OP)?.map(seconds),
-                xid_age: get::<Option<i64>>(&row, "holder_xid_age", OP)?
-                    .map_or(0, |age| u64::try_from(age).unwrap_or(0)),
-            }),
-            None => None,
-        };
-        Ok(outbox_core::store::TableHealth {
-            dead_tuples: dead.map(|n| u64::try_from(n).unwrap_or(0)),
-            oldest_transaction_age: oldest.map(seconds),
-            horizon,
-        })
+        health::decode(&row, OP)
     }
 
     async fn discard_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
