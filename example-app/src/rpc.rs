@@ -93,12 +93,23 @@ impl RpcError {
 
 /// A client for one silo's `/rpc` routes, for outbox receivers: its errors
 /// are [`HandlerError`]s, permanent when [`RpcError::is_permanent`].
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RpcClient {
     http: reqwest::Client,
     base_url: String,
     secret: String,
     sender: String,
+}
+
+/// Shows where it calls and as whom, never the secret.
+impl std::fmt::Debug for RpcClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RpcClient")
+            .field("base_url", &self.base_url)
+            .field("sender", &self.sender)
+            .field("secret", &"<redacted>")
+            .finish_non_exhaustive()
+    }
 }
 
 impl RpcClient {
@@ -132,8 +143,14 @@ impl RpcClient {
     ) -> Result<(), HandlerError> {
         // Called from a receiver: the other silo applies the message once,
         // and never after a newer claim of its shard (no headers otherwise).
+        // Marked sensitive: tracing and reqwest's own `Debug` of the request
+        // leave its value out.
+        let mut secret = reqwest::header::HeaderValue::from_str(&self.secret).map_err(|_| {
+            outbox_core::permanent("the silo secret is not a valid HTTP header value")
+        })?;
+        secret.set_sensitive(true);
         let builder = builder
-            .header(SECRET_HEADER, &self.secret)
+            .header(SECRET_HEADER, secret)
             .headers(outbox_axum::apply_once::delivery_headers(&self.sender));
         let response = builder
             .send()
@@ -221,5 +238,16 @@ mod tests {
                 "{status}"
             );
         }
+    }
+
+    #[test]
+    fn its_debug_never_shows_the_secret() {
+        let client = RpcClient::new("http://127.0.0.1:8000", "s3cret-s3cret").from_silo("control");
+        let shown = format!("{client:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(
+            shown.contains("127.0.0.1:8000") && shown.contains("control"),
+            "{shown}"
+        );
     }
 }

@@ -39,8 +39,9 @@ pub enum Role {
     Region(String),
 }
 
-/// How to run one silo.
-#[derive(Clone, Debug)]
+/// How to run one silo. Its `Debug` shows neither the RPC secret nor the
+/// admin token, and masks the database URLs' passwords.
+#[derive(Clone)]
 pub struct SiloConfig {
     /// Control or a region.
     pub role: Role,
@@ -69,6 +70,24 @@ pub struct SiloConfig {
     /// The bearer token of the outbox admin API (`/admin/outbox`); `None`
     /// leaves it off.
     pub admin_token: Option<String>,
+}
+
+impl std::fmt::Debug for SiloConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secret = |set: bool| if set { "<redacted>" } else { "<none>" };
+        f.debug_struct("SiloConfig")
+            .field("role", &self.role)
+            .field("database_url", &redacted(&self.database_url))
+            .field("listen_url", &self.listen_url.as_deref().map(redacted))
+            .field("secret", &secret(!self.secret.is_empty()))
+            .field("control_url", &self.control_url)
+            .field("region_urls", &self.region_urls)
+            .field("poll_interval", &self.poll_interval)
+            .field("body_timeout", &self.body_timeout)
+            .field("body_limit", &self.body_limit)
+            .field("admin_token", &secret(self.admin_token.is_some()))
+            .finish()
+    }
 }
 
 /// Default [`SiloConfig::body_limit`]: 1 MiB (a bulk creation of
@@ -407,6 +426,30 @@ pub const REQUEST_ID: &str = "x-request-id";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_configs_debug_shows_no_secret_token_or_password() {
+        let config = SiloConfig {
+            role: Role::Control,
+            database_url: "postgres://app:db-pa55@127.0.0.1/control".into(),
+            listen_url: Some("postgres://app:db-pa55@127.0.0.1:5433/control".into()),
+            secret: "rpc-s3cret".into(),
+            control_url: "http://127.0.0.1:8000".into(),
+            region_urls: BTreeMap::new(),
+            poll_interval: Duration::from_secs(1),
+            body_timeout: Duration::from_secs(10),
+            body_limit: DEFAULT_BODY_LIMIT,
+            admin_token: Some("admin-t0ken".into()),
+        };
+        let shown = format!("{config:?}");
+        for secret in ["db-pa55", "rpc-s3cret", "admin-t0ken"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(
+            shown.contains("postgres://app:***@127.0.0.1/control"),
+            "{shown}"
+        );
+    }
 
     #[test]
     fn a_database_error_masks_the_password_of_its_url() {

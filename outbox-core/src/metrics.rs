@@ -13,7 +13,7 @@
 //! [`OLDEST_TRANSACTION_AGE`], [`DEAD_LETTERS`], [`SCOPE_BACKLOG_DEPTH`],
 //! [`SCOPE_BACKLOG_OLDEST_AGE`]) are kept up to date by the background worker,
 //! every `WorkerBuilder::gauge_interval` (15 s), from
-//! [`Drainer::backlog`](crate::Drainer::backlog).
+//! [`DrainView::backlog`](crate::DrainView::backlog).
 
 /// Counter: outbox rows written (tags: category, kind).
 pub const SAVED: &str = "outbox.saved";

@@ -1,5 +1,5 @@
 //! The `outbox_control` table: operators' pauses and culls (see
-//! `outbox_core::control`). Set and lift them through `Drainer::pause`,
+//! `outbox_core::control`). Set and lift them through `DrainOperator::pause`,
 //! `cull` and `resume` (or the admin API): those also release parked shards.
 
 use sea_orm::entity::prelude::*;
