@@ -92,8 +92,9 @@ struct Args {
     /// The same for the `de` region.
     #[arg(long, env = "DE_LISTEN_URL")]
     de_listen_url: Option<String>,
-    /// Shared secret of the silos' RPC. Required when running one silo per
-    /// process; generated at random when running all three.
+    /// Shared secret of the silos' RPC, at least 32 bytes (`openssl rand
+    /// -hex 32`). Required when running one silo per process; generated at
+    /// random when running all three.
     #[arg(long, env = "SILO_SECRET", hide_env_values = true)]
     secret: Option<String>,
     /// How often an idle outbox drain looks for work when nothing wakes it.
@@ -288,6 +289,9 @@ async fn run_outbox(args: &Args, outbox: &OutboxArgs) -> Result<(), Box<dyn std:
         // Nothing else calls another silo.
         (None, _) => String::new(),
     };
+    if matches!(outbox.command, OutboxCommand::Drain(_)) {
+        silo::check_secret(&secret)?;
+    }
     let cli = silo::outbox_cli(&args.config(role, &secret, None)).await?;
     cli.run(outbox, &mut std::io::stdout()).await?;
     Ok(())

@@ -90,6 +90,24 @@ impl std::fmt::Debug for SiloConfig {
     }
 }
 
+/// The shortest RPC secret a silo starts with: 32 bytes.
+pub const MIN_SECRET_LEN: usize = 32;
+
+/// Refuses an RPC secret shorter than [`MIN_SECRET_LEN`] (an empty one
+/// included): anyone who can reach `/rpc` could guess it.
+///
+/// # Errors
+///
+/// [`SiloError::WeakSecret`], naming its length, never the secret.
+pub fn check_secret(secret: &str) -> Result<(), SiloError> {
+    if secret.len() < MIN_SECRET_LEN {
+        return Err(SiloError::WeakSecret {
+            length: secret.len(),
+        });
+    }
+    Ok(())
+}
+
 /// Default [`SiloConfig::body_limit`]: 1 MiB (a bulk creation of
 /// `validate::BULK_MAX` organizations fits).
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
@@ -133,6 +151,15 @@ pub enum SiloError {
     /// The outbox worker refused to start.
     #[error(transparent)]
     Worker(#[from] outbox_axum::WorkerError),
+    /// The RPC secret is too short to keep other callers out.
+    #[error(
+        "the silo secret (--secret, SILO_SECRET) is {length} bytes long: it must have at \
+         least {MIN_SECRET_LEN} (generate one: `openssl rand -hex 32`)"
+    )]
+    WeakSecret {
+        /// Its length.
+        length: usize,
+    },
     /// A region this example has no id code for (`crate::ids::REGION_CODES`).
     #[error("unknown region {0:?}: this example knows {known}", known = crate::ids::REGION_CODES.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", "))]
     UnknownRegion(String),
@@ -217,6 +244,7 @@ pub async fn open_database(url: &str) -> Result<DatabaseConnection, SiloError> {
 ///
 /// [`SiloError`] when the database or the worker cannot start.
 pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningSilo, SiloError> {
+    check_secret(&config.secret)?;
     // Before the worker emits its first metrics.
     crate::telemetry::prometheus();
     let db = open_database(&config.database_url).await?;
@@ -426,6 +454,49 @@ pub const REQUEST_ID: &str = "x-request-id";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_shorter_than_32_bytes_is_refused_without_being_shown() {
+        for secret in ["", "short", &"x".repeat(MIN_SECRET_LEN - 1)] {
+            let error = check_secret(secret).unwrap_err();
+            let message = error.to_string();
+            assert!(
+                message.contains(&format!("is {} bytes long", secret.len()))
+                    && message.contains("at least 32"),
+                "{message}"
+            );
+            if !secret.is_empty() {
+                assert!(!message.contains(secret), "{message}");
+            }
+        }
+        check_secret(&"x".repeat(MIN_SECRET_LEN)).unwrap();
+    }
+
+    /// Refused before anything is opened: no database file is made.
+    #[tokio::test]
+    async fn a_silo_with_a_weak_secret_does_not_start() {
+        let dir = std::env::temp_dir().join(format!("outbox-weak-secret-{}", std::process::id()));
+        let path = dir.join("control.sqlite");
+        let config = SiloConfig {
+            role: Role::Control,
+            database_url: format!("sqlite://{}?mode=rwc", path.display()),
+            listen_url: None,
+            secret: "not-long-enough".into(),
+            control_url: "http://127.0.0.1:1".into(),
+            region_urls: BTreeMap::new(),
+            poll_interval: Duration::from_secs(1),
+            body_timeout: Duration::from_secs(10),
+            body_limit: DEFAULT_BODY_LIMIT,
+            admin_token: None,
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let error = start(config, listener).await.err().unwrap();
+        assert!(
+            matches!(error, SiloError::WeakSecret { length: 15 }),
+            "{error}"
+        );
+        assert!(!path.exists());
+    }
 
     #[test]
     fn a_configs_debug_shows_no_secret_token_or_password() {

@@ -56,7 +56,7 @@ fn configs(
                 role,
                 database_url: urls[key].clone(),
                 listen_url: None,
-                secret: "upgrade-secret".into(),
+                secret: "upgrade-secret-0123456789abcdef012345".into(),
                 control_url: format!("http://{}", addrs[0]),
                 region_urls: region_urls.clone(),
                 poll_interval: Duration::from_millis(50),

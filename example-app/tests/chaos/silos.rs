@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 /// The silos, in the order of their databases.
 pub const SILOS: [&str; 3] = ["control", "us", "de"];
 
-const SECRET: &str = "chaos-secret";
+const SECRET: &str = "chaos-secret-0123456789abcdef01234";
 
 /// How long a silo may take to serve after it was started.
 const START_TIMEOUT: Duration = Duration::from_secs(60);

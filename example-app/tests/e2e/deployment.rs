@@ -11,7 +11,7 @@ use sea_orm::{ConnectionTrait, DbBackend};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-pub(crate) const SECRET: &str = "test-secret";
+pub(crate) const SECRET: &str = "test-secret-0123456789abcdef0123456";
 
 pub(crate) struct Deployment {
     pub(crate) control: Option<RunningSilo>,
