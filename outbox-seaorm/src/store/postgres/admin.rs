@@ -1,0 +1,245 @@
+//! The PostgreSQL store's inspection and administration (`StoreAdmin`): what
+//! operators read and change, apart from the drain's hot path in `mod.rs`.
+
+use super::*;
+
+#[async_trait]
+impl StoreAdmin for PgStore {
+    async fn pending_count(&self, kind: OutboxKind) -> Result<u64, StoreError> {
+        const OP: &str = "count pending rows";
+        let row = self
+            .query_one(table(kind).pending_count, vec![], OP)
+            .await?;
+        let count: i64 = match row {
+            Some(row) => get(&row, "n", OP)?,
+            None => 0,
+        };
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    async fn shard_depths(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<ShardDepth>, StoreError> {
+        const OP: &str = "measure shard depths";
+        let rows = self
+            .query_all(
+                table(kind).shard_depths,
+                vec![codec::limit(limit).into()],
+                OP,
+            )
+            .await?;
+        crate::store::snapshot::shard_depths(&rows, kind, BACKEND)
+    }
+
+    async fn oldest_pending(&self, kind: OutboxKind) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let row = self
+            .query_one(
+                table(kind).oldest_pending,
+                vec![],
+                "find the oldest pending row",
+            )
+            .await?;
+        match row {
+            Some(row) => time::get_opt(&row, BACKEND, "oldest"),
+            None => Ok(None),
+        }
+    }
+
+    async fn max_id(&self, kind: OutboxKind) -> Result<Option<i64>, StoreError> {
+        const OP: &str = "find the highest row id";
+        match self.query_one(table(kind).max_id, vec![], OP).await? {
+            Some(row) => get(&row, "max_id", OP),
+            None => Ok(None),
+        }
+    }
+
+    async fn has_due(&self, kind: OutboxKind, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let row = self
+            .query_one(
+                table(kind).has_due,
+                vec![kind.as_i16().into(), now.into()],
+                "look for due rows",
+            )
+            .await?;
+        Ok(row.is_some())
+    }
+
+    async fn failing_shards(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<FailingShard>, StoreError> {
+        let rows = self
+            .query_all(
+                FAILING_SHARDS,
+                vec![kind.as_i16().into(), codec::limit(limit).into()],
+                "list failing shards",
+            )
+            .await?;
+        codec::failing_shards(&rows, kind, BACKEND)
+    }
+
+    async fn dead_letters(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<DeadLetterRow>, StoreError> {
+        let rows = self
+            .query_all(
+                DEAD_LETTERS,
+                vec![kind.as_i16().into(), codec::limit(limit).into()],
+                "list dead letters",
+            )
+            .await?;
+        codec::dead_letter_rows(&rows, kind, BACKEND)
+    }
+
+    async fn replay_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
+        Ok(self
+            .db
+            .execute_raw(statement(
+                table(kind).replay_dead_letters,
+                vec![
+                    kind.as_i16().into(),
+                    ids.to_vec().into(),
+                    outbox_core::the_past().into(),
+                ],
+            ))
+            .await
+            .map_err(op("replay dead letters"))?
+            .rows_affected())
+    }
+
+    async fn retry_now(
+        &self,
+        shards: &[ShardKey],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ShardKey>, StoreError> {
+        const OP: &str = "retry shards now";
+        let mut released = Vec::new();
+        for kind in OutboxKind::ALL {
+            let mut wanted: Vec<&ShardKey> = shards.iter().filter(|s| s.kind() == kind).collect();
+            wanted.sort_unstable();
+            wanted.dedup();
+            if wanted.is_empty() {
+                continue;
+            }
+            let buckets = codec::buckets(wanted.iter().copied());
+            let txn = self.db.begin().await.map_err(op(OP))?;
+            txn.execute_raw(statement(
+                CREATE_BUCKETS,
+                vec![
+                    kind.as_i16().into(),
+                    buckets.clone().into(),
+                    outbox_core::the_past().into(),
+                ],
+            ))
+            .await
+            .map_err(op(OP))?;
+            let locked = txn
+                .query_all_raw(statement(
+                    LOCK_FREE_BUCKETS,
+                    vec![kind.as_i16().into(), buckets.into(), now.into()],
+                ))
+                .await
+                .map_err(op(OP))?;
+            let free = locked
+                .iter()
+                .map(|row| get::<i32>(row, "bucket", OP))
+                .collect::<Result<Vec<_>, _>>()?;
+            wanted.retain(|shard| free.contains(&shard.bucket()));
+            if !wanted.is_empty() {
+                let [regions, scopes, identifiers] = key_arrays(wanted.iter().copied());
+                let retried = vec![
+                    kind.as_i16().into(),
+                    regions.clone(),
+                    scopes.clone(),
+                    identifiers.clone(),
+                    now.into(),
+                ];
+                txn.execute_raw(statement(RETRY_STATES, retried))
+                    .await
+                    .map_err(op(OP))?;
+                let schedule = vec![
+                    now.into(),
+                    regions,
+                    scopes,
+                    identifiers,
+                    outbox_core::the_past().into(),
+                ];
+                txn.execute_raw(statement(table(kind).reset_schedule, schedule))
+                    .await
+                    .map_err(op(OP))?;
+            }
+            txn.commit().await.map_err(op(OP))?;
+            released.extend(wanted.into_iter().cloned());
+        }
+        Ok(released)
+    }
+
+    async fn snapshot(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<outbox_core::store::AdminSnapshot, StoreError> {
+        let sql = crate::store::snapshot::SnapshotSql {
+            pending_count: table(kind).pending_count,
+            shard_depths: table(kind).shard_depths,
+            failing_shards: FAILING_SHARDS,
+        };
+        crate::store::snapshot::read(&self.db, &sql, kind, limit).await
+    }
+
+    async fn scope_depths(
+        &self,
+        kind: OutboxKind,
+    ) -> Result<Vec<outbox_core::ScopeDepth>, StoreError> {
+        crate::store::snapshot::scope_depths(&self.db, kind).await
+    }
+
+    async fn dead_letter_count(&self, kind: OutboxKind) -> Result<u64, StoreError> {
+        crate::store::snapshot::dead_letter_count(&self.db, kind).await
+    }
+
+    async fn table_health(
+        &self,
+        kind: OutboxKind,
+    ) -> Result<outbox_core::store::TableHealth, StoreError> {
+        const OP: &str = "read table health";
+        let table = match kind {
+            OutboxKind::Region => "region_outbox",
+            OutboxKind::Control => "control_outbox",
+        };
+        let row = self.query_one(TABLE_HEALTH, vec![table.into()], OP).await?;
+        let Some(row) = row else {
+            return Ok(outbox_core::store::TableHealth::default());
+        };
+        health::decode(&row, OP)
+    }
+
+    async fn discard_dead_letters(&self, kind: OutboxKind, ids: &[i64]) -> Result<u64, StoreError> {
+        Ok(self
+            .db
+            .execute_raw(statement(
+                "DELETE FROM outbox_dead_letter WHERE kind = $1 AND id = ANY($2::bigint[])",
+                vec![kind.as_i16().into(), ids.to_vec().into()],
+            ))
+            .await
+            .map_err(op("discard dead letters"))?
+            .rows_affected())
+    }
+
+    async fn controls(&self) -> Result<Vec<outbox_core::RuntimeControl>, StoreError> {
+        crate::store::controls::read(&self.db).await
+    }
+
+    async fn set_control(&self, control: &outbox_core::RuntimeControl) -> Result<(), StoreError> {
+        crate::store::controls::set(&self.db, control).await
+    }
+
+    async fn clear_control(&self, target: &outbox_core::ControlTarget) -> Result<bool, StoreError> {
+        crate::store::controls::clear(&self.db, target).await
+    }
+}
