@@ -81,8 +81,9 @@ async fn drain(
     concurrency: usize,
     rounds: usize,
 ) -> Duration {
-    let drainer = Drainer::new(SeaOrmStore::new(db.clone()).unwrap(), receivers)
-        .with_config(DrainConfig::default().concurrency(concurrency));
+    let drainer = Drainer::builder(SeaOrmStore::new(db.clone()).unwrap(), receivers)
+        .config(DrainConfig::default().concurrency(concurrency))
+        .build();
     let started = Instant::now();
     // Each task claims until a claim finds nothing it can take; the last
     // one to stop found nothing due.

@@ -8,7 +8,7 @@ use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
 use http_body_util::BodyExt;
 use outbox_axum::admin::{Admin, BearerToken};
-use outbox_core::{Drainer, OutboxKind, StoreAdmin};
+use outbox_core::{Drainer, DrainerBuilder, OutboxKind, StoreAdmin};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use outbox_testing::database::{DbBackend, TestDatabase};
 use serde_json::{json, Value};
@@ -88,17 +88,18 @@ async fn setup_with(
     backend: DbBackend,
     label: &str,
     organizations: &[i64],
-    tune: impl FnOnce(Drainer<OutboxCategory>) -> Drainer<OutboxCategory>,
+    tune: impl FnOnce(DrainerBuilder<OutboxCategory>) -> DrainerBuilder<OutboxCategory>,
 ) -> Setup {
     let db = TestDatabase::of(backend, label).await.unwrap();
     for &organization in organizations {
         write(&db, organization).await;
     }
     let recorder = Recorder::new();
-    let drainer = tune(Drainer::new(
+    let drainer = tune(Drainer::builder(
         SeaOrmStore::new(db.db.clone()).unwrap(),
         recorder.receivers(),
-    ));
+    ))
+    .build();
     let router = Admin::new(drainer.clone()).router(BearerToken::new(TOKEN));
     Setup {
         db,
@@ -335,11 +336,12 @@ async fn a_pause_through_the_admin_api_holds_in_another_process(backend: DbBacke
         ..
     } = setup(backend, "admin_pause", &[1, 2]).await;
     let clock = outbox_core::ManualClock::starting_now();
-    let elsewhere = Drainer::new(
+    let elsewhere = Drainer::builder(
         SeaOrmStore::new(db.connect_again(2).await.unwrap()).unwrap(),
         recorder.receivers(),
     )
-    .with_clock(clock.clone());
+    .clock(clock.clone())
+    .build();
     let json = "application/json";
     let pause = pause_body(1);
     let (status, control) = call(
@@ -415,7 +417,7 @@ async fn dead_letters_are_listed_replayed_and_discarded(backend: DbBackend) {
         drainer,
         router,
     } = setup_with(backend, "admin_dead_letters", &[1, 2], |drainer| {
-        drainer.with_dead_letter(OutboxScope::OrganizationScope, 1)
+        drainer.dead_letter(OutboxScope::OrganizationScope, 1)
     })
     .await;
     recorder.fail_when(|_| true);

@@ -58,11 +58,12 @@ async fn setup(backend: DbBackend, label: &str) -> Setup {
         write_region(&db.db, message).await.unwrap();
     }
     let recorder = Recorder::new();
-    let drainer = Drainer::new(
+    let drainer = Drainer::builder(
         SeaOrmStore::new(db.db.clone()).unwrap(),
         recorder.receivers(),
     )
-    .with_dead_letter(OutboxScope::WebhookScope, 1);
+    .dead_letter(OutboxScope::WebhookScope, 1)
+    .build();
     recorder.fail_when(|_| true);
     let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
     assert_eq!(report.dead_lettered, 1, "{report:?}");

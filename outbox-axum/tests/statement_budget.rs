@@ -584,11 +584,11 @@ impl<'a> Bench<'a> {
         counter: &'a StatementCounter,
         server: &'a ServerStatements,
     ) -> Self {
-        let drainer = Drainer::new(
+        let drainer = Drainer::builder(
             SeaOrmStore::new(drainer_pool.clone()).unwrap(),
             Receivers::new().discard(OutboxCategory::WidgetCreated),
         )
-        .with_config(
+        .config(
             DrainConfig::default()
                 // Operators' runtime controls are read once (in the
                 // warm-up), not now and then in the middle of a
@@ -596,7 +596,8 @@ impl<'a> Bench<'a> {
                 .controls_refresh(Duration::from_secs(24 * 3600))
                 // A held shard: give up at once, deferred.
                 .sync_wait(Duration::ZERO),
-        );
+        )
+        .build();
         Self {
             app: app(&through, drainer.clone()),
             through,

@@ -84,7 +84,7 @@ pub use context::OutboxContext;
 pub use control::{ControlAction, ControlTarget, Controls, RuntimeControl};
 pub use drain::{
     Backlog, DeadLetterPolicy, DeliveryError, DrainConfig, DrainOperator, DrainReport, DrainView,
-    Drainer, FlushError, FlushOutcome, PreparedFlush, ScopeBacklog, ShardFailure,
+    Drainer, DrainerBuilder, FlushError, FlushOutcome, PreparedFlush, ScopeBacklog, ShardFailure,
 };
 pub use fence::FencingToken;
 pub use memory::{MemoryStore, MemoryTransaction};

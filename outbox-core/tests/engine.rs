@@ -73,7 +73,9 @@ async fn a_hanging_receiver_times_out_and_its_shard_backs_off() {
         },
     );
     let config = DrainConfig::default().delivery_timeout(Duration::from_secs(2));
-    let drainer = Drainer::new(store.clone(), receivers).with_config(config);
+    let drainer = Drainer::builder(store.clone(), receivers)
+        .config(config)
+        .build();
     let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
     assert!(
         matches!(report.failures[0].error, DeliveryError::Timeout(t) if t == Duration::from_secs(2))
@@ -137,8 +139,9 @@ async fn a_receiver_flushing_its_own_shard_defers_instead_of_deadlocking() {
             }
         }
     });
-    let drainer = Drainer::new(store.clone(), receivers)
-        .with_config(DrainConfig::default().sync_wait(Duration::from_millis(100)));
+    let drainer = Drainer::builder(store.clone(), receivers)
+        .config(DrainConfig::default().sync_wait(Duration::from_millis(100)))
+        .build();
     *drainer_slot.lock().unwrap() = Some(drainer.clone());
     let report = drainer.drain_shard(&org(1), Some(first)).await.unwrap();
     assert_eq!(report.deliveries, 1);
@@ -158,7 +161,9 @@ async fn a_database_lost_mid_round_loses_nothing_and_its_claims_expire() {
     let clock = ManualClock::starting_now();
     let store = MemoryStore::new();
     store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
-    let drainer = Drainer::new(store.clone(), ok_receivers()).with_clock(clock.clone());
+    let drainer = Drainer::builder(store.clone(), ok_receivers())
+        .clock(clock.clone())
+        .build();
     // The claim goes through, then the database goes away.
     store.fail_calls(1, 1);
     let error = drainer.drain_due(OutboxKind::Region).await.unwrap_err();
@@ -183,7 +188,9 @@ async fn a_store_error_files_the_claims_and_releasing_them_frees_the_shard_at_on
     let clock = ManualClock::starting_now();
     let store = MemoryStore::new();
     store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
-    let drainer = Drainer::new(store.clone(), ok_receivers()).with_clock(clock.clone());
+    let drainer = Drainer::builder(store.clone(), ok_receivers())
+        .clock(clock.clone())
+        .build();
     store.fail_calls(1, 1); // the claim goes through, the commit fails
     drainer.drain_due(OutboxKind::Region).await.unwrap_err();
     assert!(drainer.has_abandoned());
@@ -227,9 +234,10 @@ async fn a_cancelled_round_files_its_claims_and_another_worker_takes_them_once_r
             },
         )
     };
-    let first = Drainer::new(store.clone(), receivers)
-        .with_clock(clock.clone())
-        .with_owner("first");
+    let first = Drainer::builder(store.clone(), receivers)
+        .clock(clock.clone())
+        .owner("first")
+        .build();
     let round = tokio::spawn({
         let first = first.clone();
         async move { first.drain_due(OutboxKind::Region).await }
@@ -239,9 +247,10 @@ async fn a_cancelled_round_files_its_claims_and_another_worker_takes_them_once_r
     assert!(round.await.unwrap_err().is_cancelled());
     assert!(first.has_abandoned());
 
-    let second = Drainer::new(store.clone(), ok_receivers())
-        .with_clock(clock.clone())
-        .with_owner("second");
+    let second = Drainer::builder(store.clone(), ok_receivers())
+        .clock(clock.clone())
+        .owner("second")
+        .build();
     assert_eq!(
         second.drain_due(OutboxKind::Region).await.unwrap().shards,
         0,
@@ -282,9 +291,10 @@ async fn a_sync_flush_reports_a_busy_shard() {
         store.claim_shard(&request, &org(1)).await.unwrap(),
         ShardClaim::Claimed(_)
     ));
-    let drainer = Drainer::new(store.clone(), ok_receivers())
-        .with_clock(clock.clone())
-        .with_config(DrainConfig::default().sync_wait(Duration::from_millis(30)));
+    let drainer = Drainer::builder(store.clone(), ok_receivers())
+        .clock(clock.clone())
+        .config(DrainConfig::default().sync_wait(Duration::from_millis(30)))
+        .build();
     let error = drainer.drain_shard(&org(1), Some(id)).await.unwrap_err();
     assert!(matches!(error, FlushError::ShardBusy { .. }), "{error}");
     assert!(error.to_string().contains("left to the background drain"));
@@ -416,9 +426,10 @@ async fn a_scope_that_opts_in_dead_letters_a_poison_group_and_the_shard_goes_on(
         }
         receivers
     };
-    let drainer = Drainer::new(store.clone(), receivers)
-        .with_clock(clock.clone())
-        .with_dead_letter(OutboxScope::OrgScope, 3);
+    let drainer = Drainer::builder(store.clone(), receivers)
+        .clock(clock.clone())
+        .dead_letter(OutboxScope::OrgScope, 3)
+        .build();
     for attempt in 1..=5 {
         let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
         let org_failure = report.failures.iter().find(|f| f.shard == org(1));
@@ -456,7 +467,9 @@ async fn a_scope_that_opts_in_dead_letters_a_poison_group_and_the_shard_goes_on(
         .await
         .unwrap()
         .is_empty());
-    let fixed = Drainer::new(store.clone(), ok_receivers()).with_clock(clock.clone());
+    let fixed = Drainer::builder(store.clone(), ok_receivers())
+        .clock(clock.clone())
+        .build();
     let report = fixed.drain_due(OutboxKind::Region).await.unwrap();
     assert!(report.deliveries >= 1);
     assert!(store
@@ -494,9 +507,10 @@ async fn after_a_dead_letter_the_next_poison_group_gets_its_full_attempts() {
             Ok(())
         },
     );
-    let drainer = Drainer::new(store.clone(), receivers)
-        .with_clock(clock.clone())
-        .with_dead_letters(outbox_core::DeadLetterPolicy::new().after(OutboxScope::OrgScope, 2));
+    let drainer = Drainer::builder(store.clone(), receivers)
+        .clock(clock.clone())
+        .dead_letters(outbox_core::DeadLetterPolicy::new().after(OutboxScope::OrgScope, 2))
+        .build();
     let mut dead_after = Vec::new();
     for round in 1..=6 {
         let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
@@ -526,9 +540,10 @@ async fn a_slow_receiver_keeps_its_claim_alive_past_the_lease() {
     store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
     let recorder = outbox_testing::Recorder::<OutboxCategory>::new();
     let gate = recorder.hold_when(|_| true);
-    let slow = Drainer::new(store.clone(), recorder.receivers())
-        .with_clock(clock.clone())
-        .with_config(DrainConfig::default().delivery_timeout(Duration::from_secs(60)));
+    let slow = Drainer::builder(store.clone(), recorder.receivers())
+        .clock(clock.clone())
+        .config(DrainConfig::default().delivery_timeout(Duration::from_secs(60)))
+        .build();
     let round = tokio::spawn({
         let slow = slow.clone();
         async move { slow.drain_due(OutboxKind::Region).await.unwrap() }
@@ -536,7 +551,9 @@ async fn a_slow_receiver_keeps_its_claim_alive_past_the_lease() {
     gate.reached(1).await;
     // Ten leases' worth of time: the heartbeats renew the claim each second.
     pass_time(&clock, 30).await;
-    let other = Drainer::new(store.clone(), ok_receivers()).with_clock(clock.clone());
+    let other = Drainer::builder(store.clone(), ok_receivers())
+        .clock(clock.clone())
+        .build();
     assert!(
         other
             .drain_due(OutboxKind::Region)
@@ -559,9 +576,10 @@ async fn a_claim_that_cannot_be_renewed_stops_its_receivers_before_the_lease_end
     let recorder = outbox_testing::Recorder::<OutboxCategory>::new();
     let gate = recorder.hold_when(|_| true);
     let config = DrainConfig::default().delivery_timeout(Duration::from_secs(60));
-    let cut_off = Drainer::new(store.clone(), recorder.receivers())
-        .with_clock(clock.clone())
-        .with_config(config);
+    let cut_off = Drainer::builder(store.clone(), recorder.receivers())
+        .clock(clock.clone())
+        .config(config)
+        .build();
     let round = tokio::spawn({
         let cut_off = cut_off.clone();
         async move { cut_off.drain_due(OutboxKind::Region).await.unwrap() }
@@ -580,7 +598,9 @@ async fn a_claim_that_cannot_be_renewed_stops_its_receivers_before_the_lease_end
     // The claim ends with its lease; the row is delivered by the next owner.
     store.fail_next_calls(0);
     clock.advance(config.lease_duration());
-    let next = Drainer::new(store.clone(), ok_receivers()).with_clock(clock.clone());
+    let next = Drainer::builder(store.clone(), ok_receivers())
+        .clock(clock.clone())
+        .build();
     assert_eq!(
         next.drain_due(OutboxKind::Region).await.unwrap().deliveries,
         1
@@ -597,9 +617,10 @@ async fn a_slow_receiver_holds_only_its_own_bucket() {
     let recorder = outbox_testing::Recorder::<OutboxCategory>::new();
     let gate = recorder.hold_when(|message| message.shard_identifier() == 1);
     let config = DrainConfig::default();
-    let drainer = Drainer::new(store.clone(), recorder.receivers())
-        .with_clock(clock.clone())
-        .with_config(config);
+    let drainer = Drainer::builder(store.clone(), recorder.receivers())
+        .clock(clock.clone())
+        .config(config)
+        .build();
     let round = tokio::spawn({
         let drainer = drainer.clone();
         async move { drainer.drain_due(OutboxKind::Region).await.unwrap() }
@@ -624,7 +645,9 @@ async fn a_slow_receiver_holds_only_its_own_bucket() {
     }
     assert_eq!(remaining(), vec![1]);
     let id = store.write(&org(2), OutboxCategory::OrgUpdate, 6, None);
-    let flush = Drainer::new(store.clone(), ok_receivers()).with_clock(clock.clone());
+    let flush = Drainer::builder(store.clone(), ok_receivers())
+        .clock(clock.clone())
+        .build();
     assert_eq!(
         flush
             .drain_shard(&org(2), Some(id))

@@ -84,14 +84,16 @@ async fn sink_with_stream(server: &NatsServer) -> JetStreamSink {
 }
 
 fn drainer(store: &MemoryStore, receivers: Receivers<OutboxCategory>) -> Drainer<OutboxCategory> {
-    Drainer::new(store.clone(), receivers).with_config(
-        // Retries within tens of milliseconds: the tests wait on conditions,
-        // not on a backoff of seconds.
-        DrainConfig::default().backoff(BackoffPolicy::new(
-            Duration::from_millis(10),
-            Duration::from_millis(50),
-        )),
-    )
+    Drainer::builder(store.clone(), receivers)
+        .config(
+            // Retries within tens of milliseconds: the tests wait on conditions,
+            // not on a backoff of seconds.
+            DrainConfig::default().backoff(BackoffPolicy::new(
+                Duration::from_millis(10),
+                Duration::from_millis(50),
+            )),
+        )
+        .build()
 }
 
 fn both(sink: &JetStreamSink) -> Receivers<OutboxCategory> {

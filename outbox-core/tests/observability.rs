@@ -152,7 +152,9 @@ fn coalescing_retries_and_the_backlog_are_measured() {
                     },
                 );
             let clock = ManualClock::starting_now();
-            let drainer = Drainer::new(store, receivers).with_clock(clock.clone());
+            let drainer = Drainer::builder(store, receivers)
+                .clock(clock.clone())
+                .build();
             drainer.drain_due(OutboxKind::Region).await.unwrap();
             clock.advance(Duration::from_secs(5));
             let backlog = drainer.view().backlog(OutboxKind::Region).await.unwrap();

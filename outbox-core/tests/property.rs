@@ -131,11 +131,12 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 Duration::from_secs(1),
                 Duration::from_secs(60),
             ));
-        let drainer = Drainer::new(store.clone(), harness.receivers())
-            .with_clock(clock.clone())
+        let drainer = Drainer::builder(store.clone(), harness.receivers())
+            .clock(clock.clone())
             // Rule 5 as such: no early retry when a receiver comes back
             // (that exception has its conformance test).
-            .with_config(config.sync_wait(Duration::ZERO).recovery_batch(0));
+            .config(config.sync_wait(Duration::ZERO).recovery_batch(0))
+            .build();
         let mut written: HashMap<i64, (ShardKey, (i32, i64), serde_json::Value)> = HashMap::new();
         let mut retry_after: HashMap<ShardKey, DateTime<Utc>> = HashMap::new();
         let mut backoff_violations = Vec::new();

@@ -44,9 +44,10 @@ async fn delay_after(earlier: usize, error: fn() -> HandlerError) -> Duration {
     let shard = ShardKey::region(OutboxScope::OrgScope, 1);
     store.write(&shard, OutboxCategory::OrgUpdate, 1, None);
     let script: Script = Arc::new(Mutex::new(Some(Box::new(|| "plain failure".into()))));
-    let drainer = Drainer::new(store.clone(), receivers(&script))
-        .with_config(DrainConfig::default().recovery_batch(0))
-        .with_clock(clock.clone());
+    let drainer = Drainer::builder(store.clone(), receivers(&script))
+        .config(DrainConfig::default().recovery_batch(0))
+        .clock(clock.clone())
+        .build();
     for _ in 0..earlier {
         let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
         assert_eq!(report.failures.len(), 1);

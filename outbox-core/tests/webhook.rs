@@ -139,9 +139,10 @@ fn outbox(sink: &WebhookSink) -> (MemoryStore, Drainer<OutboxCategory>, ManualCl
         Some(json!({ "cents": 990 })),
     );
     let receivers = Receivers::new().on(OutboxCategory::PriceChanged, sink.receiver());
-    let drainer = Drainer::new(store.clone(), receivers)
-        .with_config(DrainConfig::default().recovery_batch(0))
-        .with_clock(clock.clone());
+    let drainer = Drainer::builder(store.clone(), receivers)
+        .config(DrainConfig::default().recovery_batch(0))
+        .clock(clock.clone())
+        .build();
     (store, drainer, clock)
 }
 
@@ -252,8 +253,10 @@ async fn a_retry_carries_the_same_webhook_id_and_is_signed_again() {
     // The same rows, now to an endpoint that accepts.
     let sink = failing.with_url(&endpoint.url("/ok")).unwrap();
     let receivers = Receivers::new().on(OutboxCategory::PriceChanged, sink.receiver());
-    let drainer = Drainer::new(store.clone(), receivers).with_clock(clock.clone());
-    clock.advance((failure - drainer.now()).to_std().unwrap());
+    let drainer = Drainer::builder(store.clone(), receivers)
+        .clock(clock.clone())
+        .build();
+    clock.advance((failure - drainer.clock().now()).to_std().unwrap());
     assert_eq!(
         drainer
             .drain_due(OutboxKind::Region)
@@ -326,7 +329,7 @@ async fn a_429_holds_the_shard_for_its_retry_after() {
         // Asked for 120 s: 120 s, not the first backoff's 1 s; asked for
         // none: the backoff.
         assert_eq!(
-            (failure.retry_at - drainer.now()).to_std().unwrap(),
+            (failure.retry_at - drainer.clock().now()).to_std().unwrap(),
             Duration::from_secs(expected),
             "{value}"
         );

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 use common::{OutboxCategory, Recorder};
-use outbox_core::{Drainer, OutboxKind, ShardKey, StoreAdmin};
+use outbox_core::{Drainer, DrainerBuilder, OutboxKind, ShardKey, StoreAdmin};
 use outbox_seaorm::backfill::Backfill;
 use outbox_seaorm::cli::output::{
     BackfillRunOutput, BackfillStatusOutput, ControlChange, ControlOutput, DeadLetterAction,
@@ -162,11 +162,11 @@ impl Setup {
     async fn with(
         backend: DbBackend,
         label: &str,
-        configure: impl FnOnce(Drainer<OutboxCategory>) -> Drainer<OutboxCategory>,
+        configure: impl FnOnce(DrainerBuilder<OutboxCategory>) -> DrainerBuilder<OutboxCategory>,
     ) -> Self {
         let db = common::database(backend, label).await;
         let recorder = Recorder::new();
-        let drainer = configure(Drainer::new(db.store(), recorder.receivers()));
+        let drainer = configure(Drainer::builder(db.store(), recorder.receivers())).build();
         let cli = OutboxCli::new(drainer).with_progress(Progress::Hidden);
         Self { db, recorder, cli }
     }
@@ -368,7 +368,7 @@ async fn a_culled_scope_is_dropped_without_delivery(backend: DbBackend) {
 /// brings one back and it is delivered; `discard --all` removes the rest.
 async fn dead_letters_are_listed_replayed_and_discarded(backend: DbBackend) {
     let t = Setup::with(backend, "cli_dead_letters", |drainer| {
-        drainer.with_dead_letter(common::OutboxScope::AuditLogScope, 1)
+        drainer.dead_letter(common::OutboxScope::AuditLogScope, 1)
     })
     .await;
     let mut ids = Vec::new();

@@ -52,7 +52,9 @@ async fn sessions_waiting_on_a_lock(db: &impl ConnectionTrait) -> i64 {
 async fn rows_of_one_shard_reach_the_receiver_in_id_order_whatever_the_commit_order() {
     let t = database(DbBackend::Postgres, "commit_order").await;
     let recorder = Recorder::new();
-    let drainer = Drainer::new(t.store(), recorder.receivers()).with_config(DrainConfig::default());
+    let drainer = Drainer::builder(t.store(), recorder.receivers())
+        .config(DrainConfig::default())
+        .build();
 
     let a = begin_write(&t.db).await.unwrap();
     let a_row = write_region(&a, message(1)).await.unwrap();

@@ -54,9 +54,10 @@ async fn an_error_with_a_nul_or_lossy_bytes_backs_off_and_delivers_later(backend
     let store = t.store();
     let clock = ManualClock::starting_now();
     let script = Arc::new(Mutex::new(None));
-    let drainer = Drainer::new(store.clone(), receivers(&script))
-        .with_config(DrainConfig::default().recovery_batch(0))
-        .with_clock(clock.clone());
+    let drainer = Drainer::builder(store.clone(), receivers(&script))
+        .config(DrainConfig::default().recovery_batch(0))
+        .clock(clock.clone())
+        .build();
     let shard = ShardKey::region(OutboxScope::OrganizationScope, 1);
     write_region(
         &t.db,
@@ -107,8 +108,9 @@ async fn an_error_with_a_nul_is_dead_lettered_where_the_scope_allows(backend: Db
     let t = database(backend, "error_text_dead").await;
     let store = t.store();
     let script = Arc::new(Mutex::new(Some("refused\0here".to_owned())));
-    let drainer = Drainer::new(store.clone(), receivers(&script))
-        .with_dead_letter(OutboxScope::OrganizationScope, 1);
+    let drainer = Drainer::builder(store.clone(), receivers(&script))
+        .dead_letter(OutboxScope::OrganizationScope, 1)
+        .build();
     write_region(
         &t.db,
         OutboxMessage::new(OutboxCategory::OrganizationUpdate, ShardId(2), ObjectId(2)),

@@ -138,11 +138,12 @@ async fn a_crash_between_the_receivers_commit_and_the_delete_applies_once(backen
     // past its lease), and skipped.
     let outcomes: Arc<Mutex<Vec<Applied<()>>>> = Arc::default();
     let clock = ManualClock::new(Utc::now() + chrono::Duration::minutes(1));
-    let drainer = Drainer::new(
+    let drainer = Drainer::builder(
         store.clone(),
         counting_receivers(t.db.clone(), false, outcomes.clone()),
     )
-    .with_shared_clock(Arc::new(clock));
+    .shared_clock(Arc::new(clock))
+    .build();
     drainer.drain_due(OutboxKind::Region).await.unwrap();
     assert_eq!(
         *outcomes.lock().unwrap(),
@@ -412,9 +413,10 @@ async fn a_paused_workers_delivery_is_superseded_in_a_fenced_inbox(backend: DbBa
             }
         }
     });
-    let stale = Drainer::new(t.store(), stale)
-        .with_clock(clock.clone())
-        .with_config(config);
+    let stale = Drainer::builder(t.store(), stale)
+        .clock(clock.clone())
+        .config(config)
+        .build();
     let round = tokio::spawn(async move { stale.drain_due(OutboxKind::Region).await.unwrap() });
     stalled.recv().await.unwrap();
     clock.advance(config.lease_duration());
@@ -431,9 +433,10 @@ async fn a_paused_workers_delivery_is_superseded_in_a_fenced_inbox(backend: DbBa
             }
         }
     });
-    let fresh = Drainer::new(SeaOrmStore::new(t.db.clone()).unwrap(), fresh)
-        .with_clock(clock.clone())
-        .with_config(config);
+    let fresh = Drainer::builder(SeaOrmStore::new(t.db.clone()).unwrap(), fresh)
+        .clock(clock.clone())
+        .config(config)
+        .build();
     let report = fresh.drain_due(OutboxKind::Region).await.unwrap();
     assert_eq!((report.deliveries, report.rows_deleted), (1, 2));
     assert_eq!(name(&t.db).await, "new");

@@ -88,8 +88,9 @@ async fn dead_letters_and_replay_keep_the_id(backend: DbBackend) {
     let written = write_region(&t.db, message).await.unwrap();
     let recorder = Recorder::<OutboxCategory>::new();
     recorder.fail_when(|_| true);
-    let drainer = Drainer::new(store.clone(), recorder.receivers())
-        .with_dead_letter(OutboxScope::AuditLogScope, 1);
+    let drainer = Drainer::builder(store.clone(), recorder.receivers())
+        .dead_letter(OutboxScope::AuditLogScope, 1)
+        .build();
     drainer.drain_due(OutboxKind::Region).await.unwrap();
     let dead = store.dead_letters(OutboxKind::Region, 10).await.unwrap();
     assert_eq!(dead.len(), 1);

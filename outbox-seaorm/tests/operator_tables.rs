@@ -112,8 +112,9 @@ async fn the_dead_letter_and_control_entities_read_the_tables(
     .unwrap();
     let recorder = Recorder::<OutboxCategory>::new();
     recorder.fail_when(|_| true);
-    let drainer = outbox_core::Drainer::new(store.clone(), recorder.receivers())
-        .with_dead_letter(OutboxScope::AuditLogScope, 1);
+    let drainer = outbox_core::Drainer::builder(store.clone(), recorder.receivers())
+        .dead_letter(OutboxScope::AuditLogScope, 1)
+        .build();
     let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
     assert_eq!(report.dead_lettered, 1);
     let dead = outbox_dead_letter::Entity::find().all(&t.db).await.unwrap();

@@ -58,9 +58,10 @@ async fn four_drains_over_a_thousand_shards_lose_nothing_and_keep_order() {
     let mut workers = Vec::new();
     for worker in 0..4 {
         let db = t.connect_again(6).await.unwrap();
-        let drainer = Drainer::new(SeaOrmStore::new(db).unwrap(), recorder.receivers())
-            .with_config(config)
-            .with_owner(format!("stress-{worker}"));
+        let drainer = Drainer::builder(SeaOrmStore::new(db).unwrap(), recorder.receivers())
+            .config(config)
+            .owner(format!("stress-{worker}"))
+            .build();
         workers.push(tokio::spawn(async move {
             while started.elapsed() < Duration::from_secs(240) {
                 let report = drainer.drain_due(OutboxKind::Region).await.unwrap();

@@ -71,8 +71,9 @@ async fn a_traceparent_survives_claims_dead_letters_and_replay(backend: DbBacken
     // Refused once: the audit scope dead-letters at once, value and all.
     let recorder = Recorder::<OutboxCategory>::new();
     recorder.fail_when(|_| true);
-    let drainer = Drainer::new(store.clone(), recorder.receivers())
-        .with_dead_letter(OutboxScope::AuditLogScope, 1);
+    let drainer = Drainer::builder(store.clone(), recorder.receivers())
+        .dead_letter(OutboxScope::AuditLogScope, 1)
+        .build();
     for kind in [OutboxKind::Region, OutboxKind::Control] {
         drainer.drain_due(kind).await.unwrap();
     }

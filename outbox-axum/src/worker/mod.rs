@@ -246,11 +246,12 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         self.receivers.ensure_complete()?;
         let store = SeaOrmStore::new(self.db.clone())?;
         check_schema(&self.db).await?;
-        let mut drainer = Drainer::new(store, self.receivers)
-            .with_config(self.config)
-            .with_dead_letters(self.dead_letters);
         let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
-        drainer = drainer.with_shared_clock(clock.clone());
+        let drainer = Drainer::builder(store, self.receivers)
+            .config(self.config)
+            .dead_letters(self.dead_letters)
+            .shared_clock(clock.clone())
+            .build();
         let waker = Waker::new().with_notifier(PgNotifier::new(self.db.clone()));
         let mut worker = WorkerBuilder::new(drainer)
             .kinds(self.kinds)

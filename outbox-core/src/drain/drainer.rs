@@ -1,28 +1,28 @@
-//! The public face of the drain: a [`Drainer`] builds an engine over a
-//! store and receivers, runs background rounds on it, and hands out the
+//! The public face of the drain: a [`Drainer`] (set up by its
+//! [builder](DrainerBuilder)) holds an engine over a store and receivers,
+//! runs background rounds on it, and hands out the
 //! narrower handles the rest of the system takes: its [operator](DrainOperator)
 //! (runtime controls, retries) and its [read-only view](DrainView)
 //! (backlog, inspection). The synchronous flush is in `flush.rs`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 
+use super::builder::DrainerBuilder;
 use super::config::DrainConfig;
-use super::engine::{DeadLetterPolicy, Engine};
+use super::engine::Engine;
 use super::observe;
 use super::operator::DrainOperator;
 use super::report::DrainReport;
 use super::round::Round;
-use super::view::{Backlog, DrainView};
-use crate::clock::{Clock, SystemClock};
-use crate::control::{ControlTarget, Controls};
+use super::view::DrainView;
+use crate::clock::Clock;
 use crate::receiver::Receivers;
-use crate::registry::{Category, Scope};
-use crate::shard::{OutboxKind, ShardKey};
-use crate::store::{DrainStore, Store, StoreAdmin, StoreError};
+use crate::registry::Category;
+use crate::shard::OutboxKind;
+use crate::store::{DrainStore, Store, StoreError};
 
 /// Delivers outbox messages from a store to [`Receivers`].
 ///
@@ -68,64 +68,20 @@ pub(crate) struct ClaimAnswer {
 
 impl<C: Category> Drainer<C> {
     /// A drainer over `store` with the default [`DrainConfig`], the system
-    /// clock and no runtime controls read yet.
+    /// clock, no dead letters and no runtime controls read yet; see
+    /// [`builder`](Self::builder) to set any of them.
     pub fn new(store: impl Store, receivers: Receivers<C>) -> Self {
-        let store = Arc::new(store);
-        Self::from_parts(store.clone(), store, Arc::new(receivers))
+        Self::builder(store, receivers).build()
     }
 
-    /// A drainer over a store and receivers that are already shared; `admin`
-    /// is what its [`view`](Self::view) reads and its
-    /// [`operator`](Self::operator) changes (usually the same store).
-    pub fn from_parts(
-        store: Arc<dyn DrainStore>,
-        admin: Arc<dyn StoreAdmin>,
-        receivers: Arc<Receivers<C>>,
-    ) -> Self {
-        Self {
-            engine: Engine::new(store, admin, receivers, Arc::new(SystemClock)),
-        }
+    /// Sets up a drainer over `store`: its tuning, clock, owner name and
+    /// dead-letter policy.
+    pub fn builder(store: impl Store, receivers: Receivers<C>) -> DrainerBuilder<C> {
+        DrainerBuilder::new(store, receivers)
     }
 
-    /// Opts `scope` into dead-lettering: after `attempts` failed attempts in a
-    /// row, a failing group is moved to the dead-letter table and its shard
-    /// goes on with the next group. Scopes not named here retry forever
-    /// (Sentry's behaviour, and the default). Dead-lettered rows can be
-    /// listed through the [`view`](Self::view) and replayed through the
-    /// [`operator`](Self::operator).
-    pub fn with_dead_letter<S: Scope>(mut self, scope: S, attempts: u32) -> Self {
-        let policy = Arc::make_mut(&mut self.engine.dead_letter_after);
-        *policy = std::mem::take(policy).after(scope, attempts);
-        self
-    }
-
-    /// Replaces the dead-letter policy. Default: every scope retries forever.
-    pub fn with_dead_letters(mut self, policy: DeadLetterPolicy) -> Self {
-        self.engine.dead_letter_after = Arc::new(policy);
-        self
-    }
-
-    /// Replaces the tuning.
-    pub fn with_config(mut self, config: DrainConfig) -> Self {
-        self.engine.config = config;
-        self
-    }
-
-    /// Replaces the clock (tests move a [`ManualClock`](crate::ManualClock)).
-    pub fn with_clock(self, clock: impl Clock) -> Self {
-        self.with_shared_clock(Arc::new(clock))
-    }
-
-    /// Replaces the clock with one that is already shared.
-    pub fn with_shared_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.engine.clock = clock;
-        self
-    }
-
-    /// Names this worker in claims (default: process id and a random suffix).
-    pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
-        self.engine.owner = owner.into().into();
-        self
+    pub(super) fn from_engine(engine: Engine<C>) -> Self {
+        Self { engine }
     }
 
     /// The tuning.
@@ -149,7 +105,7 @@ impl<C: Category> Drainer<C> {
     }
 
     /// The current time of the drainer's clock.
-    pub fn now(&self) -> DateTime<Utc> {
+    pub(crate) fn now(&self) -> DateTime<Utc> {
         self.engine.now()
     }
 
@@ -333,89 +289,5 @@ impl<C: Category> Drainer<C> {
             engine.completer.released(kind);
         }
         report
-    }
-
-    /// Deprecated: the store's reads are on [`view`](Self::view), its
-    /// changes on [`operator`](Self::operator).
-    #[deprecated(note = "use `drainer.view()` to read and `drainer.operator()` to change")]
-    pub fn admin(&self) -> &Arc<dyn StoreAdmin> {
-        &self.engine.admin
-    }
-
-    /// Deprecated: see [`DrainOperator::controls`].
-    #[deprecated(note = "use `drainer.operator().controls()`")]
-    pub fn controls(&self) -> &Controls {
-        &self.engine.controls
-    }
-
-    /// Deprecated: see [`DrainOperator::pause`].
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`] when the database fails.
-    #[deprecated(note = "use `drainer.operator().pause(target, reason)`")]
-    pub async fn pause(
-        &self,
-        target: ControlTarget,
-        reason: Option<String>,
-    ) -> Result<(), StoreError> {
-        self.operator().pause(target, reason).await
-    }
-
-    /// Deprecated: see [`DrainOperator::cull`].
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`] when the database fails.
-    #[deprecated(note = "use `drainer.operator().cull(target, reason)`")]
-    pub async fn cull(
-        &self,
-        target: ControlTarget,
-        reason: Option<String>,
-    ) -> Result<(), StoreError> {
-        self.operator().cull(target, reason).await
-    }
-
-    /// Deprecated: see [`DrainOperator::resume`].
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`] when the database fails.
-    #[deprecated(note = "use `drainer.operator().resume(target)`")]
-    pub async fn resume(&self, target: &ControlTarget) -> Result<bool, StoreError> {
-        self.operator().resume(target).await
-    }
-
-    /// Deprecated: see [`DrainOperator::retry_now`].
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`] when the database fails.
-    #[deprecated(note = "use `drainer.operator().retry_now(shards)`")]
-    pub async fn retry_now(&self, shards: &[ShardKey]) -> Result<Vec<ShardKey>, StoreError> {
-        self.operator().retry_now(shards).await
-    }
-
-    /// Deprecated: see [`DrainView::backlog`].
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`] when the database fails.
-    #[deprecated(note = "use `drainer.view().backlog(kind)`")]
-    pub async fn backlog(&self, kind: OutboxKind) -> Result<Backlog, StoreError> {
-        self.view().backlog(kind).await
-    }
-
-    /// Deprecated: see [`DrainView::oldest_pending_age`].
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`] when the database fails.
-    #[deprecated(note = "use `drainer.view().oldest_pending_age(kind)`")]
-    pub async fn oldest_pending_age(
-        &self,
-        kind: OutboxKind,
-    ) -> Result<Option<Duration>, StoreError> {
-        self.view().oldest_pending_age(kind).await
     }
 }

@@ -73,6 +73,7 @@
 //! ```
 
 mod abandoned;
+mod builder;
 mod call;
 mod claim;
 mod complete;
@@ -92,6 +93,7 @@ mod round;
 mod view;
 mod wave;
 
+pub use builder::DrainerBuilder;
 pub use config::{
     DrainConfig, DEFAULT_BATCH_SIZE, DEFAULT_COMMIT_INTERVAL, DEFAULT_CONCURRENCY,
     DEFAULT_CONTROLS_REFRESH, DEFAULT_DELIVERY_TIMEOUT, DEFAULT_LEASE, DEFAULT_ROUND_DURATION,

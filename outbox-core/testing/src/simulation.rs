@@ -651,10 +651,11 @@ impl World {
             });
         }
         lock(&self.control.plans).insert(id, (None, 0));
-        let drainer = Drainer::new(store, receivers)
-            .with_clock(self.clock.clone())
-            .with_config(drain_config())
-            .with_dead_letters(DeadLetterPolicy::new().after(OutboxScope::SimAuditScope, 2));
+        let drainer = Drainer::builder(store, receivers)
+            .clock(self.clock.clone())
+            .config(drain_config())
+            .dead_letters(DeadLetterPolicy::new().after(OutboxScope::SimAuditScope, 2))
+            .build();
         (drainer, id)
     }
 

@@ -100,8 +100,9 @@ pub async fn drain_all(
     let receivers = Receivers::new().on(OutboxCategory::BenchUpdate, |_message| async {
         Ok::<_, HandlerError>(())
     });
-    let drainer =
-        Drainer::new(SeaOrmStore::new(db.clone()).unwrap(), receivers).with_config(config);
+    let drainer = Drainer::builder(SeaOrmStore::new(db.clone()).unwrap(), receivers)
+        .config(config)
+        .build();
     let wal = wal_position(db).await;
     let started = Instant::now();
     let loops: Vec<_> = (0..tasks)

@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use super::{audit, drainer, org, update, Backend, NewRow, OutboxCategory, OutboxScope};
+use super::{
+    audit, drainer, drainer_builder, org, update, Backend, NewRow, OutboxCategory, OutboxScope,
+};
 use crate::{drain_until_idle, Recorder};
 use outbox_core::clock::{Clock, ManualClock};
 use outbox_core::drain::{DrainConfig, FlushError};
@@ -177,8 +179,9 @@ pub async fn an_opted_in_scope_dead_letters_and_the_shard_goes_on<B: Backend>(ba
     let clock = ManualClock::starting_now();
     let recorder = Recorder::new();
     recorder.fail_when(|message| message.object_identifier == 1);
-    let drainer = drainer(store.clone(), &recorder, &clock, DrainConfig::default())
-        .with_dead_letter(OutboxScope::AuditLogScope, 2);
+    let drainer = drainer_builder(store.clone(), &recorder, &clock, DrainConfig::default())
+        .dead_letter(OutboxScope::AuditLogScope, 2)
+        .build();
 
     let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
     assert_eq!((report.deliveries, report.dead_lettered), (0, 0));
@@ -340,8 +343,9 @@ pub async fn a_permanent_error_is_dead_lettered_at_once_where_the_scope_allows<B
     let clock = ManualClock::starting_now();
     let recorder = Recorder::new();
     recorder.fail_permanently_when(|message| message.object_identifier == 1);
-    let drainer = drainer(store.clone(), &recorder, &clock, DrainConfig::default())
-        .with_dead_letter(OutboxScope::AuditLogScope, 10);
+    let drainer = drainer_builder(store.clone(), &recorder, &clock, DrainConfig::default())
+        .dead_letter(OutboxScope::AuditLogScope, 10)
+        .build();
 
     let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
     assert_eq!((report.deliveries, report.dead_lettered), (1, 1));

@@ -29,9 +29,10 @@ fn batched_drainer<B: Backend>(
     receivers: Receivers<OutboxCategory>,
     clock: &ManualClock,
 ) -> Drainer<OutboxCategory> {
-    Drainer::new(store, receivers)
-        .with_clock(clock.clone())
-        .with_config(DrainConfig::default())
+    Drainer::builder(store, receivers)
+        .clock(clock.clone())
+        .config(DrainConfig::default())
+        .build()
 }
 
 /// Six shards of five webhooks each (no coalescing), one round: the batch

@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use super::{audit, drainer, org, update, Backend, NewRow, OutboxCategory, OutboxScope};
+use super::{
+    audit, drainer, drainer_builder, org, update, Backend, NewRow, OutboxCategory, OutboxScope,
+};
 use crate::Recorder;
 use outbox_core::clock::ManualClock;
 use outbox_core::control::ControlTarget;
@@ -207,8 +209,9 @@ pub async fn an_admin_snapshot_agrees_with_the_separate_reads<B: Backend>(backen
     let clock = ManualClock::starting_now();
     let recorder = Recorder::new();
     recorder.fail_when(|message| message.object_identifier != 2);
-    let drainer = drainer(store.clone(), &recorder, &clock, DrainConfig::default())
-        .with_dead_letter(OutboxScope::AuditLogScope, 1);
+    let drainer = drainer_builder(store.clone(), &recorder, &clock, DrainConfig::default())
+        .dead_letter(OutboxScope::AuditLogScope, 1)
+        .build();
     let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
     assert_eq!((report.deliveries, report.dead_lettered), (1, 1));
 

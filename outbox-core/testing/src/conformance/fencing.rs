@@ -95,7 +95,9 @@ pub async fn receivers_run_outside_any_transaction<B: Backend>(backend: &B) {
     };
     receivers.ensure_complete().unwrap();
     let clock = ManualClock::starting_now();
-    let drainer = outbox_core::drain::Drainer::new(store.clone(), receivers).with_clock(clock);
+    let drainer = outbox_core::drain::Drainer::builder(store.clone(), receivers)
+        .clock(clock)
+        .build();
     drain_until_idle(&drainer, &[OutboxKind::Region])
         .await
         .unwrap();

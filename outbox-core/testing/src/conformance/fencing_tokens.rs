@@ -120,9 +120,10 @@ pub async fn a_worker_paused_past_its_lease_is_refused_by_a_fenced_receiver<B: B
             }
         }
     });
-    let stale = Drainer::new(store.clone(), stale_receivers)
-        .with_clock(clock.clone())
-        .with_config(config);
+    let stale = Drainer::builder(store.clone(), stale_receivers)
+        .clock(clock.clone())
+        .config(config)
+        .build();
     let round = tokio::spawn(async move { stale.drain_due(OutboxKind::Region).await.unwrap() });
     stalled.recv().await.unwrap();
     clock.advance(config.lease_duration());
@@ -135,9 +136,10 @@ pub async fn a_worker_paused_past_its_lease_is_refused_by_a_fenced_receiver<B: B
             async { Ok::<_, outbox_core::HandlerError>(()) }
         }
     });
-    let fresh = Drainer::new(backend.reconnect(&store).await, fresh_receivers)
-        .with_clock(clock.clone())
-        .with_config(config);
+    let fresh = Drainer::builder(backend.reconnect(&store).await, fresh_receivers)
+        .clock(clock.clone())
+        .config(config)
+        .build();
     let report = fresh.drain_due(OutboxKind::Region).await.unwrap();
     assert_eq!((report.deliveries, report.rows_deleted), (1, 2));
     assert_eq!(replica.get(1), Some(2));

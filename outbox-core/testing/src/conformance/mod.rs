@@ -101,7 +101,7 @@ use serde_json::Value;
 
 use crate::Recorder;
 use outbox_core::clock::ManualClock;
-use outbox_core::drain::{DrainConfig, Drainer};
+use outbox_core::drain::{DrainConfig, Drainer, DrainerBuilder};
 use outbox_core::memory::MemoryTransaction;
 use outbox_core::shard::ShardKey;
 use outbox_core::store::{ClaimBeforeCommit, DrainStore, StoreAdmin};
@@ -247,9 +247,20 @@ pub fn drainer<S: DrainStore + StoreAdmin>(
     clock: &ManualClock,
     config: DrainConfig,
 ) -> Drainer<OutboxCategory> {
-    Drainer::new(store, recorder.receivers())
-        .with_clock(clock.clone())
-        .with_config(config)
+    drainer_builder(store, recorder, clock, config).build()
+}
+
+/// A builder for [`drainer`]'s drainer, for a test that sets more (dead
+/// letters, an owner).
+pub fn drainer_builder<S: DrainStore + StoreAdmin>(
+    store: S,
+    recorder: &Recorder<OutboxCategory>,
+    clock: &ManualClock,
+    config: DrainConfig,
+) -> DrainerBuilder<OutboxCategory> {
+    Drainer::builder(store, recorder.receivers())
+        .clock(clock.clone())
+        .config(config)
 }
 
 /// The `v` of a delivered payload.
