@@ -11,6 +11,21 @@ use crate::receiver::Receivers;
 use crate::registry::{Category, Scope};
 use crate::store::{DrainStore, Store, StoreAdmin};
 
+impl<C: Category> Drainer<C> {
+    /// A drainer over `store` with the default [`DrainConfig`], the system
+    /// clock, no dead letters and no runtime controls read yet; see
+    /// [`builder`](Self::builder) to set any of them.
+    pub fn new(store: impl Store, receivers: Receivers<C>) -> Self {
+        Self::builder(store, receivers).build()
+    }
+
+    /// Sets up a drainer over `store`: its tuning, clock, owner name and
+    /// dead-letter policy.
+    pub fn builder(store: impl Store, receivers: Receivers<C>) -> DrainerBuilder<C> {
+        DrainerBuilder::new(store, receivers)
+    }
+}
+
 /// Sets up a [`Drainer`]; made by [`Drainer::builder`] (or
 /// [`from_parts`](Self::from_parts)), finished by [`build`](Self::build).
 ///
@@ -46,7 +61,7 @@ impl<C: Category> std::fmt::Debug for DrainerBuilder<C> {
 }
 
 impl<C: Category> DrainerBuilder<C> {
-    pub(super) fn new(store: impl Store, receivers: Receivers<C>) -> Self {
+    fn new(store: impl Store, receivers: Receivers<C>) -> Self {
         let store = Arc::new(store);
         Self::from_parts(store.clone(), store, Arc::new(receivers))
     }

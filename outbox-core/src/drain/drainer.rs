@@ -1,5 +1,5 @@
 //! The public face of the drain: a [`Drainer`] (set up by its
-//! [builder](DrainerBuilder)) holds an engine over a store and receivers,
+//! [builder](super::DrainerBuilder)) holds an engine over a store and receivers,
 //! runs background rounds on it, and hands out the
 //! narrower handles the rest of the system takes: its [operator](DrainOperator)
 //! (runtime controls, retries) and its [read-only view](DrainView)
@@ -10,7 +10,6 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 
-use super::builder::DrainerBuilder;
 use super::config::DrainConfig;
 use super::engine::Engine;
 use super::observe;
@@ -22,7 +21,7 @@ use crate::clock::Clock;
 use crate::receiver::Receivers;
 use crate::registry::Category;
 use crate::shard::OutboxKind;
-use crate::store::{DrainStore, Store, StoreError};
+use crate::store::{DrainStore, StoreError};
 
 /// Delivers outbox messages from a store to [`Receivers`].
 ///
@@ -67,19 +66,6 @@ pub(crate) struct ClaimAnswer {
 }
 
 impl<C: Category> Drainer<C> {
-    /// A drainer over `store` with the default [`DrainConfig`], the system
-    /// clock, no dead letters and no runtime controls read yet; see
-    /// [`builder`](Self::builder) to set any of them.
-    pub fn new(store: impl Store, receivers: Receivers<C>) -> Self {
-        Self::builder(store, receivers).build()
-    }
-
-    /// Sets up a drainer over `store`: its tuning, clock, owner name and
-    /// dead-letter policy.
-    pub fn builder(store: impl Store, receivers: Receivers<C>) -> DrainerBuilder<C> {
-        DrainerBuilder::new(store, receivers)
-    }
-
     pub(super) fn from_engine(engine: Engine<C>) -> Self {
         Self { engine }
     }
