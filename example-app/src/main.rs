@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use example_app::silo::{self, Role, SiloConfig};
+use example_app::telemetry::{self, LogFormat, LogTo};
 use outbox_seaorm::cli::{OutboxArgs, OutboxCommand};
 
 /// Which silo(s) this process runs.
@@ -112,6 +113,10 @@ struct Args {
     /// The largest request body accepted, in bytes; the same for every silo.
     #[arg(long, default_value_t = example_app::silo::DEFAULT_BODY_LIMIT, env = "BODY_LIMIT_BYTES")]
     body_limit_bytes: usize,
+    /// How log lines are written: `text` (colours only on a terminal) or
+    /// `json` (one object a line, for a log shipper).
+    #[arg(long, value_enum, default_value = "text", env = "LOG_FORMAT")]
+    log_format: LogFormat,
 }
 
 impl Args {
@@ -163,13 +168,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(Command::Outbox(outbox)) = &args.command {
         // Standard output is the command's answer (JSON with --json): logs
         // go to standard error, warnings only unless RUST_LOG says more.
-        tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| "warn".into()),
-            )
-            .with_writer(std::io::stderr)
-            .init();
+        telemetry::init_logging(args.log_format, LogTo::Stderr, "warn");
         if let Err(error) = run_outbox(&args, outbox).await {
             // Display, not the Debug that returning the error would print.
             eprintln!("error: {error}");
@@ -177,12 +176,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         return Ok(());
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqlx=warn,sea_orm_migration=warn".into()),
-        )
-        .init();
+    telemetry::init_logging(
+        args.log_format,
+        LogTo::Stdout,
+        "info,sqlx=warn,sea_orm_migration=warn",
+    );
     let secret = match (&args.secret, args.silo) {
         (Some(secret), _) => secret.clone(),
         (None, Which::All) => format!("{:032x}", rand::random::<u128>()),

@@ -1,13 +1,58 @@
-//! Metrics: the process's Prometheus recorder, which every silo serves at
-//! `GET /metrics` (the names of `outbox_core::metrics`, dots written as
+//! Logs and metrics: the process's log lines (text, coloured only on a
+//! terminal, or JSON) and its Prometheus recorder, which every silo serves
+//! at `GET /metrics` (the names of `outbox_core::metrics`, dots written as
 //! underscores: `outbox_processed`, `outbox_backlog_depth`, …).
 
+use std::io::IsTerminal;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines; ANSI colours only when the output is a
+    /// terminal (a file, a pipe or a log collector gets plain text).
+    #[default]
+    Text,
+    /// One JSON object a line (`timestamp`, `level`, `target`, `fields`,
+    /// the spans), for log shippers.
+    Json,
+}
+
+/// Where log lines go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogTo {
+    /// The servers' logs.
+    Stdout,
+    /// A command whose standard output is its answer (`outbox … --json`).
+    Stderr,
+}
+
+/// Installs the process's log subscriber: `RUST_LOG` if set, else
+/// `default_filter`. Does nothing if one is installed already (tests).
+pub fn init_logging(format: LogFormat, to: LogTo, default_filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| default_filter.into());
+    let ansi = match to {
+        LogTo::Stdout => std::io::stdout().is_terminal(),
+        LogTo::Stderr => std::io::stderr().is_terminal(),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi);
+    let installed = match (format, to) {
+        (LogFormat::Text, LogTo::Stdout) => builder.try_init(),
+        (LogFormat::Text, LogTo::Stderr) => builder.with_writer(std::io::stderr).try_init(),
+        (LogFormat::Json, LogTo::Stdout) => builder.json().try_init(),
+        (LogFormat::Json, LogTo::Stderr) => builder.json().with_writer(std::io::stderr).try_init(),
+    };
+    // Err: a subscriber is installed already; it stays.
+    drop(installed);
+}
 
 /// How often histograms are compacted.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
