@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs what is missing
 # (PostgreSQL server binaries, PgBouncer, Chromium and chromedriver, NATS
-# server), then
+# server, promtool), then
 # tests each crate of the workspace on its own, `cargo test -p <crate>
 # --locked`, against real PostgreSQL (a throwaway cluster, unless
 # DATABASE_URL is set) and SQLite.
@@ -44,11 +44,27 @@ if ! command -v chromedriver >/dev/null 2>&1; then missing+=(chromium-driver); f
 # example start Debian's nats-server with JetStream themselves, and kill and
 # restart it; without it they fail (they never skip).
 if ! have_nats_server; then missing+=(nats-server); fi
+# The alerting rules under ops/ are checked and unit-tested by promtool
+# (example-app's e2e test `ops`), which Debian ships in `prometheus`.
+if ! command -v promtool >/dev/null 2>&1; then missing+=(prometheus); fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "not found: ${missing[*]}: installing" >&2
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+  # The packages' services (postgresql, pgbouncer, nats-server, prometheus)
+  # must not start on install: the tests start the servers they need and
+  # stop them; a policy-rc.d that denies every start, unless one is there.
+  policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+    $SUDO chmod 755 "$policy"
+  fi
+  installed=0
+  { $SUDO apt-get update &&
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"; } ||
+    installed=$?
+  if [ -n "$policy" ]; then $SUDO rm -f "$policy"; fi
+  if [ "$installed" -ne 0 ]; then exit "$installed"; fi
 fi
 
 # `-p`/`--package` pick crates; everything else goes to each `cargo test`.

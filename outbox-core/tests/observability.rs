@@ -218,3 +218,73 @@ fn coalescing_retries_and_the_backlog_are_measured() {
     assert_eq!(scope_gauge("outbox.scope.backlog.depth", scope), 1.0);
     assert!(scope_gauge("outbox.scope.backlog.oldest_age", scope) >= 5.0);
 }
+
+/// A worker registers, at 0, the counters that alerts count the first
+/// increase of, for every live category of the kinds it drains: without
+/// them `increase(outbox_dead_lettered[10m]) > 0` misses the first dead
+/// letter (the series would start at 1).
+#[test]
+fn a_worker_registers_the_alerted_counters_at_zero() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let receivers = Receivers::new()
+                .discard(OutboxCategory::OrgUpdate)
+                .discard(OutboxCategory::OrgRename);
+            let drainer = Drainer::new(MemoryStore::new(), receivers);
+            let worker = outbox_core::worker::WorkerBuilder::new(drainer)
+                .kinds([OutboxKind::Region])
+                .gauge_interval(None)
+                .spawn();
+            worker.shutdown().await;
+        });
+    });
+    let seen = recorded(&snapshotter);
+    let zero = |name: &str, labels: &[(&str, &str)]| {
+        let mut labels: Vec<(String, String)> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        labels.sort();
+        let key = (name.to_owned(), labels);
+        assert!(
+            matches!(seen.get(&key), Some(DebugValue::Counter(0))),
+            "{key:?} not registered at 0: {:?}",
+            seen.get(&key)
+        );
+    };
+    for category in ["OrgUpdate", "OrgRename"] {
+        let tags = [("category", category), ("kind", "region")];
+        zero("outbox.dead_lettered", &tags);
+        zero("outbox.quarantined", &tags);
+        for sync in ["false", "true"] {
+            let tags = [
+                ("category", category),
+                ("kind", "region"),
+                ("synchronous", sync),
+            ];
+            zero("outbox.processed", &tags);
+            let mut failed = tags.to_vec();
+            failed.push(("reason", "handler"));
+            zero("outbox.delivery_failed", &failed);
+        }
+    }
+    for name in [
+        "outbox.claim_lost",
+        "outbox.culled",
+        "outbox.abandoned_claims_released",
+    ] {
+        zero(name, &[("kind", "region")]);
+    }
+    assert!(
+        !seen
+            .keys()
+            .any(|(_, labels)| labels.contains(&("kind".to_owned(), "control".to_owned()))),
+        "only the kinds it drains"
+    );
+}

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 mod deployment;
 mod hostile;
+mod ops;
 mod races;
 
 use deployment::{fresh_client, Deployment, SECRET};

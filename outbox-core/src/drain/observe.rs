@@ -167,3 +167,31 @@ pub(crate) fn claims_lost(kind: OutboxKind, shards: usize, why: &'static str) {
 pub(crate) fn abandoned_released(kind: OutboxKind, claims: u64) {
     metrics::counter!(names::ABANDONED_CLAIMS_RELEASED, "kind" => kind.as_str()).increment(claims);
 }
+
+/// Registers, at 0, the counters alerts count the first increase of
+/// (dead letters, quarantines, failed deliveries, lost claims, culls) for
+/// every live category and each of `kinds`. A counter that only appears
+/// with its first event starts at 1, and `increase()` over it reads 0:
+/// an alert on "dead letters appearing" would miss the first one.
+pub(crate) fn register_series<C: crate::registry::Category>(kinds: &[OutboxKind]) {
+    for &kind in kinds {
+        let kind = kind.as_str();
+        metrics::counter!(names::CLAIM_LOST, "kind" => kind).increment(0);
+        metrics::counter!(names::CULLED, "kind" => kind).increment(0);
+        metrics::counter!(names::ABANDONED_CLAIMS_RELEASED, "kind" => kind).increment(0);
+        for category in C::ALL.iter().filter(|category| !category.is_retired()) {
+            let category = category.name();
+            metrics::counter!(names::DEAD_LETTERED, "category" => category, "kind" => kind)
+                .increment(0);
+            metrics::counter!(names::QUARANTINED, "category" => category, "kind" => kind)
+                .increment(0);
+            for synchronous in [false, true] {
+                let sync = sync_tag(synchronous);
+                metrics::counter!(names::PROCESSED, "category" => category, "kind" => kind, "synchronous" => sync)
+                    .increment(0);
+                metrics::counter!(names::DELIVERY_FAILED, "category" => category, "kind" => kind, "synchronous" => sync, "reason" => "handler")
+                    .increment(0);
+            }
+        }
+    }
+}

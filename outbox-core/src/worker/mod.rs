@@ -174,6 +174,7 @@ impl<C: Category> WorkerBuilder<C> {
         let waker = self.waker.clone();
         self.drainer
             .on_flushes_completed(move |kind| waker.wake_local(kind));
+        crate::drain::observe::register_series::<C>(&self.kinds);
         let mut parts = 0;
         let drainer = self.drainer.clone();
         tasks.spawn(async move {
