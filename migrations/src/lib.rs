@@ -123,6 +123,7 @@ mod m20261125_000009_flush_before_commit;
 mod m20261125_000010_fencing_tokens;
 mod m20261125_000011_superseded_counts;
 mod m20261126_000012_outbox_autovacuum;
+mod m20261126_000013_operator_audit;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
 pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
@@ -136,6 +137,7 @@ pub use m20261125_000009_flush_before_commit::Migration as FlushBeforeCommit;
 pub use m20261125_000010_fencing_tokens::Migration as FencingTokens;
 pub use m20261125_000011_superseded_counts::Migration as SupersededCounts;
 pub use m20261126_000012_outbox_autovacuum::Migration as OutboxAutovacuum;
+pub use m20261126_000013_operator_audit::Migration as OperatorAudit;
 
 /// Makes the migration's connection read the schema as it is now, on
 /// SQLite, before its statements are prepared.
@@ -173,6 +175,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(FencingTokens),
         Box::new(SupersededCounts),
         Box::new(OutboxAutovacuum),
+        Box::new(OperatorAudit),
     ]
 }
 

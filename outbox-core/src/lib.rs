@@ -58,6 +58,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod audit;
 pub mod backoff;
 pub mod clock;
 pub mod coalesce;

@@ -50,6 +50,8 @@ struct State {
     states: HashMap<ShardKey, ShardState>,
     dead: HashMap<OutboxKind, BTreeMap<i64, DeadLetterRow>>,
     controls: Vec<crate::control::RuntimeControl>,
+    audit: Vec<crate::audit::AuditRecord>,
+    last_audit_id: i64,
     skip_before_failing: u32,
     fail_next: u32,
     next_transaction: u64,
@@ -858,5 +860,27 @@ impl StoreAdmin for MemoryStore {
         let before = state.controls.len();
         state.controls.retain(|old| &old.target != target);
         Ok(state.controls.len() < before)
+    }
+
+    async fn record_audit(
+        &self,
+        entry: &crate::audit::AuditEntry,
+        keep_after: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let mut state = self.lock();
+        Self::check_failure(&mut state, "record an operator action")?;
+        state.last_audit_id += 1;
+        let id = state.last_audit_id;
+        state.audit.push(crate::audit::AuditRecord {
+            id,
+            entry: entry.clone().bounded(),
+        });
+        state.audit.retain(|record| record.entry.at >= keep_after);
+        Ok(())
+    }
+
+    async fn audit_log(&self, limit: usize) -> Result<Vec<crate::audit::AuditRecord>, StoreError> {
+        let state = self.lock();
+        Ok(state.audit.iter().rev().take(limit).cloned().collect())
     }
 }

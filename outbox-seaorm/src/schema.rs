@@ -190,6 +190,16 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
         tables: &[],
         dropped_indexes: &[],
     },
+    MigrationSchema {
+        migration: "m20261126_000013_operator_audit",
+        tables: &[(
+            "outbox_audit",
+            &[
+                "id", "at", "actor", "role", "action", "target", "reason", "outcome", "detail",
+            ],
+        )],
+        dropped_indexes: &[],
+    },
 ];
 
 /// How to run the migrations, for the error messages.

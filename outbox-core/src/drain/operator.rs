@@ -59,6 +59,26 @@ impl DrainOperator {
         self.clock.now()
     }
 
+    /// Records an operator's action in the audit log (see
+    /// [`crate::audit`]) and removes records older than `retention`
+    /// (by this drainer's clock). The admin API, its dashboard and the CLI
+    /// record every change they make, and every one they refuse.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn record(
+        &self,
+        entry: &crate::audit::AuditEntry,
+        retention: Duration,
+    ) -> Result<(), StoreError> {
+        let keep_after = chrono::Duration::from_std(retention)
+            .ok()
+            .and_then(|retention| self.now().checked_sub_signed(retention))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        self.admin.record_audit(entry, keep_after).await
+    }
+
     /// Pauses `target` in every process (keep and skip; see
     /// [`crate::control`]): stored, then this drainer's cache is read again.
     ///

@@ -141,6 +141,19 @@ impl<C: Category> DrainView<C> {
         self.admin.controls().await
     }
 
+    /// The newest `limit` records of the operators' audit log, newest
+    /// first (see [`crate::audit`]).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn audit_log(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<crate::audit::AuditRecord>, StoreError> {
+        self.admin.audit_log(limit).await
+    }
+
     /// The highest row id of `kind`, if any row is pending.
     ///
     /// # Errors

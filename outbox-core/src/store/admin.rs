@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 
 use super::drain::ShardState;
 use super::error::StoreError;
+use crate::audit::{AuditEntry, AuditRecord};
 use crate::control::{ControlTarget, RuntimeControl};
 use crate::message::StoredRow;
 use crate::shard::{OutboxKind, ShardKey};
@@ -256,4 +257,16 @@ pub trait StoreAdmin: Send + Sync + 'static {
 
     /// Removes the control of `target`; returns whether there was one.
     async fn clear_control(&self, target: &ControlTarget) -> Result<bool, StoreError>;
+
+    /// Records an operator's action in the audit log (see
+    /// [`crate::audit`]) and removes the records written before
+    /// `keep_after`.
+    async fn record_audit(
+        &self,
+        entry: &AuditEntry,
+        keep_after: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// The newest `limit` audit records, newest first.
+    async fn audit_log(&self, limit: usize) -> Result<Vec<AuditRecord>, StoreError>;
 }

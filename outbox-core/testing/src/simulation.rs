@@ -423,6 +423,19 @@ impl StoreAdmin for SimStore {
     ) -> Result<bool, StoreError> {
         self.inner.clear_control(target).await
     }
+    async fn record_audit(
+        &self,
+        entry: &outbox_core::audit::AuditEntry,
+        keep_after: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.inner.record_audit(entry, keep_after).await
+    }
+    async fn audit_log(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<outbox_core::audit::AuditRecord>, StoreError> {
+        self.inner.audit_log(limit).await
+    }
 }
 
 /// What the next delivery of a shard does.

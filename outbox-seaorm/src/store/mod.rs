@@ -18,6 +18,7 @@
 //! - Nothing is session-bound: every statement goes through the pool, which
 //!   may sit behind a transaction-pooling proxy.
 
+mod audit;
 mod claim_on;
 mod codec;
 mod controls;
@@ -237,5 +238,20 @@ impl StoreAdmin for SeaOrmStore {
 
     async fn clear_control(&self, target: &outbox_core::ControlTarget) -> Result<bool, StoreError> {
         self.admin().clear_control(target).await
+    }
+
+    async fn record_audit(
+        &self,
+        entry: &outbox_core::audit::AuditEntry,
+        keep_after: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        self.admin().record_audit(entry, keep_after).await
+    }
+
+    async fn audit_log(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<outbox_core::audit::AuditRecord>, StoreError> {
+        self.admin().audit_log(limit).await
     }
 }

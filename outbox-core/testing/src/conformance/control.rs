@@ -10,7 +10,7 @@ use super::{
     audit, drainer, drainer_builder, org, update, Backend, NewRow, OutboxCategory, OutboxScope,
 };
 use crate::Recorder;
-use outbox_core::clock::ManualClock;
+use outbox_core::clock::{Clock, ManualClock};
 use outbox_core::control::ControlTarget;
 use outbox_core::drain::{DrainConfig, FlushError};
 use outbox_core::registry::Scope;
@@ -272,4 +272,59 @@ pub async fn an_admin_snapshot_agrees_with_the_separate_reads<B: Backend>(backen
         vec![("OrganizationScope", 2, true), ("AuditLogScope", 0, false)],
         "every declared scope, 0 where nothing is pending"
     );
+}
+
+/// The operators' audit log: records listed newest first up to a limit,
+/// every field as written (text of any length and characters, a NUL
+/// included, cut to the store's bound), and records older than the
+/// retention removed when the next one is written.
+pub async fn the_audit_log_keeps_what_operators_did_for_its_retention<B: Backend>(backend: &B) {
+    use outbox_core::audit::{AuditEntry, FIELD_MAX};
+
+    let store = backend.fresh("audit_log").await;
+    let clock = ManualClock::starting_now();
+    let recorder = Recorder::new();
+    let drainer = drainer(store.clone(), &recorder, &clock, DrainConfig::default());
+    let (operator, view) = (drainer.operator(), drainer.view());
+    let day = Duration::from_secs(24 * 3600);
+
+    let mut first = AuditEntry::new(clock.now(), "ann", "operator", "pause");
+    first.target = Some("region OrgScope(0)/1".to_owned());
+    first.reason = Some("deploy \u{0}é".to_owned() + &"x".repeat(FIELD_MAX));
+    operator.record(&first, 7 * day).await.unwrap();
+    clock.advance(day);
+    let mut refused = AuditEntry::new(clock.now(), "bob", "viewer", "cull");
+    refused.outcome = "forbidden".to_owned();
+    refused.detail = Some("a viewer cannot act".to_owned());
+    operator.record(&refused, 7 * day).await.unwrap();
+
+    let log = view.audit_log(10).await.unwrap();
+    assert_eq!(log.len(), 2);
+    assert!(log[0].id > log[1].id, "newest first");
+    assert_eq!(log[0].entry, refused);
+    let stored = &log[1].entry;
+    assert_eq!(stored.actor, "ann");
+    assert_eq!(stored.target, first.target);
+    let reason = stored.reason.as_deref().unwrap();
+    assert!(reason.starts_with("deploy \u{fffd}é"), "{reason:?}");
+    assert_eq!(reason.chars().count(), FIELD_MAX + 1);
+    assert_eq!(view.audit_log(1).await.unwrap()[0].entry, refused);
+
+    // Six days later the first is 7 days old: kept; a second more, removed
+    // as the next is written.
+    clock.advance(6 * day);
+    let third = AuditEntry::new(clock.now(), "ann", "operator", "resume");
+    operator.record(&third, 7 * day).await.unwrap();
+    assert_eq!(view.audit_log(10).await.unwrap().len(), 3);
+    clock.advance(Duration::from_secs(1));
+    let fourth = AuditEntry::new(clock.now(), "cli:root", "cli", "retry");
+    operator.record(&fourth, 7 * day).await.unwrap();
+    let actions: Vec<String> = view
+        .audit_log(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|record| record.entry.action)
+        .collect();
+    assert_eq!(actions, ["retry", "resume", "cull"]);
 }

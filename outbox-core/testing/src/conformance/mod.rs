@@ -9,7 +9,7 @@
 //! | [`exclusivity`] | 3. at most one worker on a shard, in any process |
 //! | [`coalescing`] | 4. the newest payload of a group, rows written meanwhile stay; `(no_coalesce)` categories deliver every row |
 //! | [`backoff`] | 5. a failing shard waits as a whole, whoever asks; dead letters; permanent errors quarantine |
-//! | [`control`] | 2. an operator's pause or cull holds in every process; lifted, the kept rows flow |
+//! | [`control`] | 2. an operator's pause or cull holds in every process; lifted, the kept rows flow; the operators' audit log |
 //! | [`at_least_once`] | 6. a delivery whose commit was lost is made again |
 //! | [`fencing`] | 7. no transaction across a receiver; an expired claim writes nothing |
 //! | [`fencing_tokens`] | 12. tokens grow with every claim of a shard; a worker paused past its lease is refused by a fenced receiver, and calls nothing once its lease ended by its own clock |
@@ -302,6 +302,7 @@ macro_rules! conformance_tests {
             control::a_scope_control_holds_its_new_shards_and_a_cull_drops_their_rows,
             control::a_shard_parked_under_a_pause_that_is_gone_is_released_at_startup,
             control::an_admin_snapshot_agrees_with_the_separate_reads,
+            control::the_audit_log_keeps_what_operators_did_for_its_retention,
             at_least_once::a_delivery_whose_lease_ended_before_its_commit_is_made_again,
             fencing::a_worker_whose_lease_ended_writes_nothing,
             fencing::receivers_run_outside_any_transaction,

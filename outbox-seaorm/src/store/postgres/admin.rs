@@ -242,4 +242,19 @@ impl StoreAdmin for PgStore {
     async fn clear_control(&self, target: &outbox_core::ControlTarget) -> Result<bool, StoreError> {
         crate::store::controls::clear(&self.db, target).await
     }
+
+    async fn record_audit(
+        &self,
+        entry: &outbox_core::audit::AuditEntry,
+        keep_after: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        crate::store::audit::record(&self.db, entry, keep_after).await
+    }
+
+    async fn audit_log(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<outbox_core::audit::AuditRecord>, StoreError> {
+        crate::store::audit::list(&self.db, limit).await
+    }
 }
