@@ -23,6 +23,15 @@ outbox_core::registry! {
 type Recorder = outbox_testing::Recorder<OutboxCategory>;
 
 const TOKEN: &str = "admin-token";
+/// The viewer's token: reads, never changes.
+const VIEWER_TOKEN: &str = "viewer-token";
+
+#[path = "admin/roles.rs"]
+mod roles;
+use roles::{
+    a_viewer_reads_and_every_change_is_refused_and_recorded,
+    operators_actions_are_recorded_with_who_why_and_how_they_ended,
+};
 
 /// A request body: content type and text.
 type RequestBody<'a> = Option<(&'a str, &'a str)>;
@@ -100,7 +109,8 @@ async fn setup_with(
         recorder.receivers(),
     ))
     .build();
-    let router = Admin::new(drainer.clone()).router(BearerToken::new(TOKEN));
+    let router =
+        Admin::new(drainer.clone()).router(BearerToken::new(TOKEN).viewer("on-call", VIEWER_TOKEN));
     Setup {
         db,
         recorder,
@@ -131,9 +141,22 @@ fn pause_body(identifier: i64) -> String {
 /// with 401 and a JSON error, and changes nothing.
 async fn unauthorised_requests_get_401_and_change_nothing(backend: DbBackend) {
     let Setup { db, router, .. } = setup(backend, "admin_unauthorised", &[1]).await;
-    let json = "application/json";
     let pause = pause_body(1);
-    let routes: Vec<(Method, &str, RequestBody<'_>)> = vec![
+    for (method, uri, body) in every_route(&pause) {
+        for token in [None, Some("wrong"), Some("")] {
+            let (status, error) = call(&router, method.clone(), uri, token, body).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {uri} {token:?}");
+            assert_eq!(error["error"]["code"], "unauthorized");
+        }
+    }
+    nothing_changed(&db).await;
+}
+
+/// Every JSON route of the admin API with a well-formed request, changes
+/// (`PUT /controls` with `pause`) and reads alike.
+fn every_route(pause: &str) -> Vec<(Method, &'static str, RequestBody<'_>)> {
+    let json = "application/json";
+    vec![
         (Method::GET, "/health", None),
         (Method::GET, "/shards", None),
         (
@@ -145,7 +168,7 @@ async fn unauthorised_requests_get_401_and_change_nothing(backend: DbBackend) {
             )),
         ),
         (Method::GET, "/controls", None),
-        (Method::PUT, "/controls", Some((json, pause.as_str()))),
+        (Method::PUT, "/controls", Some((json, pause))),
         (
             Method::DELETE,
             "/controls",
@@ -165,15 +188,8 @@ async fn unauthorised_requests_get_401_and_change_nothing(backend: DbBackend) {
             "/dead-letters/discard",
             Some((json, r#"{"kind":"region","ids":[1]}"#)),
         ),
-    ];
-    for (method, uri, body) in routes {
-        for token in [None, Some("wrong"), Some("")] {
-            let (status, error) = call(&router, method.clone(), uri, token, body).await;
-            assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {uri} {token:?}");
-            assert_eq!(error["error"]["code"], "unauthorized");
-        }
-    }
-    nothing_changed(&db).await;
+        (Method::GET, "/audit", None),
+    ]
 }
 
 /// Bad input is a typed 4xx and changes nothing: malformed JSON, the wrong
@@ -569,4 +585,6 @@ outbox_testing::on_both_backends!(
     unauthorised_requests_get_401_and_change_nothing,
     bad_input_gets_a_typed_error_and_changes_nothing,
     a_pause_through_the_admin_api_holds_in_another_process,
+    a_viewer_reads_and_every_change_is_refused_and_recorded,
+    operators_actions_are_recorded_with_who_why_and_how_they_ended,
 );

@@ -36,6 +36,8 @@ outbox_core::registry! {
 type Recorder = outbox_testing::Recorder<OutboxCategory>;
 
 const TOKEN: &str = "dashboard-token";
+/// A viewer's: the page without its forms.
+const VIEWER_TOKEN: &str = "dashboard-viewer-token";
 
 struct Setup {
     db: TestDatabase,
@@ -68,7 +70,10 @@ async fn setup(backend: DbBackend, label: &str) -> Setup {
     let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
     assert_eq!(report.dead_lettered, 1, "{report:?}");
     let admin = Admin::new(drainer.clone()).backfill(Backfill::new(), db.db.clone());
-    let app = Router::new().nest("/admin/outbox", admin.router(BearerToken::new(TOKEN)));
+    let app = Router::new().nest(
+        "/admin/outbox",
+        admin.router(BearerToken::new(TOKEN).viewer("on-call", VIEWER_TOKEN)),
+    );
     Setup {
         db,
         recorder,
@@ -457,6 +462,30 @@ async fn notice(browser: &Client, text: &str) {
         .unwrap_or_else(|error| panic!("no notice {text:?}: {error}"));
 }
 
+/// Types `token` into the login form and waits for the dashboard.
+async fn log_in(browser: &Client, token: &str) {
+    browser
+        .wait()
+        .for_element(Locator::Id("token"))
+        .await
+        .unwrap()
+        .send_keys(token)
+        .await
+        .unwrap();
+    browser
+        .find(Locator::Css("form.login button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .wait()
+        .for_element(Locator::Id("failing"))
+        .await
+        .unwrap();
+}
+
 async fn text_of(browser: &Client, css: &str) -> String {
     browser
         .find(Locator::Css(css))
@@ -505,25 +534,7 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
         browser.current_url().await.unwrap().path(),
         "/admin/outbox/login"
     );
-    browser
-        .find(Locator::Id("token"))
-        .await
-        .unwrap()
-        .send_keys(TOKEN)
-        .await
-        .unwrap();
-    browser
-        .find(Locator::Css("form.login button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    browser
-        .wait()
-        .for_element(Locator::Id("failing"))
-        .await
-        .unwrap();
+    log_in(&browser, TOKEN).await;
 
     // The failing shard, with its last error.
     let row = text_of(&browser, "#failing-0-1").await;
@@ -573,6 +584,55 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
         .contains("No dead letters"));
     std::fs::write(
         screenshot_path(&format!("dashboard-{backend:?}-replayed.png")),
+        browser.screenshot().await.unwrap(),
+    )
+    .unwrap();
+    // Both actions are in the audit log, newest first, by the operator.
+    let audit = text_of(&browser, "#audit tbody").await;
+    let rows: Vec<&str> = audit.lines().collect();
+    assert_eq!(rows.len(), 2, "{audit}");
+    assert!(
+        rows[0].contains("admin (operator)") && rows[0].contains("replay"),
+        "{audit}"
+    );
+    assert!(
+        rows[1].contains("pause") && rows[1].contains("region-outbox shard OrganizationScope 1"),
+        "{audit}"
+    );
+
+    // A viewer sees the page, read-only: no forms but logging out.
+    let forms = browser
+        .find_all(Locator::Css("main form, section form"))
+        .await
+        .unwrap();
+    assert!(forms.len() > 3, "an operator's page has forms");
+    browser
+        .find(Locator::Css("header form.inline button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    log_in(&browser, VIEWER_TOKEN).await;
+    assert!(text_of(&browser, "#principal")
+        .await
+        .contains("on-call (viewer)"));
+    assert!(text_of(&browser, "#read-only").await.contains("Read-only"));
+    assert!(text_of(&browser, "#failing-0-1")
+        .await
+        .contains("OrganizationScope 1"));
+    let forms = browser
+        .find_all(Locator::Css("main form, section form"))
+        .await
+        .unwrap();
+    assert!(
+        forms.is_empty(),
+        "a viewer's page has {} forms",
+        forms.len()
+    );
+    assert!(text_of(&browser, "#audit").await.contains("replay"));
+    std::fs::write(
+        screenshot_path(&format!("dashboard-{backend:?}-viewer.png")),
         browser.screenshot().await.unwrap(),
     )
     .unwrap();

@@ -13,8 +13,9 @@ use common::{OutboxCategory, Recorder};
 use outbox_core::{Drainer, DrainerBuilder, OutboxKind, ShardKey, StoreAdmin};
 use outbox_seaorm::backfill::Backfill;
 use outbox_seaorm::cli::output::{
-    BackfillRunOutput, BackfillStatusOutput, ControlChange, ControlOutput, DeadLetterAction,
-    DeadLettersChanged, DeadLettersOutput, DrainOutput, RetryOutput, ShardsOutput,
+    AuditOutput, BackfillRunOutput, BackfillStatusOutput, ControlChange, ControlOutput,
+    DeadLetterAction, DeadLettersChanged, DeadLettersOutput, DrainOutput, RetryOutput,
+    ShardsOutput,
 };
 use outbox_seaorm::cli::{
     run_cli_from, CliError, DeadLetterCommand, Kind, ListArgs, OutboxArgs, OutboxCli,
@@ -167,7 +168,9 @@ impl Setup {
         let db = common::database(backend, label).await;
         let recorder = Recorder::new();
         let drainer = configure(Drainer::builder(db.store(), recorder.receivers())).build();
-        let cli = OutboxCli::new(drainer).with_progress(Progress::Hidden);
+        let cli = OutboxCli::new(drainer)
+            .with_progress(Progress::Hidden)
+            .with_actor("cli:tester");
         Self { db, recorder, cli }
     }
 
@@ -716,7 +719,63 @@ async fn backfill_status_and_run(backend: DbBackend) {
     assert_eq!(t.delivered_objects(), (1..=7).collect::<Vec<_>>());
 }
 
+/// Every command that changes something is in the audit log with who ran
+/// it, on what, why and how it ended; reads are not; `audit` lists the
+/// log newest first, as text or JSON.
+async fn changes_are_recorded_in_the_audit_log(backend: DbBackend) {
+    let t = Setup::new(backend, "cli_audit").await;
+    t.write(OutboxCategory::OrganizationUpdate, 7, 70).await;
+    let _: ShardsOutput = t.json("shards").await;
+    let _: ControlOutput = t
+        .json("pause --kind region --scope OrganizationScope --shard 7 --reason deploy")
+        .await;
+    let _: ControlOutput = t.json("resume --kind region --scope 0 --shard 7").await;
+    let error = t.error("resume --kind region --scope 0 --shard 7").await;
+    assert!(matches!(error, CliError::UnknownControl { .. }), "{error}");
+
+    let audit: AuditOutput = t.json("audit --limit 10").await;
+    let lines: Vec<(&str, &str, &str, &str)> = audit
+        .records
+        .iter()
+        .map(|line| {
+            (
+                line.actor.as_str(),
+                line.action.as_str(),
+                line.target.as_deref().unwrap_or(""),
+                line.outcome.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            ("cli:tester", "resume", "region scope 0 shard 7", "error"),
+            ("cli:tester", "resume", "region scope 0 shard 7", "ok"),
+            (
+                "cli:tester",
+                "pause",
+                "region scope OrganizationScope shard 7",
+                "ok"
+            ),
+        ]
+    );
+    assert!(audit.records.iter().all(|line| line.role == "cli"));
+    assert_eq!(audit.records[2].reason.as_deref(), Some("deploy"));
+    assert!(audit.records[0]
+        .detail
+        .as_deref()
+        .unwrap()
+        .contains("no pause or cull"));
+    let text = t.text("audit --limit 1").await;
+    assert!(
+        text.contains("cli:tester (cli) resume region scope 0 shard 7: error"),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 1, "{text}");
+}
+
 outbox_testing::on_both_backends!(
+    changes_are_recorded_in_the_audit_log,
     shards_show_the_deepest_and_the_failing_with_their_last_error,
     a_paused_shard_is_delivered_only_after_resume,
     a_culled_scope_is_dropped_without_delivery,

@@ -11,17 +11,20 @@ use serde::de::DeserializeOwned;
 use outbox_core::StoreError;
 
 /// An admin request that failed: `{"error": {"code": ..., "message": ...}}`
-/// with its status.
+/// with its status, and `"id"` when the server logged the cause (a store
+/// failure: the database's own text stays in the log, under that id).
 #[derive(Debug, thiserror::Error)]
 #[error("{status} {code}: {message}")]
 pub struct AdminError {
     /// The HTTP status.
     pub status: StatusCode,
-    /// A stable, machine-readable code (`unauthorized`, `bad_request`,
-    /// `unknown_shard`, `store_unavailable`, …).
+    /// A stable, machine-readable code (`unauthorized`, `forbidden`,
+    /// `bad_request`, `unknown_shard`, `store_unavailable`, …).
     pub code: &'static str,
     /// For people.
     pub message: String,
+    /// The correlation id of the server's log line with the cause.
+    pub id: Option<String>,
 }
 
 impl AdminError {
@@ -30,7 +33,35 @@ impl AdminError {
             status,
             code,
             message: message.into(),
+            id: None,
         }
+    }
+
+    /// A failure whose cause (`error`, which may hold database text) goes
+    /// to the log only, under a fresh correlation id that the answer
+    /// carries.
+    pub(crate) fn logged(
+        status: StatusCode,
+        code: &'static str,
+        message: &str,
+        error: &dyn std::fmt::Display,
+    ) -> Self {
+        let id = format!("{:016x}", rand::random::<u64>());
+        tracing::error!(%error, correlation_id = %id, code, "outbox admin: {message}");
+        Self {
+            status,
+            code,
+            message: format!("{message}; the server's log has the cause under id {id}"),
+            id: Some(id),
+        }
+    }
+
+    pub(crate) fn forbidden(role: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("a {role} may read, not change"),
+        )
     }
 
     pub(crate) fn unauthorized() -> Self {
@@ -52,20 +83,25 @@ impl AdminError {
 
 impl From<StoreError> for AdminError {
     fn from(error: StoreError) -> Self {
-        tracing::error!(%error, "outbox admin");
-        Self::new(
+        Self::logged(
             StatusCode::SERVICE_UNAVAILABLE,
             "store_unavailable",
-            format!("the outbox store failed: {error}"),
+            "the outbox store failed",
+            &error,
         )
     }
 }
 
 impl IntoResponse for AdminError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({
-            "error": { "code": self.code, "message": self.message }
-        });
+        let body = match &self.id {
+            Some(id) => serde_json::json!({
+                "error": { "code": self.code, "message": self.message, "id": id }
+            }),
+            None => serde_json::json!({
+                "error": { "code": self.code, "message": self.message }
+            }),
+        };
         let mut response = (self.status, Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(

@@ -31,7 +31,7 @@
 //! and error (replay, discard, one by one or selected), and the backfills.
 //! Each button is a form posted to `/actions/...` that answers `303` back
 //! to the page, saying what it did or what was wrong. A browser logs in at
-//! `GET /login` with the token ([`Authorize::accepts_token`]), kept in an
+//! `GET /login` with the token ([`Authorize::login`]), kept in an
 //! `HttpOnly`, `SameSite=Strict` cookie scoped to the mount path; forms
 //! from another origin are refused (`403`). With
 //! [`router_behind`](Admin::router_behind) your layer decides who sees it.
@@ -72,7 +72,7 @@ use outbox_seaorm::backfill::{Backfill, BackfillStatus};
 use outbox_core::worker::Waker;
 use outbox_core::{Category, DrainOperator, DrainView, Drainer};
 
-pub use auth::{Authorize, BearerToken};
+pub use auth::{Authorize, BearerToken, Principal, Role};
 pub use error::AdminError;
 
 /// The admin API over a drainer (its store, and its cache of controls).
@@ -92,6 +92,8 @@ pub(crate) struct AdminState<C: Category> {
     pub(crate) backfill: Option<BackfillSource>,
     /// The database of this service's fenced receivers (`Admin::inbox`).
     pub(crate) inbox: Option<DatabaseConnection>,
+    /// How long the audit log keeps a record.
+    pub(crate) audit_retention: std::time::Duration,
 }
 
 /// The backfills the admin API reports on, and their database.
@@ -134,6 +136,7 @@ impl<C: Category> Admin<C> {
                 waker: None,
                 backfill: None,
                 inbox: None,
+                audit_retention: outbox_core::audit::DEFAULT_RETENTION,
             },
         }
     }
@@ -165,9 +168,17 @@ impl<C: Category> Admin<C> {
         self
     }
 
+    /// How long the audit log keeps a record of an operator's action
+    /// (default [`outbox_core::audit::DEFAULT_RETENTION`], 30 days); older
+    /// ones are removed as new ones are written.
+    pub fn audit_retention(mut self, retention: std::time::Duration) -> Self {
+        self.state.audit_retention = retention;
+        self
+    }
+
     /// The router, every route behind `authorize`: the JSON API answers
     /// `401`, the dashboard sends a browser to its login form (which
-    /// [`Authorize::accepts_token`] decides).
+    /// [`Authorize::login`] decides).
     pub fn router<A: Authorize>(self, authorize: A) -> Router {
         let (api, pages) = self.routes();
         let login = Router::new()
@@ -189,7 +200,10 @@ impl<C: Category> Admin<C> {
     }
 
     /// The router behind `layer`, a tower layer of your own that
-    /// authenticates (and refuses) requests.
+    /// authenticates (and refuses) requests. To name the caller in the
+    /// audit log, and to let them only read, the layer inserts a
+    /// [`Principal`] into the request's extensions; without one the caller
+    /// is an operator recorded as `unnamed`.
     pub fn router_behind<L>(self, layer: L) -> Router
     where
         L: Layer<Route> + Clone + Send + Sync + 'static,
@@ -202,11 +216,14 @@ impl<C: Category> Admin<C> {
         api.merge(pages).route_layer(layer)
     }
 
-    /// The JSON API and the dashboard (with its forms and logout).
+    /// The JSON API and the dashboard (with its forms and logout); a
+    /// viewer's change is refused (and recorded) before it runs.
     fn routes(self) -> (Router, Router) {
+        let roles = middleware::from_fn_with_state(self.state.clone(), enforce_role::<C>);
         let pages = Router::new()
             .route("/dashboard", get(dashboard::dashboard::<C>))
             .route("/actions/{action}", post(dashboard::act::<C>))
+            .route_layer(roles.clone())
             .route("/logout", post(dashboard::logout))
             .route_layer(middleware::from_fn(dashboard::same_origin))
             .with_state(self.state.clone());
@@ -225,15 +242,48 @@ impl<C: Category> Admin<C> {
             .route("/dead-letters/discard", post(routes::discard::<C>))
             .route("/backfills", get(routes::backfills::<C>))
             .route("/fences", get(routes::fences::<C>))
+            .route("/audit", get(routes::audit::<C>))
+            .route_layer(roles)
             .with_state(self.state);
         (api, pages)
     }
 }
 
 async fn check<A: Authorize>(State(authorize): State<A>, request: Request, next: Next) -> Response {
-    let (parts, body) = request.into_parts();
-    if !authorize.authorize(&parts) {
+    let (mut parts, body) = request.into_parts();
+    let Some(principal) = authorize.authorize(&parts) else {
         return AdminError::unauthorized().into_response();
-    }
+    };
+    parts.extensions.insert(principal);
     next.run(Request::from_parts(parts, body)).await
+}
+
+/// Refuses, with `403 forbidden`, any change asked by a principal who may
+/// only read, and records the refusal in the audit log.
+async fn enforce_role<C: Category>(
+    State(state): State<AdminState<C>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let reads = matches!(
+        *request.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD
+    );
+    let actor = match request.extensions().get::<Principal>() {
+        Some(principal) if !reads && !principal.role().can_act() => principal.clone(),
+        _ => return next.run(request).await,
+    };
+    let refused: Result<(), AdminError> = Err(AdminError::forbidden(actor.role().as_str()));
+    let action = format!("{} {}", request.method(), request.uri().path());
+    let audit = ops::Audit {
+        actor: &actor,
+        action: "refused",
+        target: Some(action),
+        reason: None,
+    };
+    ops::record(&state, audit, &refused, |()| String::new()).await;
+    match refused {
+        Err(error) => error.into_response(),
+        Ok(()) => next.run(request).await,
+    }
 }

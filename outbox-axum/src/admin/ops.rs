@@ -1,14 +1,100 @@
 //! What the admin routes do, shared by the JSON API and the dashboard's
 //! forms: each checks its input and answers an [`AdminError`] that says
-//! what was wrong, having changed nothing.
+//! what was wrong, having changed nothing; and each records who asked for
+//! what and how it ended in the audit log (refusals too).
 
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::StatusCode;
 
+use outbox_core::audit::AuditEntry;
 use outbox_core::{Category, ControlAction, ControlTarget, OutboxKind, ShardKey};
 
+use super::auth::Principal;
 use super::error::AdminError;
-use super::model::{ControlView, Retried, ShardRef, MAX_LIMIT};
+use super::model::{ControlView, Retried, ShardRef, TargetRef, MAX_LIMIT};
 use super::AdminState;
+
+/// Who asked: the [`Principal`] the authoriser put in the request's
+/// extensions (behind a layer of your own that put none, an operator
+/// recorded as `unnamed`).
+#[derive(Clone, Debug)]
+pub(crate) struct Actor(pub(crate) Principal);
+
+impl<S: Send + Sync> FromRequestParts<S> for Actor {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(
+            parts
+                .extensions
+                .get::<Principal>()
+                .cloned()
+                .unwrap_or_else(Principal::unnamed),
+        ))
+    }
+}
+
+/// What an action was, for its audit record.
+pub(crate) struct Audit<'a> {
+    pub(crate) actor: &'a Principal,
+    pub(crate) action: &'static str,
+    pub(crate) target: Option<String>,
+    pub(crate) reason: Option<String>,
+}
+
+/// Records `audit` with `outcome` (`detail` says what an `Ok` did). A
+/// failure to record is logged, not returned: the action has happened.
+pub(crate) async fn record<C: Category, T>(
+    state: &AdminState<C>,
+    audit: Audit<'_>,
+    outcome: &Result<T, AdminError>,
+    detail: impl FnOnce(&T) -> String,
+) {
+    let mut entry = AuditEntry::new(
+        state.view.now(),
+        audit.actor.name(),
+        audit.actor.role().as_str(),
+        audit.action,
+    );
+    entry.target = audit.target;
+    entry.reason = audit.reason;
+    match outcome {
+        Ok(done) => entry.detail = Some(detail(done)),
+        Err(error) => {
+            entry.outcome = error.code.to_owned();
+            entry.detail = Some(error.message.clone());
+        }
+    }
+    if let Err(error) = state.operator.record(&entry, state.audit_retention).await {
+        tracing::error!(%error, actor = audit.actor.name(), action = audit.action, "outbox admin: the action could not be recorded in the audit log");
+    }
+}
+
+/// The shards as the dashboard names them.
+fn shards_label<C: Category>(shards: &[ShardKey]) -> String {
+    shards
+        .iter()
+        .map(|shard| target_label::<C>(&ControlTarget::Shard(shard.clone())))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A target as the dashboard names it.
+fn target_label<C: Category>(target: &ControlTarget) -> String {
+    super::dashboard::target_label::<C>(&TargetRef::of(target))
+}
+
+/// `region dead letters 4, 7` (the first 20 ids, then `… (n ids)`).
+fn ids_label(kind: OutboxKind, ids: &[i64]) -> String {
+    let shown: Vec<String> = ids.iter().take(20).map(ToString::to_string).collect();
+    let more = if ids.len() > shown.len() {
+        format!(", … ({} ids)", ids.len())
+    } else {
+        String::new()
+    };
+    format!("{kind} dead letters {}{more}", shown.join(", "))
+}
 
 /// How long a reason may be.
 const REASON_MAX: usize = 1000;
@@ -16,6 +102,30 @@ const REASON_MAX: usize = 1000;
 /// Makes failing, paused or quarantined shards due at once; unknown shards
 /// (not failing) are refused, all of them before any is touched.
 pub(super) async fn retry<C: Category>(
+    state: &AdminState<C>,
+    actor: &Principal,
+    shards: Vec<ShardKey>,
+) -> Result<Retried, AdminError> {
+    let target = Some(shards_label::<C>(&shards));
+    let outcome = retry_shards(state, shards).await;
+    let audit = Audit {
+        actor,
+        action: "retry",
+        target,
+        reason: None,
+    };
+    record(state, audit, &outcome, |retried| {
+        format!(
+            "released {}, held {}",
+            retried.released.len(),
+            retried.held.len()
+        )
+    })
+    .await;
+    outcome
+}
+
+async fn retry_shards<C: Category>(
     state: &AdminState<C>,
     shards: Vec<ShardKey>,
 ) -> Result<Retried, AdminError> {
@@ -61,6 +171,27 @@ pub(super) async fn retry<C: Category>(
 /// Pauses or culls `target`, for every process within a refresh.
 pub(super) async fn set_control<C: Category>(
     state: &AdminState<C>,
+    actor: &Principal,
+    target: ControlTarget,
+    action: ControlAction,
+    reason: Option<String>,
+) -> Result<ControlView, AdminError> {
+    let audit = Audit {
+        actor,
+        action: match action {
+            ControlAction::Pause => "pause",
+            ControlAction::Cull => "cull",
+        },
+        target: Some(target_label::<C>(&target)),
+        reason: reason.clone(),
+    };
+    let outcome = control(state, target, action, reason).await;
+    record(state, audit, &outcome, |_| "set".to_owned()).await;
+    outcome
+}
+
+async fn control<C: Category>(
+    state: &AdminState<C>,
     target: ControlTarget,
     action: ControlAction,
     reason: Option<String>,
@@ -95,6 +226,22 @@ pub(super) async fn set_control<C: Category>(
 /// Lifts the control on `target`; its paused shards are due at once.
 pub(super) async fn lift_control<C: Category>(
     state: &AdminState<C>,
+    actor: &Principal,
+    target: &ControlTarget,
+) -> Result<(), AdminError> {
+    let outcome = lift(state, target).await;
+    let audit = Audit {
+        actor,
+        action: "resume",
+        target: Some(target_label::<C>(target)),
+        reason: None,
+    };
+    record(state, audit, &outcome, |()| "lifted".to_owned()).await;
+    outcome
+}
+
+async fn lift<C: Category>(
+    state: &AdminState<C>,
     target: &ControlTarget,
 ) -> Result<(), AdminError> {
     if state.operator.resume(target).await? {
@@ -112,6 +259,23 @@ pub(super) async fn lift_control<C: Category>(
 /// Puts dead letters back in the outbox; how many were.
 pub(super) async fn replay<C: Category>(
     state: &AdminState<C>,
+    actor: &Principal,
+    kind: OutboxKind,
+    ids: &[i64],
+) -> Result<u64, AdminError> {
+    let outcome = replay_ids(state, kind, ids).await;
+    let audit = Audit {
+        actor,
+        action: "replay",
+        target: Some(ids_label(kind, ids)),
+        reason: None,
+    };
+    record(state, audit, &outcome, |count| format!("replayed {count}")).await;
+    outcome
+}
+
+async fn replay_ids<C: Category>(
+    state: &AdminState<C>,
     kind: OutboxKind,
     ids: &[i64],
 ) -> Result<u64, AdminError> {
@@ -125,6 +289,23 @@ pub(super) async fn replay<C: Category>(
 
 /// Deletes dead letters for good; how many were.
 pub(super) async fn discard<C: Category>(
+    state: &AdminState<C>,
+    actor: &Principal,
+    kind: OutboxKind,
+    ids: &[i64],
+) -> Result<u64, AdminError> {
+    let outcome = discard_ids(state, kind, ids).await;
+    let audit = Audit {
+        actor,
+        action: "discard",
+        target: Some(ids_label(kind, ids)),
+        reason: None,
+    };
+    record(state, audit, &outcome, |count| format!("discarded {count}")).await;
+    outcome
+}
+
+async fn discard_ids<C: Category>(
     state: &AdminState<C>,
     kind: OutboxKind,
     ids: &[i64],

@@ -8,10 +8,11 @@ use outbox_core::{Category, OutboxKind, ShardKey};
 
 use super::error::{AdminError, AdminJson, AdminQuery};
 use super::model::{
-    BackfillView, BacklogView, ControlView, DeadLetterView, FailingView, FenceView, FencesQuery,
-    FencesView, HealthView, LiftControl, ListQuery, ReplayDeadLetters, Retried, RetryShards,
-    SetControl, ShardRef, ShardView, ShardsView, StateView,
+    AuditQuery, AuditView, BackfillView, BacklogView, ControlView, DeadLetterView, FailingView,
+    FenceView, FencesQuery, FencesView, HealthView, LiftControl, ListQuery, ReplayDeadLetters,
+    Retried, RetryShards, SetControl, ShardRef, ShardView, ShardsView, StateView,
 };
+use super::ops::Actor;
 use super::{ops, AdminState};
 
 pub(super) async fn health<C: Category>(
@@ -54,6 +55,7 @@ pub(super) async fn shards<C: Category>(
 
 pub(super) async fn retry<C: Category>(
     State(state): State<AdminState<C>>,
+    Actor(actor): Actor,
     AdminJson(request): AdminJson<RetryShards>,
 ) -> Result<Json<Retried>, AdminError> {
     let shards = request
@@ -61,7 +63,7 @@ pub(super) async fn retry<C: Category>(
         .iter()
         .map(ShardRef::key)
         .collect::<Result<Vec<ShardKey>, _>>()?;
-    Ok(Json(ops::retry(&state, shards).await?))
+    Ok(Json(ops::retry(&state, &actor, shards).await?))
 }
 
 pub(super) async fn controls<C: Category>(
@@ -73,18 +75,27 @@ pub(super) async fn controls<C: Category>(
 
 pub(super) async fn set_control<C: Category>(
     State(state): State<AdminState<C>>,
+    Actor(actor): Actor,
     AdminJson(request): AdminJson<SetControl>,
 ) -> Result<Json<ControlView>, AdminError> {
     let target = request.target.target()?;
-    let control = ops::set_control(&state, target, request.action.into(), request.reason).await?;
+    let control = ops::set_control(
+        &state,
+        &actor,
+        target,
+        request.action.into(),
+        request.reason,
+    )
+    .await?;
     Ok(Json(control))
 }
 
 pub(super) async fn lift_control<C: Category>(
     State(state): State<AdminState<C>>,
+    Actor(actor): Actor,
     AdminJson(request): AdminJson<LiftControl>,
 ) -> Result<StatusCode, AdminError> {
-    ops::lift_control(&state, &request.target.target()?).await?;
+    ops::lift_control(&state, &actor, &request.target.target()?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -99,17 +110,19 @@ pub(super) async fn dead_letters<C: Category>(
 
 pub(super) async fn replay<C: Category>(
     State(state): State<AdminState<C>>,
+    Actor(actor): Actor,
     AdminJson(request): AdminJson<ReplayDeadLetters>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
-    let replayed = ops::replay(&state, request.kind, &request.ids).await?;
+    let replayed = ops::replay(&state, &actor, request.kind, &request.ids).await?;
     Ok(Json(serde_json::json!({ "replayed": replayed })))
 }
 
 pub(super) async fn discard<C: Category>(
     State(state): State<AdminState<C>>,
+    Actor(actor): Actor,
     AdminJson(request): AdminJson<ReplayDeadLetters>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
-    let discarded = ops::discard(&state, request.kind, &request.ids).await?;
+    let discarded = ops::discard(&state, &actor, request.kind, &request.ids).await?;
     Ok(Json(serde_json::json!({ "discarded": discarded })))
 }
 
@@ -123,11 +136,11 @@ pub(super) async fn backfills<C: Category>(
         ));
     };
     let statuses = backfill.status().await.map_err(|error| {
-        tracing::error!(%error, "outbox admin: backfill status");
-        AdminError::new(
+        AdminError::logged(
             StatusCode::SERVICE_UNAVAILABLE,
             "store_unavailable",
-            format!("the backfill cursors could not be read: {error}"),
+            "the backfill cursors could not be read",
+            &error,
         )
     })?;
     Ok(Json(statuses.iter().map(BackfillView::from).collect()))
@@ -147,15 +160,24 @@ pub(super) async fn fences<C: Category>(
     let (records, superseded) = outbox_seaorm::inbox::fences(db, limit)
         .await
         .map_err(|error| {
-            tracing::error!(%error, "outbox admin: fence records");
-            AdminError::new(
+            AdminError::logged(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store_unavailable",
-                format!("the fence records could not be read: {error}"),
+                "the fence records could not be read",
+                &error,
             )
         })?;
     Ok(Json(FencesView {
         superseded,
         records: records.iter().map(FenceView::from).collect(),
     }))
+}
+
+pub(super) async fn audit<C: Category>(
+    State(state): State<AdminState<C>>,
+    AdminQuery(query): AdminQuery<AuditQuery>,
+) -> Result<Json<Vec<AuditView>>, AdminError> {
+    let limit = query.checked()?;
+    let records = state.view.audit_log(limit).await?;
+    Ok(Json(records.iter().map(AuditView::from).collect()))
 }

@@ -56,6 +56,19 @@ pub enum OutboxCommand {
     /// completion.
     #[command(subcommand)]
     Backfill(BackfillCommand),
+    /// The operators' audit log, newest first: who paused, culled,
+    /// resumed, retried, replayed or discarded what, when, why, and how it
+    /// ended (through the admin API, its dashboard or this CLI).
+    Audit(AuditArgs),
+}
+
+/// `--limit` of `audit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Args)]
+pub struct AuditArgs {
+    /// How many records to show, 1 to 10,000.
+    #[arg(long, default_value_t = DEFAULT_LIMIT,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_LIMIT)))]
+    pub limit: u32,
 }
 
 /// `--kind` and `--limit`.

@@ -71,6 +71,7 @@
 //! another), [`backfill_run`] and [`backfill_status`] work on any
 //! `Backfill`, each with [`Progress`] bars.
 
+mod audit;
 mod backfill_run;
 mod command;
 mod drain;
@@ -83,9 +84,9 @@ mod target;
 
 pub use backfill_run::{backfill_run, backfill_status};
 pub use command::{
-    BackfillArgs, BackfillCommand, ControlArgs, DeadLetterCommand, DeadLetterIds, DrainArgs,
-    ListArgs, OutboxArgs, OutboxCommand, ShardArgs, TargetArgs, DEFAULT_DRAIN_TIMEOUT_SECS,
-    DEFAULT_LIMIT, MAX_LIMIT, REASON_MAX,
+    AuditArgs, BackfillArgs, BackfillCommand, ControlArgs, DeadLetterCommand, DeadLetterIds,
+    DrainArgs, ListArgs, OutboxArgs, OutboxCommand, ShardArgs, TargetArgs,
+    DEFAULT_DRAIN_TIMEOUT_SECS, DEFAULT_LIMIT, MAX_LIMIT, REASON_MAX,
 };
 pub use drain::drain_until_empty;
 pub use error::CliError;

@@ -18,9 +18,9 @@ use super::command::{
 use super::drain::drain_until_empty;
 use super::error::CliError;
 use super::output::{
-    CommandOutput, ControlChange, ControlOutput, DeadLetterAction, DeadLetterView,
-    DeadLettersChanged, DeadLettersOutput, FailingView, RetryOutput, ShardView, ShardsOutput,
-    StateView,
+    AuditLine, AuditOutput, CommandOutput, ControlChange, ControlOutput, DeadLetterAction,
+    DeadLetterView, DeadLettersChanged, DeadLettersOutput, FailingView, RetryOutput, ShardView,
+    ShardsOutput, StateView,
 };
 use super::progress::Progress;
 use super::target::{category_name, control_target, shard_key, shard_view, target_view};
@@ -34,6 +34,8 @@ pub struct OutboxCli<C: Category> {
     drainer: Drainer<C>,
     backfill: Option<(Backfill, DatabaseConnection)>,
     progress: Option<Progress>,
+    /// Who the audit log says ran the commands.
+    actor: String,
 }
 
 impl<C: Category> std::fmt::Debug for OutboxCli<C> {
@@ -42,6 +44,7 @@ impl<C: Category> std::fmt::Debug for OutboxCli<C> {
             .field("drainer", &self.drainer)
             .field("backfill", &self.backfill.as_ref().map(|(b, _)| b))
             .field("progress", &self.progress)
+            .field("actor", &self.actor)
             .finish()
     }
 }
@@ -55,7 +58,15 @@ impl<C: Category> OutboxCli<C> {
             drainer,
             backfill: None,
             progress: None,
+            actor: super::audit::default_actor(),
         }
+    }
+
+    /// Who the operators' audit log says ran the commands that change
+    /// something (default `cli:` and the `USER` running it).
+    pub fn with_actor(mut self, actor: impl Into<String>) -> Self {
+        self.actor = actor.into();
+        self
     }
 
     /// Adds the backfill of the replicated models and the database they
@@ -104,12 +115,24 @@ impl<C: Category> OutboxCli<C> {
     }
 
     /// Runs `command`, with progress bars on `progress`, and returns its
-    /// answer.
+    /// answer. A command that changes something is recorded in the
+    /// operators' audit log with how it ended (see
+    /// [`outbox_core::audit`]).
     ///
     /// # Errors
     ///
     /// [`CliError`].
     pub async fn execute(
+        &self,
+        command: &OutboxCommand,
+        progress: Progress,
+    ) -> Result<CommandOutput, CliError> {
+        let outcome = self.run_command(command, progress).await;
+        super::audit::record(&self.drainer, &self.actor, command, &outcome).await;
+        outcome
+    }
+
+    async fn run_command(
         &self,
         command: &OutboxCommand,
         progress: Progress,
@@ -154,6 +177,13 @@ impl<C: Category> OutboxCli<C> {
             OutboxCommand::Backfill(BackfillCommand::Run(args)) => {
                 let (backfill, db) = self.backfill()?;
                 CommandOutput::BackfillRun(backfill_run(backfill, db, args.force, progress).await?)
+            }
+            OutboxCommand::Audit(args) => {
+                let limit = checked_limit(args.limit)?;
+                let records = self.drainer.view().audit_log(limit).await?;
+                CommandOutput::Audit(AuditOutput {
+                    records: records.iter().map(AuditLine::from).collect(),
+                })
             }
         })
     }

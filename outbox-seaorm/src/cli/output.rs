@@ -498,6 +498,83 @@ impl fmt::Display for BackfillRunOutput {
     }
 }
 
+/// `audit`: the newest records of the operators' audit log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditOutput {
+    /// Newest first.
+    pub records: Vec<AuditLine>,
+}
+
+/// One operator action.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditLine {
+    /// Increasing with each record.
+    pub id: i64,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Who.
+    pub actor: String,
+    /// In which role (`operator`, `viewer`, `cli`).
+    pub role: String,
+    /// What.
+    pub action: String,
+    /// On what.
+    pub target: Option<String>,
+    /// The reason given.
+    pub reason: Option<String>,
+    /// `ok`, or what refused or failed it.
+    pub outcome: String,
+    /// What it did, or why it was refused.
+    pub detail: Option<String>,
+}
+
+impl From<&outbox_core::audit::AuditRecord> for AuditLine {
+    fn from(record: &outbox_core::audit::AuditRecord) -> Self {
+        let entry = record.entry.clone();
+        Self {
+            id: record.id,
+            at: entry.at,
+            actor: entry.actor,
+            role: entry.role,
+            action: entry.action,
+            target: entry.target,
+            reason: entry.reason,
+            outcome: entry.outcome,
+            detail: entry.detail,
+        }
+    }
+}
+
+impl fmt::Display for AuditOutput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.records.is_empty() {
+            return writeln!(f, "no operator action recorded");
+        }
+        for line in &self.records {
+            write!(
+                f,
+                "{} {} ({}) {}",
+                time(&line.at),
+                line.actor,
+                line.role,
+                line.action
+            )?;
+            if let Some(target) = &line.target {
+                write!(f, " {target}")?;
+            }
+            if let Some(reason) = &line.reason {
+                write!(f, " (reason: {reason})")?;
+            }
+            write!(f, ": {}", line.outcome)?;
+            if let Some(detail) = &line.detail {
+                write!(f, ", {detail}")?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}
+
 /// What any command answered: `--json` prints the inner document as it is.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
@@ -518,6 +595,8 @@ pub enum CommandOutput {
     BackfillStatus(BackfillStatusOutput),
     /// `backfill run`.
     BackfillRun(BackfillRunOutput),
+    /// `audit`.
+    Audit(AuditOutput),
 }
 
 impl fmt::Display for CommandOutput {
@@ -531,6 +610,7 @@ impl fmt::Display for CommandOutput {
             CommandOutput::Drain(output) => output.fmt(f),
             CommandOutput::BackfillStatus(output) => output.fmt(f),
             CommandOutput::BackfillRun(output) => output.fmt(f),
+            CommandOutput::Audit(output) => output.fmt(f),
         }
     }
 }

@@ -4,14 +4,17 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /dashboard?kind=region` | the page: health, failing shards first with their last error, the deepest shards with their lag, scopes and controls, dead letters, backfills |
-//! | `GET /login`, `POST /login` | the token form ([`Authorize::accepts_token`]): an `HttpOnly`, `SameSite=Strict` cookie |
+//! | `GET /login`, `POST /login` | the token form ([`Authorize::login`]): an `HttpOnly`, `SameSite=Strict` cookie |
 //! | `POST /logout` | forgets the cookie |
 //! | `POST /actions/{replay,discard,retry,pause,cull,resume}` | a form's action; answers `303` back to the page with what was done or what was wrong |
 //!
 //! Forms are refused (`403`) when the browser says they come from another
-//! site (`Origin`, `Sec-Fetch-Site`).
+//! site (`Origin`, `Sec-Fetch-Site`), and when the principal is a
+//! [viewer](super::Role::Viewer), who sees the page without its forms.
 
 mod page;
+
+pub(crate) use page::target_label;
 
 use axum::extract::{Form, OriginalUri, Path, Request, State};
 use axum::http::header::{HOST, LOCATION, ORIGIN, SET_COOKIE};
@@ -22,9 +25,10 @@ use serde::{Deserialize, Serialize};
 
 use outbox_core::{Category, ControlAction};
 
-use super::auth::{Authorize, COOKIE_NAME};
+use super::auth::{Authorize, Principal, COOKIE_NAME};
 use super::error::{AdminError, AdminQuery};
 use super::model::{Kind, ShardRef, TargetRef};
+use super::ops::Actor;
 use super::{ops, AdminState};
 
 /// `?kind=region&done=...&error=...`.
@@ -50,9 +54,10 @@ const PAGE_ROWS: usize = 100;
 
 pub(super) async fn dashboard<C: Category>(
     State(state): State<AdminState<C>>,
+    Actor(actor): Actor,
     AdminQuery(query): AdminQuery<PageQuery>,
 ) -> Response {
-    match page::Data::read(&state, query.kind, PAGE_ROWS).await {
+    match page::Data::read(&state, &actor, query.kind, PAGE_ROWS).await {
         Ok(data) => Html(page::dashboard(&data, &query).into_string()).into_response(),
         Err(error) => (
             error.status,
@@ -123,6 +128,7 @@ impl Fields {
 /// `POST /actions/{action}`: does it, then `303` back to the page.
 pub(super) async fn act<C: Category>(
     State(state): State<AdminState<C>>,
+    Actor(actor): Actor,
     Path(action): Path<String>,
     form: Result<Form<Vec<(String, String)>>, axum::extract::rejection::FormRejection>,
 ) -> Response {
@@ -136,22 +142,23 @@ pub(super) async fn act<C: Category>(
         }
     };
     let kind = fields.kind().unwrap_or(Kind::Region);
-    back(kind, perform(&state, &action, &fields).await)
+    back(kind, perform(&state, &actor, &action, &fields).await)
 }
 
 async fn perform<C: Category>(
     state: &AdminState<C>,
+    actor: &Principal,
     action: &str,
     fields: &Fields,
 ) -> Result<String, AdminError> {
     let kind = fields.kind()?;
     match action {
         "replay" => {
-            let replayed = ops::replay(state, kind, &fields.ids()?).await?;
+            let replayed = ops::replay(state, actor, kind, &fields.ids()?).await?;
             Ok(format!("Replayed {replayed} dead letter(s)."))
         }
         "discard" => {
-            let discarded = ops::discard(state, kind, &fields.ids()?).await?;
+            let discarded = ops::discard(state, actor, kind, &fields.ids()?).await?;
             Ok(format!("Discarded {discarded} dead letter(s)."))
         }
         "retry" => {
@@ -165,7 +172,7 @@ async fn perform<C: Category>(
                 scope: target.scope,
                 identifier,
             };
-            let retried = ops::retry(state, vec![shard.key()?]).await?;
+            let retried = ops::retry(state, actor, vec![shard.key()?]).await?;
             Ok(if retried.held.is_empty() {
                 "The shard is due now.".to_owned()
             } else {
@@ -180,7 +187,7 @@ async fn perform<C: Category>(
             };
             let target = fields.target()?.target()?;
             let reason = fields.get("reason").map(str::to_owned);
-            let control = ops::set_control(state, target, action, reason).await?;
+            let control = ops::set_control(state, actor, target, action, reason).await?;
             Ok(format!(
                 "{} {}.",
                 if action == ControlAction::Pause {
@@ -193,7 +200,7 @@ async fn perform<C: Category>(
         }
         "resume" => {
             let target = fields.target()?;
-            ops::lift_control(state, &target.target()?).await?;
+            ops::lift_control(state, actor, &target.target()?).await?;
             Ok(format!("Resumed {}.", page::target_label::<C>(&target)))
         }
         _ => Err(AdminError::not_found(
@@ -243,7 +250,7 @@ pub(super) async fn login<A: Authorize>(
     OriginalUri(uri): OriginalUri,
     Form(login): Form<Login>,
 ) -> Response {
-    if login.token.is_empty() || !authorize.accepts_token(&login.token) {
+    if login.token.is_empty() || authorize.login(&login.token).is_none() {
         return (
             StatusCode::UNAUTHORIZED,
             Html(page::login(Some("That is not the admin token.")).into_string()),
@@ -306,8 +313,9 @@ pub(super) async fn check_page<A: Authorize>(
     request: Request,
     next: Next,
 ) -> Response {
-    let (parts, body) = request.into_parts();
-    if authorize.authorize(&parts) {
+    let (mut parts, body) = request.into_parts();
+    if let Some(principal) = authorize.authorize(&parts) {
+        parts.extensions.insert(principal);
         return next.run(Request::from_parts(parts, body)).await;
     }
     if parts.method == Method::GET {

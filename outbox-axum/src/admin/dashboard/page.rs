@@ -8,15 +8,38 @@ use outbox_core::{Backlog, Category, OutboxKind, RuntimeControl, Scope, ShardKey
 use outbox_seaorm::backfill::BackfillStatus;
 use outbox_seaorm::inbox::FenceRecord;
 
+use super::super::auth::Principal;
 use super::super::error::AdminError;
 use super::super::model::{Action, Kind, TargetRef};
 use super::super::AdminState;
 use super::PageQuery;
+use outbox_core::audit::AuditRecord;
+
+mod tables;
 
 const STYLE: &str = include_str!("style.css");
 
+/// What the page says of a failed read: the cause goes to the log, under
+/// the correlation id the message names.
+fn logged(what: &str, error: &dyn std::fmt::Display) -> String {
+    AdminError::logged(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+        what,
+        error,
+    )
+    .message
+}
+
+/// How many audit records the page lists.
+const AUDIT_ROWS: usize = 20;
+
 /// What one page shows.
 pub(super) struct Data {
+    /// Who looks: a viewer sees no forms.
+    actor: Principal,
+    /// The newest records of the audit log.
+    audit: Vec<AuditRecord>,
     kind: OutboxKind,
     now: DateTime<Utc>,
     backlogs: Vec<Backlog>,
@@ -36,6 +59,7 @@ pub(super) struct Data {
 impl Data {
     pub(super) async fn read<C: Category>(
         state: &AdminState<C>,
+        actor: &Principal,
         kind: OutboxKind,
         rows: usize,
     ) -> Result<Self, AdminError> {
@@ -48,18 +72,25 @@ impl Data {
         let dead_letters = view.dead_letters(kind, rows).await?;
         let controls = view.controls().await?;
         let backfills = match &state.backfill {
-            Some(backfill) => Some(backfill.status().await.map_err(|error| error.to_string())),
+            Some(backfill) => Some(
+                backfill
+                    .status()
+                    .await
+                    .map_err(|error| logged("the backfill cursors could not be read", &error)),
+            ),
             None => None,
         };
         let fences = match &state.inbox {
             Some(db) => Some(
                 outbox_seaorm::inbox::fences(db, rows as u64)
                     .await
-                    .map_err(|error| error.to_string()),
+                    .map_err(|error| logged("the fence records could not be read", &error)),
             ),
             None => None,
         };
         Ok(Self {
+            actor: actor.clone(),
+            audit: view.audit_log(AUDIT_ROWS).await?,
             kind,
             now: view.now(),
             backlogs,
@@ -74,6 +105,10 @@ impl Data {
                 .collect(),
             categories: C::ALL.iter().map(|c| (c.value(), c.name())).collect(),
         })
+    }
+
+    fn can_act(&self) -> bool {
+        self.actor.role().can_act()
     }
 
     fn scope_name(&self, value: i32) -> String {
@@ -115,7 +150,7 @@ impl Data {
 
 /// "region-outbox shard organization 42" or "region-outbox scope
 /// organization" (with the region of a control-outbox target).
-pub(super) fn target_label<C: Category>(target: &TargetRef) -> String {
+pub(crate) fn target_label<C: Category>(target: &TargetRef) -> String {
     describe(target, |value| {
         C::Scope::try_from(value).map_or_else(|_| format!("scope {value}"), |s| s.name().to_owned())
     })
@@ -255,6 +290,7 @@ pub(super) fn dashboard(data: &Data, query: &PageQuery) -> Markup {
                         }
                     }
                     a class="tab" href=(format!("dashboard?kind={}", kind_value(kind))) { "Refresh" }
+                    span #principal.quiet { (data.actor.name()) " (" (data.actor.role().as_str()) ")" }
                     form method="post" action="logout" class="inline" {
                         button type="submit" { "Log out" }
                     }
@@ -262,14 +298,16 @@ pub(super) fn dashboard(data: &Data, query: &PageQuery) -> Markup {
             }
             @if let Some(done) = &query.done { p.notice role="status" { (done) } }
             @if let Some(error) = &query.error { p.error role="alert" { (error) } }
+            @if !data.can_act() { p.notice #read-only { "Read-only: a viewer sees everything and changes nothing." } }
             (health(data))
             (failing(data, now))
             (shards(data, now))
             (scopes(data))
             (controls(data, now))
             (dead_letters(data, now))
-            (backfills(data))
-            (fences(data, now))
+            (tables::backfills(data))
+            (tables::fences(data, now))
+            (tables::audit(data, now))
             footer { "Read at " (now.to_rfc3339()) "." }
         },
     )
@@ -374,8 +412,10 @@ fn failing(data: &Data, now: DateTime<Utc>) -> Markup {
                                 td { (time(now, failing.state.failed_at, ago(now, failing.state.failed_at))) }
                                 td { (time(now, failing.state.retry_at, until(now, failing.state.retry_at))) }
                                 td.actions {
-                                    (button("retry", &shard_target(&failing.shard), "Retry now", "retry"))
-                                    (pause_or_resume(data, &failing.shard))
+                                    @if data.can_act() {
+                                        (button("retry", &shard_target(&failing.shard), "Retry now", "retry"))
+                                        (pause_or_resume(data, &failing.shard))
+                                    }
                                 }
                             }
                         }
@@ -411,7 +451,7 @@ fn shards(data: &Data, now: DateTime<Utc>) -> Markup {
                                         None => span.badge { "ok" },
                                     }
                                 }
-                                td.actions { (pause_or_resume(data, &depth.shard)) }
+                                td.actions { @if data.can_act() { (pause_or_resume(data, &depth.shard)) } }
                             }
                         }
                     }
@@ -443,7 +483,7 @@ fn scopes(data: &Data) -> Markup {
                                     " "
                                 }
                             }
-                            td.actions {
+                            td.actions { @if data.can_act() {
                                 @for control in &controls {
                                     (button("resume", &TargetRef::of(&control.target), "Resume", "resume"))
                                 }
@@ -455,7 +495,7 @@ fn scopes(data: &Data) -> Markup {
                                     button type="submit" class="pause" { "Pause" }
                                     button type="submit" class="cull" formaction="actions/cull" onclick="return confirm('Cull drops this scope\\'s messages as they come due. Cull?')" { "Cull" }
                                 }
-                            }
+                            } }
                         }
                     }
                 }
@@ -488,7 +528,7 @@ fn controls(data: &Data, now: DateTime<Utc>) -> Markup {
                                 td { span.badge.paused { (action_name(control.action.into())) } }
                                 td { (control.reason.as_deref().unwrap_or("")) }
                                 td { (time(now, control.created_at, ago(now, control.created_at))) }
-                                td.actions { (button("resume", &target, "Lift", "resume")) }
+                                td.actions { @if data.can_act() { (button("resume", &target, "Lift", "resume")) } }
                             }
                         }
                     }
@@ -506,12 +546,12 @@ fn dead_letters(data: &Data, now: DateTime<Utc>) -> Markup {
             @if data.dead_letters.is_empty() {
                 p.quiet { "No dead letters in " (kind) "_outbox." }
             } @else {
-                form #bulk method="post" action="actions/replay" class="bulk" {
+                @if data.can_act() { form #bulk method="post" action="actions/replay" class="bulk" {
                     input type="hidden" name="kind" value=(kind);
                     "Selected: "
                     button type="submit" class="replay" { "Replay" }
                     button type="submit" class="discard" formaction="actions/discard" onclick="return confirm('Discard the selected dead letters for good?')" { "Discard" }
-                }
+                } }
                 table {
                     thead { tr {
                         th { "" } th { "id" } th { "shard" } th { "category" } th { "object" }
@@ -520,7 +560,7 @@ fn dead_letters(data: &Data, now: DateTime<Utc>) -> Markup {
                     tbody {
                         @for dead in &data.dead_letters {
                             tr #(format!("dead-letter-{}", dead.row.id)) {
-                                td { input type="checkbox" name="ids" value=(dead.row.id) form="bulk" aria-label=(format!("select dead letter {}", dead.row.id)); }
+                                td { @if data.can_act() { input type="checkbox" name="ids" value=(dead.row.id) form="bulk" aria-label=(format!("select dead letter {}", dead.row.id)); } }
                                 td.num { (dead.row.id) }
                                 td { (data.shard_label(&dead.row.shard)) }
                                 td { (data.category_name(dead.row.category)) }
@@ -534,7 +574,7 @@ fn dead_letters(data: &Data, now: DateTime<Utc>) -> Markup {
                                         pre { (dead.row.payload.as_ref().map_or_else(|| "null".to_owned(), |p| serde_json::to_string_pretty(p).unwrap_or_default())) }
                                     }
                                 }
-                                td.actions {
+                                td.actions { @if data.can_act() {
                                     form method="post" action="actions/replay" {
                                         input type="hidden" name="kind" value=(kind);
                                         input type="hidden" name="ids" value=(dead.row.id);
@@ -545,88 +585,10 @@ fn dead_letters(data: &Data, now: DateTime<Utc>) -> Markup {
                                         input type="hidden" name="ids" value=(dead.row.id);
                                         button type="submit" class="discard" id=(format!("discard-{}", dead.row.id)) onclick="return confirm('Discard this dead letter for good?')" { "Discard" }
                                     }
-                                }
+                                } }
                             }
                         }
                     }
-                }
-            }
-        }
-    }
-}
-
-fn backfills(data: &Data) -> Markup {
-    html! {
-        @if let Some(backfills) = &data.backfills {
-            section #backfills {
-                h2 { "Backfills" }
-                @match backfills {
-                    Err(error) => p.error { "The backfill cursors could not be read: " (error) },
-                    Ok(statuses) => table {
-                        thead { tr {
-                            th { "table" } th { "coded version" } th { "target version" } th { "cursor" } th { "rows left" } th { "" }
-                        } }
-                        tbody {
-                            @for status in statuses {
-                                tr {
-                                    td { (status.table) }
-                                    td.num { (status.coded_version) }
-                                    td.num { (status.target_version.map_or_else(|| "unset".to_owned(), |v| v.to_string())) }
-                                    td { @match status.cursor_version { Some(v) => { "v" (v) " from id " (status.lower_bound_id) } None => "–" } }
-                                    td.num { (status.rows_remaining) }
-                                    td {
-                                        @if status.done { span.badge { "done" } }
-                                        @else if status.target_version.is_none() { span.badge.paused { "not enabled" } }
-                                        @else { span.badge.warn { "running" } }
-                                    }
-                                }
-                            }
-                        }
-                    },
-                }
-            }
-        }
-    }
-}
-
-fn fences(data: &Data, now: DateTime<Utc>) -> Markup {
-    html! {
-        @if let Some(fences) = &data.fences {
-            section #fences {
-                h2 { "Fenced receivers" }
-                @match fences {
-                    Err(error) => p.error { "The fence records could not be read: " (error) },
-                    Ok((records, superseded)) => {
-                        p {
-                            strong { (superseded) }
-                            " deliveries refused as superseded: sent late by a worker paused past its lease, after a newer claim of the shard was applied (nothing to do; a count that grows points to stalled or partitioned sender processes)."
-                        }
-                        @if records.is_empty() {
-                            p { "No fenced delivery applied yet." }
-                        } @else {
-                            table {
-                                thead { tr {
-                                    th { "consumer" } th { "sender" } th { "shard" } th { "highest token" } th { "applied" } th { "superseded" } th { "last superseded" }
-                                } }
-                                tbody {
-                                    @for record in records {
-                                        tr {
-                                            td { (record.consumer) }
-                                            td { (record.sender) }
-                                            td { code { (record.shard) } }
-                                            td.num { (record.fence.get()) }
-                                            td { (ago(now, record.applied_at)) }
-                                            td.num {
-                                                @if record.superseded > 0 { span.badge.warn { (record.superseded) } }
-                                                @else { "0" }
-                                            }
-                                            td { @match record.superseded_at { Some(at) => (ago(now, at)), None => "–" } }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    },
                 }
             }
         }
