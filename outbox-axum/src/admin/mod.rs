@@ -1,11 +1,18 @@
 //! The operator's admin API, as a router to mount wherever you like.
 //!
 //! It cannot be built without an authoriser: [`Admin::router`] takes an
-//! [`Authorize`] ([`BearerToken`], or any `Fn(&Parts) -> bool`), and
-//! [`Admin::router_behind`] a tower layer of your own that authenticates.
-//! A refused request gets `401` and changes nothing. Every answer is JSON;
-//! errors are `{"error": {"code": ..., "message": ...}}` with a status that
-//! says what happened ([`AdminError`]).
+//! [`Authorize`] ([`BearerToken`], or any `Fn(&Parts) -> Option<Principal>`),
+//! and [`Admin::router_behind`] a tower layer of your own that
+//! authenticates. A refused request gets `401` and changes nothing. Each
+//! caller is a [`Principal`]: a name and a [`Role`]; a
+//! [viewer](Role::Viewer) reads everything and every change it asks for is
+//! refused with `403` (and recorded). Every change, and every refusal, is
+//! recorded in the operators' audit log ([`outbox_core::audit`]: who, when,
+//! what, on what, the reason given, how it ended), listed by `GET /audit`,
+//! the dashboard and the CLI. Every answer is JSON; errors are
+//! `{"error": {"code": ..., "message": ...}}` with a status that says what
+//! happened ([`AdminError`]), and an `"id"` naming the server's log line
+//! when the store failed (the database's text is never in the answer).
 //!
 //! | route | what |
 //! |---|---|
@@ -19,6 +26,7 @@
 //! | `POST /dead-letters/replay` `{"kind": "region", "ids": [...]}` | puts them back in the outbox |
 //! | `POST /dead-letters/discard` `{"kind": "region", "ids": [...]}` | deletes them for good |
 //! | `GET /backfills` | per replicated table: coded, target and cursor versions, cursor, rows left, done (with [`Admin::backfill`]; `404 no_backfill` without) |
+//! | `GET /audit?limit=100` | the operators' audit log, newest first: who (name, role), when, what, target, reason, outcome, detail |
 //! | `GET /fences?limit=100` | the fenced receivers' records (consumer, sender, shard, highest token applied, deliveries refused as superseded and when the last was), most refusals first, and their total (with [`Admin::inbox`]; `404 no_inbox` without) |
 //! | `GET /dashboard?kind=region` | the same as a page, with forms: see below |
 //!
