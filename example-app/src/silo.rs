@@ -160,6 +160,9 @@ pub enum SiloError {
         /// Its length.
         length: usize,
     },
+    /// The admin token cannot be used (too short).
+    #[error("the admin token (--admin-token, OUTBOX_ADMIN_TOKEN): {0}")]
+    AdminToken(#[from] outbox_axum::admin::TokenError),
     /// A region this example has no id code for (`crate::ids::REGION_CODES`).
     #[error("unknown region {0:?}: this example knows {known}", known = crate::ids::REGION_CODES.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", "))]
     UnknownRegion(String),
@@ -245,6 +248,11 @@ pub async fn open_database(url: &str) -> Result<DatabaseConnection, SiloError> {
 /// [`SiloError`] when the database or the worker cannot start.
 pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningSilo, SiloError> {
     check_secret(&config.secret)?;
+    let admin = config
+        .admin_token
+        .as_deref()
+        .map(BearerToken::new)
+        .transpose()?;
     // Before the worker emits its first metrics.
     crate::telemetry::prometheus();
     let db = open_database(&config.database_url).await?;
@@ -276,7 +284,7 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
             db.clone(),
             drainer.clone(),
             worker.waker().clone(),
-            config.admin_token.as_deref(),
+            admin,
         ))
         .layer(axum::extract::DefaultBodyLimit::max(config.body_limit))
         .layer(RequestBodyTimeoutLayer::new(config.body_timeout));
@@ -396,7 +404,7 @@ fn admin_routes(
     db: DatabaseConnection,
     drainer: Drainer<OutboxCategory>,
     waker: outbox_core::worker::Waker,
-    admin_token: Option<&str>,
+    admin: Option<BearerToken>,
 ) -> Router {
     let mut router = Router::new()
         .route(
@@ -404,8 +412,8 @@ fn admin_routes(
             get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
         )
         .route("/metrics", get(crate::telemetry::metrics));
-    match admin_token {
-        Some(token) => {
+    match admin {
+        Some(admin) => {
             router = router.nest(
                 "/admin/outbox",
                 Admin::new(drainer)
@@ -413,7 +421,7 @@ fn admin_routes(
                     .backfill(backfill, db.clone())
                     // The RPC routes' fenced inbox lives in this silo's database.
                     .inbox(db)
-                    .router(BearerToken::new(token)),
+                    .router(admin),
             );
         }
         None => tracing::info!("no admin token: the outbox admin API is off"),

@@ -22,9 +22,9 @@ outbox_core::registry! {
 
 type Recorder = outbox_testing::Recorder<OutboxCategory>;
 
-const TOKEN: &str = "admin-token";
+const TOKEN: &str = "the admin test's operator token!!";
 /// The viewer's token: reads, never changes.
-const VIEWER_TOKEN: &str = "viewer-token";
+const VIEWER_TOKEN: &str = "the admin test's viewer token!!!!";
 
 #[path = "admin/roles.rs"]
 mod roles;
@@ -109,8 +109,12 @@ async fn setup_with(
         recorder.receivers(),
     ))
     .build();
-    let router =
-        Admin::new(drainer.clone()).router(BearerToken::new(TOKEN).viewer("on-call", VIEWER_TOKEN));
+    let router = Admin::new(drainer.clone()).router(
+        BearerToken::new(TOKEN)
+            .unwrap()
+            .viewer("on-call", VIEWER_TOKEN)
+            .unwrap(),
+    );
     Setup {
         db,
         recorder,
@@ -137,10 +141,24 @@ fn pause_body(identifier: i64) -> String {
     .to_string()
 }
 
+/// The admin router over `drainer`, with the test's tokens and `failures`
+/// wrong credentials allowed a minute.
+fn router_allowing(drainer: &Drainer<OutboxCategory>, failures: u32) -> Router {
+    Admin::new(drainer.clone())
+        .login_throttle(failures, std::time::Duration::from_secs(60))
+        .router(
+            BearerToken::new(TOKEN)
+                .unwrap()
+                .viewer("on-call", VIEWER_TOKEN)
+                .unwrap(),
+        )
+}
+
 /// Every route refuses a request without the token (or with a wrong one)
 /// with 401 and a JSON error, and changes nothing.
 async fn unauthorised_requests_get_401_and_change_nothing(backend: DbBackend) {
-    let Setup { db, router, .. } = setup(backend, "admin_unauthorised", &[1]).await;
+    let Setup { db, drainer, .. } = setup(backend, "admin_unauthorised", &[1]).await;
+    let router = router_allowing(&drainer, 1000);
     let pause = pause_body(1);
     for (method, uri, body) in every_route(&pause) {
         for token in [None, Some("wrong"), Some("")] {
@@ -150,6 +168,72 @@ async fn unauthorised_requests_get_401_and_change_nothing(backend: DbBackend) {
         }
     }
     nothing_changed(&db).await;
+}
+
+/// After ten wrong credentials a client's next requests are refused with
+/// `429` and `Retry-After` before they are checked, the right token too;
+/// requests without credentials do not count.
+async fn wrong_credentials_are_throttled(backend: DbBackend) {
+    let Setup { db, drainer, .. } = setup(backend, "admin_throttled", &[1]).await;
+    let router = router_allowing(&drainer, 10);
+    for _ in 0..20 {
+        let (status, _) = call(&router, Method::GET, "/health", None, None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+    for attempt in 0..10 {
+        let (status, _) = call(&router, Method::GET, "/health", Some("wrong"), None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "attempt {attempt}");
+    }
+    let pause = pause_body(1);
+    let put = Some(("application/json", pause.as_str()));
+    let (status, error) = call(&router, Method::PUT, "/controls", Some(TOKEN), put).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{error}");
+    assert_eq!(error["error"]["code"], "too_many_attempts");
+    let response = router
+        .clone()
+        .oneshot(
+            Request::builder()
+                .uri("/health")
+                .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let retry_after: u64 = response.headers()[header::RETRY_AFTER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    nothing_changed(&db).await;
+    // Another router (another process) has its own count.
+    let fresh = router_allowing(&drainer, 10);
+    let (status, _) = call(&fresh, Method::GET, "/health", Some(TOKEN), None).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+/// Every answer, refusals too, is neither cached nor framed.
+async fn answers_are_not_cached_or_framed(backend: DbBackend) {
+    let Setup { router, .. } = setup(backend, "admin_headers", &[1]).await;
+    for token in [Some(TOKEN), None] {
+        let mut request = Request::builder().uri("/shards");
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let response = router
+            .clone()
+            .oneshot(request.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let headers = response.headers();
+        assert_eq!(headers[header::CACHE_CONTROL], "no-store", "{token:?}");
+        assert_eq!(headers[header::X_FRAME_OPTIONS], "DENY");
+        assert!(headers[header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap()
+            .contains("frame-ancestors 'none'"));
+    }
 }
 
 /// Every JSON route of the admin API with a well-formed request, changes
@@ -587,4 +671,6 @@ outbox_testing::on_both_backends!(
     a_pause_through_the_admin_api_holds_in_another_process,
     a_viewer_reads_and_every_change_is_refused_and_recorded,
     operators_actions_are_recorded_with_who_why_and_how_they_ended,
+    wrong_credentials_are_throttled,
+    answers_are_not_cached_or_framed,
 );

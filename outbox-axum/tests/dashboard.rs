@@ -17,7 +17,7 @@ use axum::Router;
 use fantoccini::{Client, ClientBuilder, Locator};
 use http_body_util::BodyExt;
 use outbox_axum::admin::{Admin, BearerToken};
-use outbox_core::{Drainer, OutboxKind, StoreAdmin};
+use outbox_core::{Drainer, ManualClock, OutboxKind, StoreAdmin};
 use outbox_seaorm::backfill::Backfill;
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use outbox_testing::database::{DbBackend, TestDatabase};
@@ -35,14 +35,16 @@ outbox_core::registry! {
 
 type Recorder = outbox_testing::Recorder<OutboxCategory>;
 
-const TOKEN: &str = "dashboard-token";
+const TOKEN: &str = "the dashboard test's operator token";
 /// A viewer's: the page without its forms.
-const VIEWER_TOKEN: &str = "dashboard-viewer-token";
+const VIEWER_TOKEN: &str = "the dashboard test's viewer token";
 
 struct Setup {
     db: TestDatabase,
     recorder: Recorder,
     drainer: Drainer<OutboxCategory>,
+    /// What the dashboard's sessions expire by.
+    clock: ManualClock,
     /// The admin router nested at `/admin/outbox`.
     app: Router,
 }
@@ -69,17 +71,44 @@ async fn setup(backend: DbBackend, label: &str) -> Setup {
     recorder.fail_when(|_| true);
     let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
     assert_eq!(report.dead_lettered, 1, "{report:?}");
-    let admin = Admin::new(drainer.clone()).backfill(Backfill::new(), db.db.clone());
+    // The wrong credentials these tests send stay within the allowance
+    // (throttling has its own test in admin.rs).
+    let admin = Admin::new(drainer.clone())
+        .backfill(Backfill::new(), db.db.clone())
+        .login_throttle(100, std::time::Duration::from_secs(60));
+    let clock = ManualClock::starting_now();
     let app = Router::new().nest(
         "/admin/outbox",
-        admin.router(BearerToken::new(TOKEN).viewer("on-call", VIEWER_TOKEN)),
+        admin.router(
+            BearerToken::new(TOKEN)
+                .unwrap()
+                .viewer("on-call", VIEWER_TOKEN)
+                .unwrap()
+                .clock(clock.clone()),
+        ),
     );
     Setup {
         db,
         recorder,
         drainer,
+        clock,
         app,
     }
+}
+
+/// Logs in with `token`: the `name=value` of the session cookie.
+async fn logged_in(app: &Router, token: &str) -> String {
+    let login = send(
+        app,
+        Method::POST,
+        "/admin/outbox/login",
+        &[],
+        Some(&format!("token={token}")),
+    )
+    .await;
+    assert_eq!(login.status, StatusCode::SEE_OTHER, "{}", login.body);
+    let cookie = login.cookie.unwrap();
+    cookie.split(';').next().unwrap().to_owned()
 }
 
 struct Answer {
@@ -148,7 +177,7 @@ async fn nothing_changed(db: &TestDatabase) {
 /// at the login form is refused; the right one sets an `HttpOnly`,
 /// `SameSite=Strict` cookie scoped to the mount path.
 async fn the_dashboard_needs_the_token(backend: DbBackend) {
-    let Setup { db, app, .. } = setup(backend, "dashboard_token").await;
+    let Setup { db, app, clock, .. } = setup(backend, "dashboard_token").await;
     let page = send(&app, Method::GET, "/admin/outbox/dashboard", &[], None).await;
     assert_eq!(
         (page.status, page.location.as_deref()),
@@ -175,7 +204,12 @@ async fn the_dashboard_needs_the_token(backend: DbBackend) {
             "kind=region&scope=0&identifier=1",
         ),
     ] {
-        for cookie in [None, Some("outbox_admin_token=wrong")] {
+        let token_as_cookie = format!("outbox_admin_session={TOKEN}");
+        for cookie in [
+            None,
+            Some("outbox_admin_session=wrong"),
+            Some(token_as_cookie.as_str()),
+        ] {
             let headers: Vec<(&str, &str)> = cookie.iter().map(|c| ("cookie", *c)).collect();
             let answer = send(&app, Method::POST, uri, &headers, Some(form)).await;
             assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{uri} {cookie:?}");
@@ -210,12 +244,17 @@ async fn the_dashboard_needs_the_token(backend: DbBackend) {
         (login.status, login.location.as_deref()),
         (StatusCode::SEE_OTHER, Some("dashboard"))
     );
-    let cookie = login.cookie.unwrap();
-    assert_eq!(
-        cookie,
-        format!("outbox_admin_token={TOKEN}; Path=/admin/outbox; HttpOnly; SameSite=Strict")
+    let set_cookie = login.cookie.unwrap();
+    assert!(
+        set_cookie.starts_with("outbox_admin_session="),
+        "{set_cookie}"
     );
-    let cookie = format!("outbox_admin_token={TOKEN}");
+    assert!(
+        set_cookie.ends_with("; Path=/admin/outbox; HttpOnly; SameSite=Strict; Max-Age=43200"),
+        "{set_cookie}"
+    );
+    assert!(!set_cookie.contains(TOKEN), "the cookie holds the token");
+    let cookie = set_cookie.split(';').next().unwrap().to_owned();
     let page = send(
         &app,
         Method::GET,
@@ -239,13 +278,51 @@ async fn the_dashboard_needs_the_token(backend: DbBackend) {
         (backfills.status, backfills.body.as_str()),
         (StatusCode::OK, "[]")
     );
+
+    // Twelve hours later the session has expired: back to the login form.
+    clock.advance(std::time::Duration::from_secs(12 * 3600));
+    let page = send(
+        &app,
+        Method::GET,
+        "/admin/outbox/dashboard",
+        &[("cookie", &cookie)],
+        None,
+    )
+    .await;
+    assert_eq!(
+        (page.status, page.location.as_deref()),
+        (StatusCode::SEE_OTHER, Some("login"))
+    );
+
+    // A logout ends the session: its cookie is refused, a copy of it too.
+    let cookie = logged_in(&app, TOKEN).await;
+    let logout = send(
+        &app,
+        Method::POST,
+        "/admin/outbox/logout",
+        &[("cookie", &cookie)],
+        None,
+    )
+    .await;
+    assert_eq!(logout.status, StatusCode::SEE_OTHER);
+    assert!(logout.cookie.unwrap().contains("Max-Age=0"));
+    let page = send(
+        &app,
+        Method::GET,
+        "/admin/outbox/dashboard",
+        &[("cookie", &cookie)],
+        None,
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "a logged-out session");
+    nothing_changed(&db).await;
 }
 
 /// A form from another origin is refused (403) even with the cookie, and
 /// bad form input comes back to the page as an error, changing nothing.
 async fn forms_from_elsewhere_or_with_bad_input_change_nothing(backend: DbBackend) {
     let Setup { db, app, .. } = setup(backend, "dashboard_forms").await;
-    let cookie = format!("outbox_admin_token={TOKEN}");
+    let cookie = logged_in(&app, TOKEN).await;
     for (name, value) in [
         ("sec-fetch-site", "cross-site"),
         ("sec-fetch-site", "same-site"),
@@ -504,6 +581,7 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
         db,
         recorder,
         drainer,
+        clock,
         app,
     } = setup(backend, "dashboard_browser").await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -636,6 +714,46 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
         browser.screenshot().await.unwrap(),
     )
     .unwrap();
+
+    // Another site frames the dashboard (to lay its own page over the
+    // buttons): the browser does not render it in the frame.
+    let framing = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let framing_url = format!("http://{}/", framing.local_addr().unwrap());
+    let page = format!(
+        "<!doctype html><title>elsewhere</title><iframe id=framed src=\"{base}/dashboard\"></iframe>"
+    );
+    let elsewhere = tokio::spawn(async move {
+        axum::serve(
+            framing,
+            Router::new().route(
+                "/",
+                axum::routing::get(move || async move { axum::response::Html(page) }),
+            ),
+        )
+        .await
+    });
+    browser.goto(&framing_url).await.unwrap();
+    browser
+        .wait()
+        .for_element(Locator::Id("framed"))
+        .await
+        .unwrap();
+    browser.enter_frame(0).await.unwrap();
+    assert!(
+        browser.find(Locator::Id("failing")).await.is_err(),
+        "the dashboard rendered inside another site's frame"
+    );
+    browser.enter_parent_frame().await.unwrap();
+    elsewhere.abort();
+
+    // Twelve hours on, the session has expired: the browser is sent to
+    // the login form.
+    clock.advance(std::time::Duration::from_secs(12 * 3600));
+    browser.goto(&format!("{base}/dashboard")).await.unwrap();
+    assert_eq!(
+        browser.current_url().await.unwrap().path(),
+        "/admin/outbox/login"
+    );
     browser.close().await.unwrap();
     drop(driver);
 

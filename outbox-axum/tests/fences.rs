@@ -24,7 +24,7 @@ outbox_core::registry! {
     }
 }
 
-const TOKEN: &str = "fences-token";
+const TOKEN: &str = "the fences test's operator token";
 
 /// `GET uri` with `header`: the status and the body.
 async fn get(app: &Router, uri: &str, header: (&str, &str)) -> (StatusCode, String) {
@@ -48,7 +48,7 @@ async fn superseded_deliveries_are_shown_to_operators(backend: DbBackend) {
         "/admin/outbox",
         Admin::new(drainer)
             .inbox(db.db.clone())
-            .router(BearerToken::new(TOKEN)),
+            .router(BearerToken::new(TOKEN).unwrap()),
     );
     let bearer = format!("Bearer {TOKEN}");
     let fences = |query: &'static str| {
@@ -136,7 +136,7 @@ async fn without_the_receivers_database_the_route_says_so(backend: DbBackend) {
         SeaOrmStore::new(db.db.clone()).unwrap(),
         outbox_core::Receivers::new().discard(OutboxCategory::OrganizationUpdate),
     );
-    let app = Admin::new(drainer).router(BearerToken::new(TOKEN));
+    let app = Admin::new(drainer).router(BearerToken::new(TOKEN).unwrap());
     let bearer = format!("Bearer {TOKEN}");
     let (status, body) = get(&app, "/fences", ("authorization", &bearer)).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");

@@ -679,6 +679,21 @@ mod postgres {
     }
 }
 
+/// `token=<token>` as a form body (the token's characters percent-encoded).
+fn form_token(token: &str) -> String {
+    let encoded: String = token
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    format!("token={encoded}")
+}
+
 /// The sum of the samples of `name` whose labels include `labels`, in a
 /// Prometheus text exposition.
 fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
@@ -803,9 +818,28 @@ async fn requests_get_ids_and_the_admin_api_reports_backfills_and_a_dashboard() 
         .await
         .unwrap();
     assert_eq!(page.status(), StatusCode::SEE_OTHER);
+    let login = no_redirects
+        .post(app.control_url("/admin/outbox/login"))
+        .header(
+            reqwest::header::CONTENT_TYPE,
+            "application/x-www-form-urlencoded",
+        )
+        .body(form_token(SECRET))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), StatusCode::SEE_OTHER);
+    let session = login.headers()[reqwest::header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(!session.contains(SECRET), "the cookie holds the token");
     let page = no_redirects
         .get(app.control_url("/admin/outbox/dashboard"))
-        .header("cookie", format!("outbox_admin_token={SECRET}"))
+        .header("cookie", session)
         .send()
         .await
         .unwrap();

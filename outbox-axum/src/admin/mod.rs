@@ -52,16 +52,21 @@
 //! # fn app<C: outbox_core::Category>(drainer: outbox_core::Drainer<C>) -> axum::Router {
 //! use outbox_axum::admin::{Admin, BearerToken};
 //! let token = std::env::var("OUTBOX_ADMIN_TOKEN").expect("an admin token");
-//! axum::Router::new().nest("/admin/outbox", Admin::new(drainer).router(BearerToken::new(token)))
+//! let admin = BearerToken::new(token).expect("a token of 32 bytes or more");
+//! axum::Router::new().nest("/admin/outbox", Admin::new(drainer).router(admin))
 //! # }
 //! ```
 
 mod auth;
+mod bearer;
 mod dashboard;
 mod error;
+mod gate;
 pub mod model;
 mod ops;
 mod routes;
+mod session;
+mod throttle;
 
 use std::convert::Infallible;
 
@@ -80,13 +85,18 @@ use outbox_seaorm::backfill::{Backfill, BackfillStatus};
 use outbox_core::worker::Waker;
 use outbox_core::{Category, DrainOperator, DrainView, Drainer};
 
-pub use auth::{Authorize, BearerToken, Principal, Role};
+pub use auth::{Authorize, Principal, Role, Session};
+pub use bearer::{BearerToken, TokenError, MIN_TOKEN_LEN};
 pub use error::AdminError;
+pub use session::DEFAULT_SESSION_LIFETIME;
 
 /// The admin API over a drainer (its store, and its cache of controls).
 #[derive(Debug)]
 pub struct Admin<C: Category> {
     state: AdminState<C>,
+    /// Behind TLS: `Secure`, `__Host-` session cookies.
+    secure_cookies: bool,
+    throttle: throttle::Throttle,
 }
 
 /// What the handlers share.
@@ -102,6 +112,8 @@ pub(crate) struct AdminState<C: Category> {
     pub(crate) inbox: Option<DatabaseConnection>,
     /// How long the audit log keeps a record.
     pub(crate) audit_retention: std::time::Duration,
+    /// Whether the dashboard has its own login (and so a logout button).
+    pub(crate) login: bool,
 }
 
 /// The backfills the admin API reports on, and their database.
@@ -145,7 +157,10 @@ impl<C: Category> Admin<C> {
                 backfill: None,
                 inbox: None,
                 audit_retention: outbox_core::audit::DEFAULT_RETENTION,
+                login: false,
             },
+            secure_cookies: false,
+            throttle: throttle::Throttle::default(),
         }
     }
 
@@ -184,27 +199,57 @@ impl<C: Category> Admin<C> {
         self
     }
 
+    /// The dashboard's session cookie as a site behind TLS wants it:
+    /// `__Host-` prefixed, `Secure`, `Path=/` (so no other path, port or
+    /// subdomain of the site can set or read it over plain HTTP). Default
+    /// off: an app served over plain HTTP (the example) would never get
+    /// the cookie back.
+    pub fn secure_cookies(mut self, secure: bool) -> Self {
+        self.secure_cookies = secure;
+        self
+    }
+
+    /// How many wrong credentials (bearer tokens, sessions, logins) a
+    /// client may send in `window` before its next attempts are refused
+    /// with `429 too_many_attempts` without being checked (default 10 a
+    /// minute). Clients are told apart by their address when the server
+    /// runs with `into_make_service_with_connect_info::<SocketAddr>()`;
+    /// without it they share one allowance.
+    pub fn login_throttle(mut self, failures: u32, window: std::time::Duration) -> Self {
+        self.throttle = throttle::Throttle::new(failures, window);
+        self
+    }
+
     /// The router, every route behind `authorize`: the JSON API answers
     /// `401`, the dashboard sends a browser to its login form (which
-    /// [`Authorize::login`] decides).
-    pub fn router<A: Authorize>(self, authorize: A) -> Router {
+    /// [`Authorize::login`] decides); too many wrong credentials from a
+    /// client answer `429`. Every answer says not to cache or frame it.
+    pub fn router<A: Authorize>(mut self, authorize: A) -> Router {
+        self.state.login = true;
+        let gate = gate::Gate {
+            authorize,
+            throttle: self.throttle.clone(),
+            secure: self.secure_cookies,
+        };
         let (api, pages) = self.routes();
         let login = Router::new()
             .route(
                 "/login",
                 get(dashboard::login_form).post(dashboard::login::<A>),
             )
-            .with_state(authorize.clone())
+            .route("/logout", post(dashboard::logout::<A>))
+            .with_state(gate.clone())
             .route_layer(middleware::from_fn(dashboard::same_origin));
         api.route_layer(middleware::from_fn_with_state(
-            authorize.clone(),
-            check::<A>,
+            gate.clone(),
+            gate::check::<A>,
         ))
         .merge(pages.route_layer(middleware::from_fn_with_state(
-            authorize,
+            gate,
             dashboard::check_page::<A>,
         )))
         .merge(login)
+        .layer(middleware::from_fn(gate::headers))
     }
 
     /// The router behind `layer`, a tower layer of your own that
@@ -221,7 +266,9 @@ impl<C: Category> Admin<C> {
         <L::Service as Service<Request>>::Future: Send + 'static,
     {
         let (api, pages) = self.routes();
-        api.merge(pages).route_layer(layer)
+        api.merge(pages)
+            .route_layer(layer)
+            .layer(middleware::from_fn(gate::headers))
     }
 
     /// The JSON API and the dashboard (with its forms and logout); a
@@ -232,7 +279,6 @@ impl<C: Category> Admin<C> {
             .route("/dashboard", get(dashboard::dashboard::<C>))
             .route("/actions/{action}", post(dashboard::act::<C>))
             .route_layer(roles.clone())
-            .route("/logout", post(dashboard::logout))
             .route_layer(middleware::from_fn(dashboard::same_origin))
             .with_state(self.state.clone());
         let api = Router::new()
@@ -255,15 +301,6 @@ impl<C: Category> Admin<C> {
             .with_state(self.state);
         (api, pages)
     }
-}
-
-async fn check<A: Authorize>(State(authorize): State<A>, request: Request, next: Next) -> Response {
-    let (mut parts, body) = request.into_parts();
-    let Some(principal) = authorize.authorize(&parts) else {
-        return AdminError::unauthorized().into_response();
-    };
-    parts.extensions.insert(principal);
-    next.run(Request::from_parts(parts, body)).await
 }
 
 /// Refuses, with `403 forbidden`, any change asked by a principal who may

@@ -4,8 +4,8 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /dashboard?kind=region` | the page: health, failing shards first with their last error, the deepest shards with their lag, scopes and controls, dead letters, backfills |
-//! | `GET /login`, `POST /login` | the token form ([`Authorize::login`]): an `HttpOnly`, `SameSite=Strict` cookie |
-//! | `POST /logout` | forgets the cookie |
+//! | `GET /login`, `POST /login` | the token form ([`Authorize::login`]): a session in an `HttpOnly`, `SameSite=Strict` cookie (never the token), expiring |
+//! | `POST /logout` | ends the session ([`Authorize::logout`]) and forgets the cookie |
 //! | `POST /actions/{replay,discard,retry,pause,cull,resume}` | a form's action; answers `303` back to the page with what was done or what was wrong |
 //!
 //! Forms are refused (`403`) when the browser says they come from another
@@ -16,8 +16,8 @@ mod page;
 
 pub(crate) use page::target_label;
 
-use axum::extract::{Form, OriginalUri, Path, Request, State};
-use axum::http::header::{HOST, LOCATION, ORIGIN, SET_COOKIE};
+use axum::extract::{Form, FromRequest, OriginalUri, Path, Request, State};
+use axum::http::header::{CONTENT_TYPE, HOST, LOCATION, ORIGIN, SET_COOKIE};
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
@@ -25,10 +25,12 @@ use serde::{Deserialize, Serialize};
 
 use outbox_core::{Category, ControlAction};
 
-use super::auth::{Authorize, Principal, COOKIE_NAME};
+use super::auth::{Authorize, Principal};
 use super::error::{AdminError, AdminQuery};
+use super::gate::{throttled, Gate, Refused};
 use super::model::{Kind, ShardRef, TargetRef};
 use super::ops::Actor;
+use super::throttle::Throttle;
 use super::{ops, AdminState};
 
 /// `?kind=region&done=...&error=...`.
@@ -244,51 +246,73 @@ pub(super) struct Login {
     token: String,
 }
 
-/// `POST /login`: the cookie, scoped to where the router is mounted.
+/// `POST /login`: a session cookie (never the token), scoped to where the
+/// router is mounted (or `__Host-` and `Secure` behind TLS), for the
+/// session's lifetime. Wrong tokens count against the client's allowance.
 pub(super) async fn login<A: Authorize>(
-    State(authorize): State<A>,
+    State(gate): State<Gate<A>>,
     OriginalUri(uri): OriginalUri,
-    Form(login): Form<Login>,
+    request: Request,
 ) -> Response {
-    if login.token.is_empty() || authorize.login(&login.token).is_none() {
+    let (parts, body) = request.into_parts();
+    let client = Throttle::client(&parts);
+    if let Err(after) = gate.throttle.check(client) {
+        let mut response = throttled(after);
+        *response.body_mut() = axum::body::Body::from(
+            page::login(Some("Too many wrong tokens from here; wait a minute.")).into_string(),
+        );
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        );
+        return response;
+    }
+    let form = match Form::<Login>::from_request(Request::from_parts(parts, body), &()).await {
+        Ok(Form(login)) => login,
+        Err(rejection) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                Html(page::login(Some(&rejection.body_text())).into_string()),
+            )
+                .into_response()
+        }
+    };
+    let Some(session) = gate.authorize.login(&form.token) else {
+        gate.throttle.failed(client);
         return (
             StatusCode::UNAUTHORIZED,
-            Html(page::login(Some("That is not the admin token.")).into_string()),
+            Html(page::login(Some("That is not an admin token.")).into_string()),
         )
             .into_response();
-    }
-    // Cookie values are a token of printable ASCII without `;` or spaces.
-    if !login
-        .token
-        .bytes()
-        .all(|b| b.is_ascii_graphic() && b != b';' && b != b',' && b != b'"' && b != b'\\')
-    {
-        return (
-            StatusCode::BAD_REQUEST,
-            Html(
-                page::login(Some(
-                    "This token cannot be kept in a cookie; use the Authorization header.",
-                ))
-                .into_string(),
-            ),
-        )
-            .into_response();
-    }
+    };
+    let (name, attributes) = gate.cookie(&mount_path(uri.path(), "/login"));
     let cookie = format!(
-        "{COOKIE_NAME}={}; Path={}; HttpOnly; SameSite=Strict",
-        login.token,
-        mount_path(uri.path(), "/login")
+        "{name}={}; {attributes}; Max-Age={}",
+        session.value,
+        session.lifetime.as_secs()
+    );
+    tracing::info!(
+        principal = session.principal.name(),
+        role = session.principal.role().as_str(),
+        "outbox dashboard: logged in"
     );
     with_cookie(see_other("dashboard"), &cookie)
 }
 
-/// `POST /logout`.
-pub(super) async fn logout(OriginalUri(uri): OriginalUri) -> Response {
-    let cookie = format!(
-        "{COOKIE_NAME}=; Path={}; HttpOnly; SameSite=Strict; Max-Age=0",
-        mount_path(uri.path(), "/logout")
-    );
-    with_cookie(see_other("login"), &cookie)
+/// `POST /logout`: the session ends (refused from now on, a copy of the
+/// cookie too) and the browser forgets it.
+pub(super) async fn logout<A: Authorize>(
+    State(gate): State<Gate<A>>,
+    OriginalUri(uri): OriginalUri,
+    request: Request,
+) -> Response {
+    let (parts, _) = request.into_parts();
+    gate.authorize.logout(&parts);
+    let (name, attributes) = gate.cookie(&mount_path(uri.path(), "/logout"));
+    with_cookie(
+        see_other("login"),
+        &format!("{name}=; {attributes}; Max-Age=0"),
+    )
 }
 
 fn with_cookie(mut response: Response, cookie: &str) -> Response {
@@ -306,17 +330,22 @@ fn mount_path(path: &str, route: &str) -> String {
     }
 }
 
-/// The page and its forms behind the authoriser: a browser without the
-/// cookie is sent to the login form (or refused, for a form).
+/// The page and its forms behind the authoriser: a browser without a
+/// valid session (none, expired, ended) is sent to the login form (or
+/// refused, for a form).
 pub(super) async fn check_page<A: Authorize>(
-    State(authorize): State<A>,
+    State(gate): State<Gate<A>>,
     request: Request,
     next: Next,
 ) -> Response {
     let (mut parts, body) = request.into_parts();
-    if let Some(principal) = authorize.authorize(&parts) {
-        parts.extensions.insert(principal);
-        return next.run(Request::from_parts(parts, body)).await;
+    match gate.admit(&parts) {
+        Ok(principal) => {
+            parts.extensions.insert(principal);
+            return next.run(Request::from_parts(parts, body)).await;
+        }
+        Err(Refused::Throttled(after)) => return throttled(after),
+        Err(Refused::Unauthorized) => {}
     }
     if parts.method == Method::GET {
         see_other("login")

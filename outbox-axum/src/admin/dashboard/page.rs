@@ -38,6 +38,8 @@ const AUDIT_ROWS: usize = 20;
 pub(super) struct Data {
     /// Who looks: a viewer sees no forms.
     actor: Principal,
+    /// Whether the router has a login (and so a logout).
+    login: bool,
     /// The newest records of the audit log.
     audit: Vec<AuditRecord>,
     kind: OutboxKind,
@@ -90,6 +92,7 @@ impl Data {
         };
         Ok(Self {
             actor: actor.clone(),
+            login: state.login,
             audit: view.audit_log(AUDIT_ROWS).await?,
             kind,
             now: view.now(),
@@ -291,8 +294,10 @@ pub(super) fn dashboard(data: &Data, query: &PageQuery) -> Markup {
                     }
                     a class="tab" href=(format!("dashboard?kind={}", kind_value(kind))) { "Refresh" }
                     span #principal.quiet { (data.actor.name()) " (" (data.actor.role().as_str()) ")" }
-                    form method="post" action="logout" class="inline" {
-                        button type="submit" { "Log out" }
+                    @if data.login {
+                        form method="post" action="logout" class="inline" {
+                            button type="submit" { "Log out" }
+                        }
                     }
                 }
             }
