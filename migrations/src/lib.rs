@@ -124,6 +124,7 @@ mod m20261125_000010_fencing_tokens;
 mod m20261125_000011_superseded_counts;
 mod m20261126_000012_outbox_autovacuum;
 mod m20261126_000013_operator_audit;
+mod m20261126_000014_outbox_history;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
 pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
@@ -138,6 +139,7 @@ pub use m20261125_000010_fencing_tokens::Migration as FencingTokens;
 pub use m20261125_000011_superseded_counts::Migration as SupersededCounts;
 pub use m20261126_000012_outbox_autovacuum::Migration as OutboxAutovacuum;
 pub use m20261126_000013_operator_audit::Migration as OperatorAudit;
+pub use m20261126_000014_outbox_history::Migration as OutboxHistory;
 
 /// Makes the migration's connection read the schema as it is now, on
 /// SQLite, before its statements are prepared.
@@ -176,6 +178,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(SupersededCounts),
         Box::new(OutboxAutovacuum),
         Box::new(OperatorAudit),
+        Box::new(OutboxHistory),
     ]
 }
 

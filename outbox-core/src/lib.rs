@@ -67,6 +67,7 @@ pub mod control;
 pub mod delivery_headers;
 pub mod drain;
 pub mod fence;
+pub mod history;
 pub mod memory;
 pub mod message;
 pub mod metrics;

@@ -52,6 +52,7 @@ struct State {
     controls: Vec<crate::control::RuntimeControl>,
     audit: Vec<crate::audit::AuditRecord>,
     last_audit_id: i64,
+    history: Vec<crate::history::Sample>,
     skip_before_failing: u32,
     fail_next: u32,
     next_transaction: u64,
@@ -882,5 +883,41 @@ impl StoreAdmin for MemoryStore {
     async fn audit_log(&self, limit: usize) -> Result<Vec<crate::audit::AuditRecord>, StoreError> {
         let state = self.lock();
         Ok(state.audit.iter().rev().take(limit).cloned().collect())
+    }
+
+    async fn record_history(
+        &self,
+        samples: &[crate::history::Sample],
+        keep_after: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let mut state = self.lock();
+        Self::check_failure(&mut state, "record history")?;
+        for sample in samples {
+            let known = state.history.iter().any(|old| {
+                (old.at, old.kind, &old.scope, &old.owner)
+                    == (sample.at, sample.kind, &sample.scope, &sample.owner)
+            });
+            if !known {
+                state.history.push(sample.clone());
+            }
+        }
+        state.history.retain(|sample| sample.at >= keep_after);
+        Ok(())
+    }
+
+    async fn history(
+        &self,
+        kind: OutboxKind,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<crate::history::Sample>, StoreError> {
+        let state = self.lock();
+        let mut samples: Vec<crate::history::Sample> = state
+            .history
+            .iter()
+            .filter(|sample| sample.kind == kind && sample.at >= since)
+            .cloned()
+            .collect();
+        samples.sort_by_key(|sample| sample.at);
+        Ok(samples)
     }
 }

@@ -96,3 +96,48 @@ async fn shutdown_cuts_off_rounds_past_its_bound_and_frees_their_shards() {
     assert_eq!(report.deliveries, 1);
     assert!(store.rows(OutboxKind::Region).is_empty());
 }
+
+/// With each gauge update a worker records its history samples: per table
+/// (this process's deliveries since the last sample) and per scope.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_records_its_history_with_its_gauges() {
+    let store = MemoryStore::new();
+    for id in [1, 2] {
+        store.write(&org(id), OutboxCategory::OrgUpdate, id, None);
+    }
+    let recorder = Recorder::<OutboxCategory>::new();
+    let drainer = Drainer::builder(store.clone(), recorder.receivers())
+        .owner("worker-1")
+        .build();
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.deliveries, 2);
+    // Its own first round finds nothing left: the sample counts the two.
+    let worker = WorkerBuilder::new(drainer.clone())
+        .poll_interval(Duration::from_secs(3600))
+        .gauge_interval(Some(Duration::from_secs(3600)))
+        .spawn();
+    worker.ready().await;
+    let samples = drainer
+        .view()
+        .history(OutboxKind::Region, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let table: Vec<_> = samples.iter().filter(|s| s.scope.is_none()).collect();
+    assert_eq!(table.len(), 1, "{samples:#?}");
+    assert_eq!(table[0].owner, "worker-1");
+    assert_eq!(table[0].delivered, 2, "the deliveries since the drainer began");
+    assert_eq!(
+        samples
+            .iter()
+            .filter(|s| s.scope.as_deref() == Some("OrgScope"))
+            .count(),
+        1
+    );
+    let control = drainer
+        .view()
+        .history(OutboxKind::Control, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert!(!control.is_empty(), "both tables are sampled");
+    worker.shutdown().await;
+}

@@ -40,6 +40,8 @@ pub(crate) struct Engine<C: Category> {
     pub(super) planner: Arc<ClaimPlanner>,
     pub(super) recovery: Arc<Recovery>,
     pub(super) completer: Arc<Completer>,
+    /// What the rounds did since the last history sample.
+    pub(crate) tally: Arc<crate::history::Tally>,
 }
 
 impl<C: Category> Clone for Engine<C> {
@@ -57,6 +59,7 @@ impl<C: Category> Clone for Engine<C> {
             planner: self.planner.clone(),
             recovery: self.recovery.clone(),
             completer: self.completer.clone(),
+            tally: self.tally.clone(),
         }
     }
 }
@@ -84,7 +87,25 @@ impl<C: Category> Engine<C> {
             planner: Arc::default(),
             recovery: Arc::default(),
             completer: Arc::default(),
+            tally: Arc::default(),
         }
+    }
+
+    /// Records this process's history samples of `backlog` (see
+    /// [`crate::history`]), removing those older than `retention`.
+    pub(crate) async fn record_history(
+        &self,
+        backlog: &super::Backlog,
+        interval: std::time::Duration,
+        retention: std::time::Duration,
+    ) -> Result<(), crate::store::StoreError> {
+        let now = self.now();
+        let samples = self.tally.samples(backlog, &self.owner, now, interval);
+        let keep_after = chrono::Duration::from_std(retention)
+            .ok()
+            .and_then(|retention| now.checked_sub_signed(retention))
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+        self.admin.record_history(&samples, keep_after).await
     }
 
     pub(crate) fn store(&self) -> &Arc<dyn DrainStore> {

@@ -124,6 +124,7 @@ impl<C: Category> Round<C> {
             )
             .await?;
         guard.finish();
+        self.drainer.tally.add(self.kind, &report);
         Ok(report)
     }
 

@@ -141,6 +141,25 @@ impl<C: Category> DrainView<C> {
         self.admin.controls().await
     }
 
+    /// The history samples of `kind` taken in the last `span` by every
+    /// worker (see [`crate::history`]; [`crate::history::points`] merges
+    /// them into a chart's points), oldest first.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn history(
+        &self,
+        kind: OutboxKind,
+        span: Duration,
+    ) -> Result<Vec<crate::history::Sample>, StoreError> {
+        let since = chrono::Duration::from_std(span)
+            .ok()
+            .and_then(|span| self.now().checked_sub_signed(span))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        self.admin.history(kind, since).await
+    }
+
     /// The newest `limit` records of the operators' audit log, newest
     /// first (see [`crate::audit`]).
     ///

@@ -7,6 +7,7 @@ use super::drain::ShardState;
 use super::error::StoreError;
 use crate::audit::{AuditEntry, AuditRecord};
 use crate::control::{ControlTarget, RuntimeControl};
+use crate::history::Sample;
 use crate::message::StoredRow;
 use crate::shard::{OutboxKind, ShardKey};
 
@@ -269,4 +270,22 @@ pub trait StoreAdmin: Send + Sync + 'static {
 
     /// The newest `limit` audit records, newest first.
     async fn audit_log(&self, limit: usize) -> Result<Vec<AuditRecord>, StoreError>;
+
+    /// Records a worker's samples (see [`crate::history`]), in one
+    /// statement where the store can, and removes those taken before
+    /// `keep_after`. A sample of the same time, table, scope and owner as
+    /// one recorded is ignored.
+    async fn record_history(
+        &self,
+        samples: &[Sample],
+        keep_after: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// The samples of `kind` taken since `since` (every owner, every
+    /// scope), oldest first.
+    async fn history(
+        &self,
+        kind: OutboxKind,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<Sample>, StoreError>;
 }

@@ -76,6 +76,7 @@ pub struct WorkerBuilder<C: Category> {
     shutdown_timeout: Duration,
     rounds_in_flight: usize,
     gauge_interval: Option<Duration>,
+    history_retention: Option<Duration>,
     wake_source: Option<Box<dyn WakeSource>>,
     waker: Waker,
 }
@@ -100,6 +101,7 @@ impl<C: Category> WorkerBuilder<C> {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             rounds_in_flight: DEFAULT_ROUNDS_IN_FLIGHT,
             gauge_interval: Some(DEFAULT_GAUGE_INTERVAL),
+            history_retention: Some(crate::history::DEFAULT_RETENTION),
             wake_source: None,
             waker: Waker::new(),
         }
@@ -135,6 +137,14 @@ impl<C: Category> WorkerBuilder<C> {
     /// Default: every 15 s.
     pub fn gauge_interval(mut self, interval: Option<Duration>) -> Self {
         self.gauge_interval = interval.map(|interval| interval.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// How long the history samples this worker records with each gauge
+    /// update are kept (see [`crate::history`]); `None` records none.
+    /// Default: 24 h.
+    pub fn history_retention(mut self, retention: Option<Duration>) -> Self {
+        self.history_retention = retention;
         self
     }
 
@@ -196,6 +206,7 @@ impl<C: Category> WorkerBuilder<C> {
                 shared.clone(),
                 self.kinds.clone(),
                 interval,
+                self.history_retention,
             ));
             parts += 1;
         }

@@ -136,18 +136,30 @@ pub(super) async fn drain_loop<C: Category>(
     }
 }
 
-/// Keeps the backlog gauges of `kinds` up to date (see [`crate::metrics`]):
+/// Keeps the backlog gauges of `kinds` up to date (see [`crate::metrics`])
+/// and records their history samples (see [`crate::history`]):
 /// now, then every `interval`, until the worker stops.
 pub(super) async fn gauge_loop<C: Category>(
     shared: Shared<C>,
     kinds: Vec<OutboxKind>,
     interval: Duration,
+    history: Option<Duration>,
 ) {
     let mut announced = false;
     loop {
         for &kind in &kinds {
             match shared.drainer.view().backlog(kind).await {
-                Ok(backlog) => backlog.publish(),
+                Ok(backlog) => {
+                    backlog.publish();
+                    if let Some(retention) = history {
+                        let engine = shared.drainer.engine();
+                        if let Err(error) =
+                            engine.record_history(&backlog, interval, retention).await
+                        {
+                            tracing::debug!(%error, kind = kind.as_str(), "could not record the outbox history; the next sample tries again");
+                        }
+                    }
+                }
                 Err(error) => {
                     tracing::debug!(%error, kind = kind.as_str(), "could not measure the outbox backlog; the gauges keep their last values");
                 }

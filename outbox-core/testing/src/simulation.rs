@@ -436,6 +436,20 @@ impl StoreAdmin for SimStore {
     ) -> Result<Vec<outbox_core::audit::AuditRecord>, StoreError> {
         self.inner.audit_log(limit).await
     }
+    async fn record_history(
+        &self,
+        samples: &[outbox_core::history::Sample],
+        keep_after: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.inner.record_history(samples, keep_after).await
+    }
+    async fn history(
+        &self,
+        kind: OutboxKind,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<outbox_core::history::Sample>, StoreError> {
+        self.inner.history(kind, since).await
+    }
 }
 
 /// What the next delivery of a shard does.

@@ -22,6 +22,7 @@ mod audit;
 mod claim_on;
 mod codec;
 mod controls;
+mod history;
 pub mod postgres;
 mod snapshot;
 pub mod sqlite;
@@ -253,5 +254,21 @@ impl StoreAdmin for SeaOrmStore {
         limit: usize,
     ) -> Result<Vec<outbox_core::audit::AuditRecord>, StoreError> {
         self.admin().audit_log(limit).await
+    }
+
+    async fn record_history(
+        &self,
+        samples: &[outbox_core::history::Sample],
+        keep_after: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        self.admin().record_history(samples, keep_after).await
+    }
+
+    async fn history(
+        &self,
+        kind: outbox_core::OutboxKind,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<outbox_core::history::Sample>, StoreError> {
+        self.admin().history(kind, since).await
     }
 }

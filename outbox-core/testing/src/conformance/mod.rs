@@ -14,6 +14,7 @@
 //! | [`fencing`] | 7. no transaction across a receiver; an expired claim writes nothing |
 //! | [`fencing_tokens`] | 12. tokens grow with every claim of a shard; a worker paused past its lease is refused by a fenced receiver, and calls nothing once its lease ended by its own clock |
 //! | [`batch`] | 3. batch receivers: at most one message per shard in a batch, each shard in order; a failure in a batch holds its shard only |
+//! | [`history`] | operators: the workers' history samples, merged, kept for their retention |
 //! | [`flush`] | 3, 6. the synchronous flush claimed before the commit: never waited for, never shared, taken back by a rollback, delivered again when its completion is lost |
 //!
 //! `MemoryStore` runs it in this crate; `outbox-seaorm` runs it against real
@@ -93,6 +94,7 @@ pub mod exclusivity;
 pub mod fencing;
 pub mod fencing_tokens;
 pub mod flush;
+pub mod history;
 pub mod no_loss;
 pub mod order;
 
@@ -303,6 +305,7 @@ macro_rules! conformance_tests {
             control::a_shard_parked_under_a_pause_that_is_gone_is_released_at_startup,
             control::an_admin_snapshot_agrees_with_the_separate_reads,
             control::the_audit_log_keeps_what_operators_did_for_its_retention,
+            history::the_history_keeps_every_workers_samples_for_its_retention,
             at_least_once::a_delivery_whose_lease_ended_before_its_commit_is_made_again,
             fencing::a_worker_whose_lease_ended_writes_nothing,
             fencing::receivers_run_outside_any_transaction,

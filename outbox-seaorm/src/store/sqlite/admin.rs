@@ -232,4 +232,20 @@ impl StoreAdmin for SqliteStore {
     ) -> Result<Vec<outbox_core::audit::AuditRecord>, StoreError> {
         crate::store::audit::list(&self.db, limit).await
     }
+
+    async fn record_history(
+        &self,
+        samples: &[outbox_core::history::Sample],
+        keep_after: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        crate::store::history::record(&self.db, samples, keep_after).await
+    }
+
+    async fn history(
+        &self,
+        kind: outbox_core::OutboxKind,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<outbox_core::history::Sample>, StoreError> {
+        crate::store::history::list(&self.db, kind, since).await
+    }
 }
