@@ -26,8 +26,11 @@ const TOKEN: &str = "the admin test's operator token!!";
 /// The viewer's token: reads, never changes.
 const VIEWER_TOKEN: &str = "the admin test's viewer token!!!!";
 
+#[path = "admin/history.rs"]
+mod history;
 #[path = "admin/roles.rs"]
 mod roles;
+use history::the_history_route_merges_every_workers_samples;
 use roles::{
     a_viewer_reads_and_every_change_is_refused_and_recorded,
     operators_actions_are_recorded_with_who_why_and_how_they_ended,
@@ -673,4 +676,5 @@ outbox_testing::on_both_backends!(
     operators_actions_are_recorded_with_who_why_and_how_they_ended,
     wrong_credentials_are_throttled,
     answers_are_not_cached_or_framed,
+    the_history_route_merges_every_workers_samples,
 );

@@ -17,6 +17,7 @@ use axum::Router;
 use fantoccini::{Client, ClientBuilder, Locator};
 use http_body_util::BodyExt;
 use outbox_axum::admin::{Admin, BearerToken};
+use outbox_core::history::Sample;
 use outbox_core::{Drainer, ManualClock, OutboxKind, StoreAdmin};
 use outbox_seaorm::backfill::Backfill;
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
@@ -605,6 +606,32 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
         .row
         .id;
 
+    // Three sampling times of two workers: three points per chart.
+    let now = chrono::Utc::now();
+    let samples: Vec<Sample> = [(40, "a", 30), (40, "b", 32), (20, "a", 12), (2, "a", 3)]
+        .into_iter()
+        .map(|(minutes_ago, owner, depth)| Sample {
+            at: chrono::DateTime::from_timestamp(
+                (now - chrono::Duration::minutes(minutes_ago)).timestamp() / 15 * 15,
+                0,
+            )
+            .unwrap(),
+            kind: OutboxKind::Region,
+            scope: None,
+            owner: owner.to_owned(),
+            depth,
+            oldest_age: Some(std::time::Duration::from_secs(depth)),
+            delivered: depth / 3,
+            failed: 1,
+            dead_lettered: 0,
+            dead_letters: 1,
+        })
+        .collect();
+    db.store()
+        .record_history(&samples, now - chrono::Duration::days(1))
+        .await
+        .unwrap();
+
     let driver = ChromeDriver::start();
     let browser = driver.browser().await;
     browser.goto(&format!("{base}/dashboard")).await.unwrap();
@@ -613,6 +640,35 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
         "/admin/outbox/login"
     );
     log_in(&browser, TOKEN).await;
+
+    // The history charts: one point per sampling time, drawn.
+    for chart in [
+        "chart-depth",
+        "chart-age",
+        "chart-delivered",
+        "chart-failed",
+    ] {
+        let svg = browser.find(Locator::Id(chart)).await.unwrap();
+        assert_eq!(
+            svg.attr("data-points").await.unwrap().as_deref(),
+            Some("3"),
+            "{chart}"
+        );
+        let points = browser
+            .find(Locator::Css(&format!("#{chart} polyline")))
+            .await
+            .unwrap()
+            .attr("points")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(points.split(' ').count(), 3, "{chart}: {points}");
+    }
+    let depth = text_of(&browser, "#history figure").await;
+    assert!(
+        depth.contains("Pending rows: 3") && depth.contains("peak 32"),
+        "{depth}"
+    );
 
     // The failing shard, with its last error.
     let row = text_of(&browser, "#failing-0-1").await;

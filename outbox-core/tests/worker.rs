@@ -125,7 +125,10 @@ async fn a_worker_records_its_history_with_its_gauges() {
     let table: Vec<_> = samples.iter().filter(|s| s.scope.is_none()).collect();
     assert_eq!(table.len(), 1, "{samples:#?}");
     assert_eq!(table[0].owner, "worker-1");
-    assert_eq!(table[0].delivered, 2, "the deliveries since the drainer began");
+    assert_eq!(
+        table[0].delivered, 2,
+        "the deliveries since the drainer began"
+    );
     assert_eq!(
         samples
             .iter()

@@ -26,6 +26,7 @@
 //! | `POST /dead-letters/replay` `{"kind": "region", "ids": [...]}` | puts them back in the outbox |
 //! | `POST /dead-letters/discard` `{"kind": "region", "ids": [...]}` | deletes them for good |
 //! | `GET /backfills` | per replicated table: coded, target and cursor versions, cursor, rows left, done (with [`Admin::backfill`]; `404 no_backfill` without) |
+//! | `GET /history?kind=region&minutes=60` | the table's history, one point per sampling time (every worker's samples merged): rows pending, oldest age, deliveries, failures, dead letters (see [`outbox_core::history`]) |
 //! | `GET /audit?limit=100` | the operators' audit log, newest first: who (name, role), when, what, target, reason, outcome, detail |
 //! | `GET /fences?limit=100` | the fenced receivers' records (consumer, sender, shard, highest token applied, deliveries refused as superseded and when the last was), most refusals first, and their total (with [`Admin::inbox`]; `404 no_inbox` without) |
 //! | `GET /dashboard?kind=region` | the same as a page, with forms: see below |
@@ -297,6 +298,7 @@ impl<C: Category> Admin<C> {
             .route("/backfills", get(routes::backfills::<C>))
             .route("/fences", get(routes::fences::<C>))
             .route("/audit", get(routes::audit::<C>))
+            .route("/history", get(routes::history::<C>))
             .route_layer(roles)
             .with_state(self.state);
         (api, pages)

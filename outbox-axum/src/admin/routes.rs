@@ -9,8 +9,9 @@ use outbox_core::{Category, OutboxKind, ShardKey};
 use super::error::{AdminError, AdminJson, AdminQuery};
 use super::model::{
     AuditQuery, AuditView, BackfillView, BacklogView, ControlView, DeadLetterView, FailingView,
-    FenceView, FencesQuery, FencesView, HealthView, LiftControl, ListQuery, ReplayDeadLetters,
-    Retried, RetryShards, SetControl, ShardRef, ShardView, ShardsView, StateView,
+    FenceView, FencesQuery, FencesView, HealthView, HistoryQuery, HistoryView, LiftControl,
+    ListQuery, PointView, ReplayDeadLetters, Retried, RetryShards, SetControl, ShardRef, ShardView,
+    ShardsView, StateView,
 };
 use super::ops::Actor;
 use super::{ops, AdminState};
@@ -180,4 +181,21 @@ pub(super) async fn audit<C: Category>(
     let limit = query.checked()?;
     let records = state.view.audit_log(limit).await?;
     Ok(Json(records.iter().map(AuditView::from).collect()))
+}
+
+pub(super) async fn history<C: Category>(
+    State(state): State<AdminState<C>>,
+    AdminQuery(query): AdminQuery<HistoryQuery>,
+) -> Result<Json<HistoryView>, AdminError> {
+    let (kind, minutes) = query.checked()?;
+    let span = std::time::Duration::from_secs(u64::from(minutes) * 60);
+    let samples = state.view.history(kind, span).await?;
+    Ok(Json(HistoryView {
+        kind,
+        minutes,
+        points: outbox_core::history::points(&samples, kind)
+            .iter()
+            .map(PointView::from)
+            .collect(),
+    }))
 }

@@ -45,6 +45,9 @@ pub(crate) struct PageQuery {
     /// What was wrong with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// How far back the history charts go, in minutes (60, 360 or 1440).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    minutes: Option<u32>,
 }
 
 fn region() -> Kind {
@@ -59,7 +62,22 @@ pub(super) async fn dashboard<C: Category>(
     Actor(actor): Actor,
     AdminQuery(query): AdminQuery<PageQuery>,
 ) -> Response {
-    match page::Data::read(&state, &actor, query.kind, PAGE_ROWS).await {
+    let minutes = match query.minutes {
+        None => page::DEFAULT_MINUTES,
+        Some(minutes) if page::RANGES.contains(&minutes) => minutes,
+        Some(other) => {
+            let error = AdminError::bad_request(format!(
+                "`minutes` is one of {:?}, not {other}",
+                page::RANGES
+            ));
+            return (
+                error.status,
+                Html(page::failure(&error, query.kind).into_string()),
+            )
+                .into_response();
+        }
+    };
+    match page::Data::read(&state, &actor, query.kind, minutes, PAGE_ROWS).await {
         Ok(data) => Html(page::dashboard(&data, &query).into_string()).into_response(),
         Err(error) => (
             error.status,
@@ -219,11 +237,13 @@ fn back(kind: Kind, outcome: Result<String, AdminError>) -> Response {
             kind,
             done: Some(done),
             error: None,
+            minutes: None,
         },
         Err(error) => PageQuery {
             kind,
             done: None,
             error: Some(error.message),
+            minutes: None,
         },
     };
     let query = serde_urlencoded::to_string(&query).unwrap_or_default();

@@ -15,6 +15,7 @@ use super::super::AdminState;
 use super::PageQuery;
 use outbox_core::audit::AuditRecord;
 
+mod charts;
 mod tables;
 
 const STYLE: &str = include_str!("style.css");
@@ -31,6 +32,11 @@ fn logged(what: &str, error: &dyn std::fmt::Display) -> String {
     .message
 }
 
+pub(super) use charts::RANGES;
+
+/// How far back the history charts go unless the page asks: an hour.
+pub(super) const DEFAULT_MINUTES: u32 = 60;
+
 /// How many audit records the page lists.
 const AUDIT_ROWS: usize = 20;
 
@@ -40,6 +46,9 @@ pub(super) struct Data {
     actor: Principal,
     /// Whether the router has a login (and so a logout).
     login: bool,
+    /// The table's history over the last `minutes`, merged per time.
+    history: Vec<outbox_core::history::Point>,
+    minutes: u32,
     /// The newest records of the audit log.
     audit: Vec<AuditRecord>,
     kind: OutboxKind,
@@ -63,6 +72,7 @@ impl Data {
         state: &AdminState<C>,
         actor: &Principal,
         kind: OutboxKind,
+        minutes: u32,
         rows: usize,
     ) -> Result<Self, AdminError> {
         let view = &state.view;
@@ -93,6 +103,16 @@ impl Data {
         Ok(Self {
             actor: actor.clone(),
             login: state.login,
+            history: outbox_core::history::points(
+                &view
+                    .history(
+                        kind,
+                        std::time::Duration::from_secs(u64::from(minutes) * 60),
+                    )
+                    .await?,
+                kind,
+            ),
+            minutes,
             audit: view.audit_log(AUDIT_ROWS).await?,
             kind,
             now: view.now(),
@@ -305,6 +325,7 @@ pub(super) fn dashboard(data: &Data, query: &PageQuery) -> Markup {
             @if let Some(error) = &query.error { p.error role="alert" { (error) } }
             @if !data.can_act() { p.notice #read-only { "Read-only: a viewer sees everything and changes nothing." } }
             (health(data))
+            (charts::history(data, now))
             (failing(data, now))
             (shards(data, now))
             (scopes(data))
