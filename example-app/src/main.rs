@@ -45,7 +45,7 @@ enum Command {
     /// Operate the outbox of one silo (`--silo control|us|de`, not `all`),
     /// without serving it: shards, dead letters, pause/cull/resume, retry,
     /// drain, backfill. `drain` delivers through the other silos' RPC, so it
-    /// needs `--secret`.
+    /// needs the silo's RPC key and its peers' (`--control-rpc-key`, ...).
     Outbox(OutboxArgs),
 }
 
@@ -92,11 +92,22 @@ struct Args {
     /// The same for the `de` region.
     #[arg(long, env = "DE_LISTEN_URL")]
     de_listen_url: Option<String>,
-    /// Shared secret of the silos' RPC, at least 32 bytes (`openssl rand
-    /// -hex 32`). Required when running one silo per process; generated at
-    /// random when running all three.
-    #[arg(long, env = "SILO_SECRET", hide_env_values = true)]
-    secret: Option<String>,
+    /// The control silo's RPC key: `whsec_` and 32 or more random bytes in
+    /// base64 (`echo whsec_$(openssl rand -base64 32)`). Control signs its
+    /// calls with it, the regions verify them with it. During a rotation,
+    /// two keys separated by a comma (`new,old`): signed with both, either
+    /// accepted. Needed by every silo run on its own; generated at random
+    /// when running all three.
+    #[arg(long, env = "CONTROL_RPC_KEY", hide_env_values = true)]
+    control_rpc_key: Option<String>,
+    /// The `us` region's RPC key (as --control-rpc-key): needed by `us` and
+    /// by Control.
+    #[arg(long, env = "US_RPC_KEY", hide_env_values = true)]
+    us_rpc_key: Option<String>,
+    /// The `de` region's RPC key (as --control-rpc-key): needed by `de` and
+    /// by Control.
+    #[arg(long, env = "DE_RPC_KEY", hide_env_values = true)]
+    de_rpc_key: Option<String>,
     /// How often an idle outbox drain looks for work when nothing wakes it.
     #[arg(long, default_value_t = 1000, env = "POLL_INTERVAL_MS")]
     poll_interval_ms: u64,
@@ -124,7 +135,32 @@ impl Args {
         })
     }
 
-    fn config(&self, role: Role, secret: &str, admin_token: Option<&str>) -> SiloConfig {
+    /// The RPC keys given, by silo; with `generate`, a random one for each
+    /// silo without one (all three in one process: nobody else calls them).
+    fn rpc_keys(&self, generate: bool) -> BTreeMap<String, String> {
+        [
+            ("control", &self.control_rpc_key),
+            ("us", &self.us_rpc_key),
+            ("de", &self.de_rpc_key),
+        ]
+        .into_iter()
+        .filter_map(|(silo, given)| {
+            let key = match given {
+                Some(key) => key.clone(),
+                None if generate => example_app::rpc::keys::generate(),
+                None => return None,
+            };
+            Some((silo.to_owned(), key))
+        })
+        .collect()
+    }
+
+    fn config(
+        &self,
+        role: Role,
+        rpc_keys: &BTreeMap<String, String>,
+        admin_token: Option<&str>,
+    ) -> SiloConfig {
         let (database_url, listen_url) = match &role {
             Role::Control => (
                 self.database_url("control", &self.control_database_url),
@@ -143,7 +179,7 @@ impl Args {
             role,
             database_url,
             listen_url: listen_url.clone(),
-            secret: secret.to_owned(),
+            rpc_keys: rpc_keys.clone(),
             control_url: format!("http://{}", self.control_addr),
             region_urls: BTreeMap::from([
                 ("us".to_owned(), format!("http://{}", self.us_addr)),
@@ -183,17 +219,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .unwrap_or_else(|_| "info,sqlx=warn,sea_orm_migration=warn".into()),
         )
         .init();
-    let secret = match (&args.secret, args.silo) {
-        (Some(secret), _) => secret.clone(),
-        (None, Which::All) => format!("{:032x}", rand::random::<u128>()),
-        (None, _) => {
-            return Err(
-                "--secret (or SILO_SECRET) is required when running one silo per process: \
-                        every silo must share it"
-                    .into(),
-            )
-        }
-    };
+    // One silo per process: its key and its peers' are required (the silo
+    // names the missing one at start).
+    let rpc_keys = args.rpc_keys(args.silo == Which::All);
     let admin_token = match (&args.admin_token, args.silo) {
         (Some(token), _) if !token.is_empty() => Some(token.clone()),
         (_, Which::All) => Some(format!("{:032x}", rand::random::<u128>())),
@@ -215,7 +243,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-            configs.push((args.config(role, &secret, admin_token.as_deref()), listener));
+            configs.push((
+                args.config(role, &rpc_keys, admin_token.as_deref()),
+                listener,
+            ));
         }
         let report = example_app::upgrade::run(configs, &mut std::io::stderr()).await?;
         println!(
@@ -234,8 +265,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Role::Control => "control".to_owned(),
             Role::Region(name) => format!("region {name}"),
         };
-        let silo =
-            silo::start(args.config(role, &secret, admin_token.as_deref()), listener).await?;
+        let silo = silo::start(
+            args.config(role, &rpc_keys, admin_token.as_deref()),
+            listener,
+        )
+        .await?;
         println!("{name:<10} http://{}", silo.addr);
         running.push(silo);
     }
@@ -277,22 +311,11 @@ async fn run_outbox(args: &Args, outbox: &OutboxArgs) -> Result<(), Box<dyn std:
         Which::Us => Role::Region("us".into()),
         Which::De => Role::Region("de".into()),
     };
-    let secret = match (&args.secret, &outbox.command) {
-        (Some(secret), _) => secret.clone(),
-        (None, OutboxCommand::Drain(_)) => {
-            return Err(
-                "--secret (or SILO_SECRET) is required for `outbox drain`: its \
-                        deliveries call the other silos, which check it"
-                    .into(),
-            )
-        }
-        // Nothing else calls another silo.
-        (None, _) => String::new(),
-    };
-    if matches!(outbox.command, OutboxCommand::Drain(_)) {
-        silo::check_secret(&secret)?;
-    }
-    let cli = silo::outbox_cli(&args.config(role, &secret, None)).await?;
+    // `drain` calls the other silos, which check its key: the silo's own and
+    // its peers' keys are required (named when missing). Nothing else calls
+    // another silo: keys made up for the occasion do.
+    let rpc_keys = args.rpc_keys(!matches!(outbox.command, OutboxCommand::Drain(_)));
+    let cli = silo::outbox_cli(&args.config(role, &rpc_keys, None)).await?;
     cli.run(outbox, &mut std::io::stdout()).await?;
     Ok(())
 }

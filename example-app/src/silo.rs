@@ -28,7 +28,7 @@ use crate::control::{self, ControlContext};
 use crate::migrations::{ControlMigrator, RegionMigrator};
 use crate::region::{self, RegionContext};
 use crate::registry::OutboxCategory;
-use crate::rpc::RpcClient;
+use crate::rpc::{Peers, RpcClient, RpcKeys};
 
 /// Which silo to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,7 +39,7 @@ pub enum Role {
     Region(String),
 }
 
-/// How to run one silo. Its `Debug` shows neither the RPC secret nor the
+/// How to run one silo. Its `Debug` shows neither the RPC keys nor the
 /// admin token, and masks the database URLs' passwords.
 #[derive(Clone)]
 pub struct SiloConfig {
@@ -50,8 +50,11 @@ pub struct SiloConfig {
     /// Where its outbox worker `LISTEN`s on PostgreSQL, if not through the
     /// database URL (which may go through a transaction-pooling proxy).
     pub listen_url: Option<String>,
-    /// The shared RPC secret.
-    pub secret: String,
+    /// The RPC keys, by silo name (`control`, `us`, `de`): `whsec_` and 32
+    /// or more random bytes in base64, or two separated by a comma during
+    /// a rotation (`rpc::keys`). A silo needs its own and its peers' (Control
+    /// every region's, a region Control's); others are ignored.
+    pub rpc_keys: BTreeMap<String, String>,
     /// Control's base URL (regions call it).
     pub control_url: String,
     /// Each region's base URL (Control calls them).
@@ -79,7 +82,14 @@ impl std::fmt::Debug for SiloConfig {
             .field("role", &self.role)
             .field("database_url", &redacted(&self.database_url))
             .field("listen_url", &self.listen_url.as_deref().map(redacted))
-            .field("secret", &secret(!self.secret.is_empty()))
+            .field(
+                "rpc_keys",
+                &self
+                    .rpc_keys
+                    .keys()
+                    .map(|silo| (silo.as_str(), "<redacted>"))
+                    .collect::<BTreeMap<_, _>>(),
+            )
             .field("control_url", &self.control_url)
             .field("region_urls", &self.region_urls)
             .field("poll_interval", &self.poll_interval)
@@ -90,22 +100,30 @@ impl std::fmt::Debug for SiloConfig {
     }
 }
 
-/// The shortest RPC secret a silo starts with: 32 bytes.
-pub const MIN_SECRET_LEN: usize = 32;
-
-/// Refuses an RPC secret shorter than [`MIN_SECRET_LEN`] (an empty one
-/// included): anyone who can reach `/rpc` could guess it.
-///
-/// # Errors
-///
-/// [`SiloError::WeakSecret`], naming its length, never the secret.
-pub fn check_secret(secret: &str) -> Result<(), SiloError> {
-    if secret.len() < MIN_SECRET_LEN {
-        return Err(SiloError::WeakSecret {
-            length: secret.len(),
-        });
+impl SiloConfig {
+    /// This silo's name in the RPC keys (`control`, or the region's).
+    pub fn silo_name(&self) -> &str {
+        match &self.role {
+            Role::Control => crate::rpc::CONTROL,
+            Role::Region(name) => name,
+        }
     }
-    Ok(())
+
+    /// The keys this silo signs with and verifies its callers with: its
+    /// own, and Control's (a region) or every region's of `region_urls`
+    /// (Control).
+    ///
+    /// # Errors
+    ///
+    /// [`SiloError::RpcKey`] for a key missing, malformed or shorter than
+    /// [`crate::rpc::MIN_KEY_LEN`] bytes.
+    pub fn keys(&self) -> Result<RpcKeys, SiloError> {
+        let peers: Vec<&str> = match &self.role {
+            Role::Control => self.region_urls.keys().map(String::as_str).collect(),
+            Role::Region(_) => vec![crate::rpc::CONTROL],
+        };
+        Ok(RpcKeys::for_silo(self.silo_name(), peers, &self.rpc_keys)?)
+    }
 }
 
 /// Default [`SiloConfig::body_limit`]: 1 MiB (a bulk creation of
@@ -151,15 +169,9 @@ pub enum SiloError {
     /// The outbox worker refused to start.
     #[error(transparent)]
     Worker(#[from] outbox_axum::WorkerError),
-    /// The RPC secret is too short to keep other callers out.
-    #[error(
-        "the silo secret (--secret, SILO_SECRET) is {length} bytes long: it must have at \
-         least {MIN_SECRET_LEN} (generate one: `openssl rand -hex 32`)"
-    )]
-    WeakSecret {
-        /// Its length.
-        length: usize,
-    },
+    /// An RPC key is missing, malformed or too short.
+    #[error(transparent)]
+    RpcKey(#[from] crate::rpc::KeyError),
     /// A region this example has no id code for (`crate::ids::REGION_CODES`).
     #[error("unknown region {0:?}: this example knows {known}", known = crate::ids::REGION_CODES.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", "))]
     UnknownRegion(String),
@@ -244,7 +256,8 @@ pub async fn open_database(url: &str) -> Result<DatabaseConnection, SiloError> {
 ///
 /// [`SiloError`] when the database or the worker cannot start.
 pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningSilo, SiloError> {
-    check_secret(&config.secret)?;
+    // Before anything is opened.
+    let keys = config.keys()?;
     // Before the worker emits its first metrics.
     crate::telemetry::prometheus();
     let db = open_database(&config.database_url).await?;
@@ -257,7 +270,7 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
         source,
     })?;
 
-    let (receivers, routes) = receivers_and_routes(&config, &db)?;
+    let (receivers, routes) = receivers_and_routes(&config, &keys, &db)?;
     let backfill = Arc::new(backfill_for(&config.role));
     let mut worker = OutboxWorker::builder(db.clone(), receivers)
         .poll_interval(config.poll_interval)
@@ -303,11 +316,14 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
 }
 
 /// The outbox receivers and the HTTP routes of a silo: Control's call the
-/// regions, a region's call Control (over RPC, with the shared secret).
+/// regions, a region's call Control (over RPC, signed with this silo's key;
+/// the RPC routes accept calls signed with the peers' keys).
 fn receivers_and_routes(
     config: &SiloConfig,
+    keys: &RpcKeys,
     db: &DatabaseConnection,
 ) -> Result<(Receivers<OutboxCategory>, Router), SiloError> {
+    let peers: Peers = Arc::new(keys.peers.clone());
     Ok(match &config.role {
         Role::Control => {
             let regions = config
@@ -316,14 +332,15 @@ fn receivers_and_routes(
                 .map(|(name, url)| {
                     (
                         name.clone(),
-                        RpcClient::new(url.clone(), config.secret.clone()).from_silo("control"),
+                        RpcClient::new(url.clone(), keys.own.clone())
+                            .from_silo(crate::rpc::CONTROL),
                     )
                 })
                 .collect();
             let context = Arc::new(ControlContext { regions });
             (
                 control::receivers(db, context),
-                control::routes(control::handlers_state(db.clone()), config.secret.clone()),
+                control::routes(control::handlers_state(db.clone()), peers),
             )
         }
         Role::Region(name) => {
@@ -331,14 +348,14 @@ fn receivers_and_routes(
                 .ok_or_else(|| SiloError::UnknownRegion(name.clone()))?;
             let context = Arc::new(RegionContext {
                 region: name.clone(),
-                control: RpcClient::new(config.control_url.clone(), config.secret.clone())
+                control: RpcClient::new(config.control_url.clone(), keys.own.clone())
                     .from_silo(name.clone()),
             });
             (
                 region::receivers(db, context),
                 region::routes(
                     region::handlers_state(name.clone(), code, db.clone()),
-                    config.secret.clone(),
+                    peers,
                 ),
             )
         }
@@ -370,7 +387,8 @@ pub async fn outbox_cli(config: &SiloConfig) -> Result<OutboxCli<OutboxCategory>
             pending: pending.len(),
         });
     }
-    let (receivers, _) = receivers_and_routes(config, &db)?;
+    let keys = config.keys()?;
+    let (receivers, _) = receivers_and_routes(config, &keys, &db)?;
     let store = SeaOrmStore::new(db.clone()).map_err(outbox_axum::WorkerError::from)?;
     let drainer = Drainer::new(store, receivers);
     Ok(OutboxCli::new(drainer).with_backfill(backfill_for(&config.role), db))
@@ -455,33 +473,19 @@ pub const REQUEST_ID: &str = "x-request-id";
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_secret_shorter_than_32_bytes_is_refused_without_being_shown() {
-        for secret in ["", "short", &"x".repeat(MIN_SECRET_LEN - 1)] {
-            let error = check_secret(secret).unwrap_err();
-            let message = error.to_string();
-            assert!(
-                message.contains(&format!("is {} bytes long", secret.len()))
-                    && message.contains("at least 32"),
-                "{message}"
-            );
-            if !secret.is_empty() {
-                assert!(!message.contains(secret), "{message}");
-            }
-        }
-        check_secret(&"x".repeat(MIN_SECRET_LEN)).unwrap();
-    }
-
     /// Refused before anything is opened: no database file is made.
     #[tokio::test]
-    async fn a_silo_with_a_weak_secret_does_not_start() {
+    async fn a_silo_with_a_weak_or_missing_key_does_not_start() {
         let dir = std::env::temp_dir().join(format!("outbox-weak-secret-{}", std::process::id()));
         let path = dir.join("control.sqlite");
         let config = SiloConfig {
             role: Role::Control,
             database_url: format!("sqlite://{}?mode=rwc", path.display()),
             listen_url: None,
-            secret: "not-long-enough".into(),
+            rpc_keys: BTreeMap::from([(
+                "control".to_owned(),
+                "whsec_bm90LWxvbmctZW5vdWdo".to_owned(),
+            )]),
             control_url: "http://127.0.0.1:1".into(),
             region_urls: BTreeMap::new(),
             poll_interval: Duration::from_secs(1),
@@ -490,9 +494,27 @@ mod tests {
             admin_token: None,
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let error = start(config.clone(), listener).await.err().unwrap();
+        assert!(
+            matches!(
+                error,
+                SiloError::RpcKey(crate::rpc::KeyError::Weak { length: 15, .. })
+            ),
+            "{error}"
+        );
+        assert!(!error.to_string().contains("bm90LWxvbmctZW5vdWdo"));
+        // Control needs the key of every region it calls.
+        let mut config = config;
+        config
+            .rpc_keys
+            .insert("control".into(), crate::rpc::keys::generate());
+        config
+            .region_urls
+            .insert("us".into(), "http://127.0.0.1:1".into());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let error = start(config, listener).await.err().unwrap();
         assert!(
-            matches!(error, SiloError::WeakSecret { length: 15 }),
+            matches!(&error, SiloError::RpcKey(crate::rpc::KeyError::Missing { silo }) if silo == "us"),
             "{error}"
         );
         assert!(!path.exists());
@@ -504,7 +526,10 @@ mod tests {
             role: Role::Control,
             database_url: "postgres://app:db-pa55@127.0.0.1/control".into(),
             listen_url: Some("postgres://app:db-pa55@127.0.0.1:5433/control".into()),
-            secret: "rpc-s3cret".into(),
+            rpc_keys: BTreeMap::from([(
+                "control".to_owned(),
+                "whsec_cnBjLXMzY3JldC1ycGMtczNjcmV0LXJwYy1zM2NyZXQ=".to_owned(),
+            )]),
             control_url: "http://127.0.0.1:8000".into(),
             region_urls: BTreeMap::new(),
             poll_interval: Duration::from_secs(1),
@@ -513,7 +538,11 @@ mod tests {
             admin_token: Some("admin-t0ken".into()),
         };
         let shown = format!("{config:?}");
-        for secret in ["db-pa55", "rpc-s3cret", "admin-t0ken"] {
+        for secret in [
+            "db-pa55",
+            "cnBjLXMzY3JldC1ycGMtczNjcmV0LXJwYy1zM2NyZXQ",
+            "admin-t0ken",
+        ] {
             assert!(!shown.contains(secret), "{secret} in {shown}");
         }
         assert!(

@@ -43,6 +43,11 @@ fn configs(
         Role::Region("us".into()),
         Role::Region("de".into()),
     ];
+    // One key per silo, the same for every silo's configuration.
+    let rpc_keys: std::collections::BTreeMap<String, String> = ["control", "us", "de"]
+        .into_iter()
+        .map(|silo| (silo.to_owned(), example_app::rpc::keys::generate()))
+        .collect();
     roles
         .into_iter()
         .zip(listeners)
@@ -56,7 +61,7 @@ fn configs(
                 role,
                 database_url: urls[key].clone(),
                 listen_url: None,
-                secret: "upgrade-secret-0123456789abcdef012345".into(),
+                rpc_keys: rpc_keys.clone(),
                 control_url: format!("http://{}", addrs[0]),
                 region_urls: region_urls.clone(),
                 poll_interval: Duration::from_millis(50),

@@ -10,7 +10,21 @@ use std::time::{Duration, Instant};
 /// The silos, in the order of their databases.
 pub const SILOS: [&str; 3] = ["control", "us", "de"];
 
-const SECRET: &str = "chaos-secret-0123456789abcdef01234";
+/// Each silo's RPC key (`whsec_` and 34 or 36 bytes in base64).
+const RPC_KEYS: [(&str, &str); 3] = [
+    (
+        "control",
+        "whsec_Y2hhb3MtY29udHJvbC1rZXktMDEyMzQ1Njc4OWFiY2RlZg==",
+    ),
+    (
+        "us",
+        "whsec_Y2hhb3MtdXMta2V5LTAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2",
+    ),
+    (
+        "de",
+        "whsec_Y2hhb3MtZGUta2V5LTAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2",
+    ),
+];
 
 /// How long a silo may take to serve after it was started.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -148,7 +162,12 @@ impl Silos {
             .unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_example-app"));
         command
-            .args(["--silo", silo.name, "--secret", SECRET])
+            .args(["--silo", silo.name])
+            .args(
+                RPC_KEYS
+                    .iter()
+                    .map(|(name, key)| format!("--{name}-rpc-key={key}")),
+            )
             .arg(format!("--control-addr={}", addr("control")))
             .arg(format!("--us-addr={}", addr("us")))
             .arg(format!("--de-addr={}", addr("de")))

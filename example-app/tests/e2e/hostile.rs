@@ -107,17 +107,23 @@ pub(super) async fn hostile_text_gets_400_and_writes_nothing(backend: DbBackend)
         assert_eq!(status, StatusCode::BAD_REQUEST, "{url}: {answer}");
         assert!(answer["error"].is_string(), "{answer}");
     }
-    // With the secret: RPC bodies are checked too.
-    let rpc = |method: reqwest::Method, url: String, body: Value| {
-        app.http
-            .request(method, url)
-            .header(example_app::rpc::SECRET_HEADER, SECRET)
-            .json(&body)
-            .send()
+    // Signed with a region's key: RPC bodies are checked too.
+    let us_keys = deployment::keys(&deployment::rpc_key("us"));
+    let rpc = |method: reqwest::Method, path: &str, body: Value| {
+        app.rpc(
+            &us_keys,
+            example_app::rpc::now(),
+            &deployment::delivery("us", &deployment::message_id()),
+            method,
+            &app.control_base(),
+            path,
+            Some(body),
+        )
+        .send()
     };
     let response = rpc(
         reqwest::Method::PUT,
-        app.control_url("/rpc/organization-mappings/7"),
+        "/rpc/organization-mappings/7",
         json!({ "slug": "s\0", "name": "N", "region": "us" }),
     )
     .await
@@ -135,7 +141,7 @@ pub(super) async fn hostile_text_gets_400_and_writes_nothing(backend: DbBackend)
         .unwrap();
     let response = rpc(
         reqwest::Method::PUT,
-        app.control_url("/rpc/member-mappings/mars/1"),
+        "/rpc/member-mappings/mars/1",
         json!({ "organization_id": 65, "user_id": user, "role": "owner" }),
     )
     .await
@@ -285,10 +291,40 @@ pub(super) async fn hostile_requests_never_get_a_5xx_and_lose_nothing(backend: D
         if let Some(content_type) = hostile.content_type {
             request = request.header("content-type", content_type);
         }
-        if let Some(secret) = hostile.secret {
-            request = request
-                .header(example_app::rpc::SECRET_HEADER, secret)
-                .bearer_auth(secret);
+        if path.starts_with("/rpc/") {
+            // Signed as the silo that calls this one (with a wrong key for
+            // `wrong`): the hostile body, as JSON when it is, travels in
+            // the signed envelope.
+            if let Some(secret) = hostile.secret {
+                let sender = if silo == "control" { "us" } else { "control" };
+                let key = if secret == SECRET {
+                    deployment::rpc_key(sender)
+                } else {
+                    deployment::rpc_key("other")
+                };
+                let body = serde_json::from_slice(&hostile.body).unwrap_or_else(|_| {
+                    Value::from(String::from_utf8_lossy(&hostile.body).into_owned())
+                });
+                let base = if silo == "control" {
+                    app.control_base()
+                } else {
+                    app.region_base(silo)
+                };
+                request = app.rpc(
+                    &deployment::keys(&key),
+                    example_app::rpc::now(),
+                    &deployment::delivery(sender, &deployment::message_id()),
+                    method.parse().unwrap(),
+                    &base,
+                    path,
+                    Some(body),
+                );
+                if let Some(content_type) = hostile.content_type {
+                    request = request.header("content-type", content_type);
+                }
+            }
+        } else if let Some(secret) = hostile.secret {
+            request = request.bearer_auth(secret);
         }
         let response = request.send().await.unwrap();
         let status = response.status();

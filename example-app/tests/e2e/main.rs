@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 mod deployment;
 mod hostile;
 mod races;
+mod rpc_auth;
 
 use deployment::{fresh_client, Deployment, SECRET};
 
@@ -407,7 +408,7 @@ async fn writes_pile_up_while_control_is_down_and_arrive_in_order_after(backend:
     app.shutdown().await;
 }
 
-async fn rpc_without_the_secret_is_refused_and_changes_nothing(backend: DbBackend) {
+async fn unsigned_rpc_is_refused_and_changes_nothing(backend: DbBackend) {
     let app = Deployment::start(backend).await;
     let (status, body, _) = app
         .send(
@@ -417,7 +418,7 @@ async fn rpc_without_the_secret_is_refused_and_changes_nothing(backend: DbBacken
         )
         .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    assert!(body["error"].as_str().unwrap().contains("secret"));
+    assert!(body["error"].as_str().unwrap().contains("signed"), "{body}");
     let (status, _) = app
         .get(app.control_url("/api/0/organization-mappings/77"))
         .await;
@@ -458,22 +459,32 @@ async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(backend: D
     let recorded = count("SELECT count(*) AS n FROM outbox_inbox WHERE consumer = 'rpc'").await;
     assert_eq!(recorded, 2, "one inbox row per message applied");
 
-    let message_id = outbox_core::uuid::Uuid::now_v7().to_string();
-    let audit_call = |sequence: i64, message_id: String| {
-        app.http
-            .post(app.control_url("/rpc/audit-logs"))
-            .header(example_app::rpc::SECRET_HEADER, SECRET)
-            .header(example_app::rpc::MESSAGE_ID_HEADER, message_id)
-            .json(&json!({
-                "region": "us",
-                "region_sequence": sequence,
-                "organization_id": 4242,
-                "action": "organization.update",
-                "detail": format!("call {sequence}"),
-                "occurred_at": "2026-11-23T00:00:00Z",
-            }))
+    let message_id = deployment::message_id();
+    let us_keys = deployment::keys(&deployment::rpc_key("us"));
+    let audit_body = |sequence: i64| {
+        Some(json!({
+            "region": "us",
+            "region_sequence": sequence,
+            "organization_id": 4242,
+            "action": "organization.update",
+            "detail": format!("call {sequence}"),
+            "occurred_at": "2026-11-23T00:00:00Z",
+        }))
     };
-    let audit = |sequence: i64, message_id: String| audit_call(sequence, message_id).send();
+    let audit_call = |sequence: i64, delivery: Vec<(&'static str, String)>| {
+        app.rpc(
+            &us_keys,
+            example_app::rpc::now(),
+            &delivery,
+            reqwest::Method::POST,
+            &app.control_base(),
+            "/rpc/audit-logs",
+            audit_body(sequence),
+        )
+    };
+    let audit = |sequence: i64, message_id: String| {
+        audit_call(sequence, deployment::delivery("us", &message_id)).send()
+    };
     // The second call carries the same message id (a redelivery): applied
     // once, even though its body would insert a row of its own.
     for sequence in [900_001, 900_002] {
@@ -499,15 +510,14 @@ async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(backend: D
     .await;
     assert!(fences >= 1, "the region's deliveries carried their tokens");
     let fenced = |sequence: i64, token: &str, shard: Option<&str>| {
-        use example_app::rpc::{CATEGORY_HEADER, FENCE_HEADER, SENDER_HEADER, SHARD_HEADER};
-        let mut request = audit_call(sequence, outbox_core::uuid::Uuid::now_v7().to_string())
-            .header(FENCE_HEADER, token)
-            .header(SENDER_HEADER, "us")
-            .header(CATEGORY_HEADER, "AuditLogEvent");
+        use example_app::rpc::{CATEGORY_HEADER, FENCE_HEADER};
+        let mut delivery = deployment::delivery("us", &deployment::message_id());
+        delivery.push((FENCE_HEADER, token.to_owned()));
+        delivery.push((CATEGORY_HEADER, "AuditLogEvent".to_owned()));
         if let Some(shard) = shard {
-            request = request.header(SHARD_HEADER, shard);
+            delivery.push((example_app::rpc::SHARD_HEADER, shard.to_owned()));
         }
-        request.send()
+        audit_call(sequence, delivery).send()
     };
     let shard = Some("region:2/4242");
     for (sequence, token) in [(900_004, "1000000000000"), (900_005, "5")] {
@@ -542,6 +552,19 @@ async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(backend: D
 
 mod sqlite {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn forged_rpcs_are_refused_and_write_nothing() {
+        super::rpc_auth::forged_rpcs_are_refused_and_write_nothing(DbBackend::Sqlite).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_rotated_key_is_accepted_during_the_rotation_and_refused_after() {
+        super::rpc_auth::a_rotated_key_is_accepted_during_the_rotation_and_refused_after(
+            DbBackend::Sqlite,
+        )
+        .await;
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn hostile_requests_never_get_a_5xx_and_lose_nothing() {
@@ -596,8 +619,8 @@ mod sqlite {
             .await;
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn rpc_without_the_secret_is_refused_and_changes_nothing() {
-        super::rpc_without_the_secret_is_refused_and_changes_nothing(DbBackend::Sqlite).await;
+    async fn unsigned_rpc_is_refused_and_changes_nothing() {
+        super::unsigned_rpc_is_refused_and_changes_nothing(DbBackend::Sqlite).await;
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn bad_requests_get_json_errors() {
@@ -613,6 +636,19 @@ mod sqlite {
 /// The replication suite on PostgreSQL.
 mod postgres {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn forged_rpcs_are_refused_and_write_nothing() {
+        super::rpc_auth::forged_rpcs_are_refused_and_write_nothing(DbBackend::Postgres).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_rotated_key_is_accepted_during_the_rotation_and_refused_after() {
+        super::rpc_auth::a_rotated_key_is_accepted_during_the_rotation_and_refused_after(
+            DbBackend::Postgres,
+        )
+        .await;
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn hostile_requests_never_get_a_5xx_and_lose_nothing() {
