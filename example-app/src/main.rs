@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use example_app::limits::{self, Limits, WriteRate};
 use example_app::silo::{self, Role, SiloConfig};
 use outbox_seaorm::cli::{OutboxArgs, OutboxCommand};
 
@@ -123,6 +124,25 @@ struct Args {
     /// The largest request body accepted, in bytes; the same for every silo.
     #[arg(long, default_value_t = example_app::silo::DEFAULT_BODY_LIMIT, env = "BODY_LIMIT_BYTES")]
     body_limit_bytes: usize,
+    /// How long a client may take to send a request's head (request line and
+    /// headers), and may keep a connection idle, in milliseconds; the
+    /// connection is closed after it (slow clients cannot hold sockets).
+    #[arg(long, default_value_t = 5_000, env = "HEADER_TIMEOUT_MS")]
+    header_timeout_ms: u64,
+    /// How many connections each silo serves at once; more wait to be
+    /// accepted.
+    #[arg(long, default_value_t = limits::DEFAULT_MAX_CONNECTIONS, env = "MAX_CONNECTIONS")]
+    max_connections: usize,
+    /// How long a request may run, in milliseconds (503 after it).
+    #[arg(long, default_value_t = 30_000, env = "REQUEST_TIMEOUT_MS")]
+    request_timeout_ms: u64,
+    /// Public writes (POST, PUT, DELETE under /api/0/) per second per client
+    /// address, sustained (429 with retry-after beyond); 0 for no limit.
+    #[arg(long, default_value_t = limits::DEFAULT_WRITES_PER_SECOND, env = "WRITES_PER_SECOND")]
+    writes_per_second: u32,
+    /// Public writes per client address at once, before the rate applies.
+    #[arg(long, default_value_t = limits::DEFAULT_WRITE_BURST, env = "WRITE_BURST")]
+    write_burst: u32,
 }
 
 impl Args {
@@ -189,6 +209,15 @@ impl Args {
             body_timeout: Duration::from_millis(self.body_timeout_ms.max(1)),
             body_limit: self.body_limit_bytes,
             admin_token: admin_token.map(str::to_owned),
+            limits: Limits {
+                header_timeout: Duration::from_millis(self.header_timeout_ms.max(1)),
+                max_connections: self.max_connections.max(1),
+                request_timeout: Duration::from_millis(self.request_timeout_ms.max(1)),
+                write_rate: (self.writes_per_second > 0).then_some(WriteRate {
+                    per_second: self.writes_per_second,
+                    burst: self.write_burst.max(1),
+                }),
+            },
         }
     }
 }

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::HeaderName;
+use axum::http::{HeaderName, StatusCode};
 use axum::routing::get;
 use axum::{Json, Router};
 use outbox_axum::admin::{Admin, BearerToken};
@@ -21,10 +21,11 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::timeout::RequestBodyTimeoutLayer;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 use tower_http::trace::TraceLayer;
 
 use crate::control::{self, ControlContext};
+use crate::limits::{Limits, WriteLimit};
 use crate::migrations::{ControlMigrator, RegionMigrator};
 use crate::region::{self, RegionContext};
 use crate::registry::OutboxCategory;
@@ -73,6 +74,9 @@ pub struct SiloConfig {
     /// The bearer token of the outbox admin API (`/admin/outbox`); `None`
     /// leaves it off.
     pub admin_token: Option<String>,
+    /// Header-read timeout, connection limit, request timeout and rate of
+    /// public writes (`crate::limits`).
+    pub limits: Limits,
 }
 
 impl std::fmt::Debug for SiloConfig {
@@ -96,6 +100,7 @@ impl std::fmt::Debug for SiloConfig {
             .field("body_timeout", &self.body_timeout)
             .field("body_limit", &self.body_limit)
             .field("admin_token", &secret(self.admin_token.is_some()))
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -270,7 +275,8 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
         source,
     })?;
 
-    let (receivers, routes) = receivers_and_routes(&config, &keys, &db)?;
+    let write_limit = WriteLimit::new(config.limits.write_rate);
+    let (receivers, routes) = receivers_and_routes(&config, &keys, &write_limit, &db)?;
     let backfill = Arc::new(backfill_for(&config.role));
     let mut worker = OutboxWorker::builder(db.clone(), receivers)
         .poll_interval(config.poll_interval)
@@ -292,16 +298,30 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
             config.admin_token.as_deref(),
         ))
         .layer(axum::extract::DefaultBodyLimit::max(config.body_limit))
-        .layer(RequestBodyTimeoutLayer::new(config.body_timeout));
+        .layer(RequestBodyTimeoutLayer::new(config.body_timeout))
+        // Outside the outbox layer: a request cut short rolls back.
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            config.limits.request_timeout,
+        ));
     let app = traced(app);
     let addr = listener.local_addr()?;
     let (stop, stopped) = oneshot::channel::<()>();
+    let limits = config.limits.clone();
     let task = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async {
+        let forget = async {
+            let mut every = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                every.tick().await;
+                write_limit.forget_idle_clients();
+            }
+        };
+        let served = tokio::select! {
+            served = crate::serve::serve(listener, app, &limits, async {
                 let _ = stopped.await;
-            })
-            .await;
+            }) => served,
+            never = forget => never,
+        };
         worker.shutdown().await;
         served
     });
@@ -321,6 +341,7 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
 fn receivers_and_routes(
     config: &SiloConfig,
     keys: &RpcKeys,
+    write_limit: &WriteLimit,
     db: &DatabaseConnection,
 ) -> Result<(Receivers<OutboxCategory>, Router), SiloError> {
     let peers: Peers = Arc::new(keys.peers.clone());
@@ -340,7 +361,7 @@ fn receivers_and_routes(
             let context = Arc::new(ControlContext { regions });
             (
                 control::receivers(db, context),
-                control::routes(control::handlers_state(db.clone()), peers),
+                control::routes(control::handlers_state(db.clone()), peers, write_limit),
             )
         }
         Role::Region(name) => {
@@ -356,6 +377,7 @@ fn receivers_and_routes(
                 region::routes(
                     region::handlers_state(name.clone(), code, db.clone()),
                     peers,
+                    write_limit,
                 ),
             )
         }
@@ -388,7 +410,7 @@ pub async fn outbox_cli(config: &SiloConfig) -> Result<OutboxCli<OutboxCategory>
         });
     }
     let keys = config.keys()?;
-    let (receivers, _) = receivers_and_routes(config, &keys, &db)?;
+    let (receivers, _) = receivers_and_routes(config, &keys, &WriteLimit::default(), &db)?;
     let store = SeaOrmStore::new(db.clone()).map_err(outbox_axum::WorkerError::from)?;
     let drainer = Drainer::new(store, receivers);
     Ok(OutboxCli::new(drainer).with_backfill(backfill_for(&config.role), db))
@@ -492,6 +514,7 @@ mod tests {
             body_timeout: Duration::from_secs(10),
             body_limit: DEFAULT_BODY_LIMIT,
             admin_token: None,
+            limits: Limits::default(),
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let error = start(config.clone(), listener).await.err().unwrap();
@@ -536,6 +559,7 @@ mod tests {
             body_timeout: Duration::from_secs(10),
             body_limit: DEFAULT_BODY_LIMIT,
             admin_token: Some("admin-t0ken".into()),
+            limits: Limits::default(),
         };
         let shown = format!("{config:?}");
         for secret in [

@@ -68,6 +68,7 @@ fn configs(
                 body_timeout: Duration::from_secs(10),
                 body_limit: example_app::silo::DEFAULT_BODY_LIMIT,
                 admin_token: None,
+                limits: example_app::limits::Limits::default(),
             };
             (config, listener)
         })

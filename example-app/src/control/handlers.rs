@@ -94,7 +94,11 @@ struct AuditQuery {
 
 /// The public API and the RPC routes (calls signed by the regions in
 /// `peers`, each writing its own rows only), without the outbox layer.
-pub fn routes(state: ControlState, peers: crate::rpc::Peers) -> Router {
+pub fn routes(
+    state: ControlState,
+    peers: crate::rpc::Peers,
+    write_limit: &crate::limits::WriteLimit,
+) -> Router {
     let rpc = Router::new()
         .route(
             "/rpc/organization-mappings/{id}",
@@ -111,7 +115,7 @@ pub fn routes(state: ControlState, peers: crate::rpc::Peers) -> Router {
             peers,
             crate::rpc::authenticate,
         ));
-    Router::new()
+    let public = Router::new()
         .route("/api/0/organization-mappings", get(find_mapping_by_slug))
         .route("/api/0/organization-mappings/{id}", get(get_mapping))
         .route("/api/0/users", post(create_user))
@@ -119,9 +123,9 @@ pub fn routes(state: ControlState, peers: crate::rpc::Peers) -> Router {
             "/api/0/users/{id}",
             get(get_user).put(update_user).delete(delete_user),
         )
-        .route("/api/0/audit-logs", get(audit_logs))
-        .merge(rpc)
-        .with_state(state)
+        .route("/api/0/audit-logs", get(audit_logs));
+    // Public writes are rate-limited per client; the RPC routes are signed.
+    write_limit.apply(public).merge(rpc).with_state(state)
 }
 
 async fn mapping_where(

@@ -91,7 +91,11 @@ impl Validate for UserReplica {
 /// The public API (`/api/0/...`) and the RPC routes Control calls (`/rpc/...`,
 /// signed with Control's key, the one peer in `peers`), without the outbox
 /// layer.
-pub fn routes(state: RegionState, peers: crate::rpc::Peers) -> Router {
+pub fn routes(
+    state: RegionState,
+    peers: crate::rpc::Peers,
+    write_limit: &crate::limits::WriteLimit,
+) -> Router {
     let rpc = Router::new()
         .route(
             "/rpc/users/{id}",
@@ -103,7 +107,7 @@ pub fn routes(state: RegionState, peers: crate::rpc::Peers) -> Router {
             peers,
             crate::rpc::authenticate,
         ));
-    Router::new()
+    let public = Router::new()
         .route("/api/0/organizations", post(create_organization))
         .route(
             "/api/0/organizations/bulk",
@@ -120,9 +124,9 @@ pub fn routes(state: RegionState, peers: crate::rpc::Peers) -> Router {
             "/api/0/organizations/{id}/members/{member_id}",
             delete(remove_member),
         )
-        .route("/api/0/users/{id}", get(get_user_replica))
-        .merge(rpc)
-        .with_state(state)
+        .route("/api/0/users/{id}", get(get_user_replica));
+    // Public writes are rate-limited per client; the RPC routes are signed.
+    write_limit.apply(public).merge(rpc).with_state(state)
 }
 
 fn view(state: &RegionState, organization: organization::Model) -> OrganizationView {

@@ -90,6 +90,10 @@ impl RpcClient {
     pub fn new(base_url: impl Into<String>, keys: WebhookKeys) -> Self {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(3))
+            // Below any silo's header timeout (5 s by default), which also
+            // closes idle kept-alive connections: never reuse one the other
+            // silo is closing.
+            .pool_idle_timeout(Duration::from_secs(1))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
         Self {

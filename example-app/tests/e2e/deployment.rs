@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use example_app::limits::Limits;
 use example_app::rpc::{sign_call, Envelope, MESSAGE_ID_HEADER, SENDER_HEADER};
 use example_app::silo::{self, Role, RunningSilo, SiloConfig};
 use outbox_core::sink::webhook::{WebhookKeys, WebhookSecret};
@@ -136,6 +137,12 @@ impl Deployment {
             body_timeout: Duration::from_secs(2),
             body_limit: silo::DEFAULT_BODY_LIMIT,
             admin_token: Some(SECRET.to_owned()),
+            // Every request of the tests comes from 127.0.0.1: no rate
+            // limit, but for the test of it.
+            limits: Limits {
+                write_rate: None,
+                ..Limits::default()
+            },
         };
         let config = |role: Role, database_url: String| {
             let mut config = config(role, database_url);

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 mod deployment;
 mod hostile;
+mod limits;
 mod races;
 mod rpc_auth;
 
@@ -554,19 +555,6 @@ mod sqlite {
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn forged_rpcs_are_refused_and_write_nothing() {
-        super::rpc_auth::forged_rpcs_are_refused_and_write_nothing(DbBackend::Sqlite).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_rotated_key_is_accepted_during_the_rotation_and_refused_after() {
-        super::rpc_auth::a_rotated_key_is_accepted_during_the_rotation_and_refused_after(
-            DbBackend::Sqlite,
-        )
-        .await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn hostile_requests_never_get_a_5xx_and_lose_nothing() {
         super::hostile::hostile_requests_never_get_a_5xx_and_lose_nothing(DbBackend::Sqlite).await;
     }
@@ -636,19 +624,6 @@ mod sqlite {
 /// The replication suite on PostgreSQL.
 mod postgres {
     use super::*;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn forged_rpcs_are_refused_and_write_nothing() {
-        super::rpc_auth::forged_rpcs_are_refused_and_write_nothing(DbBackend::Postgres).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_rotated_key_is_accepted_during_the_rotation_and_refused_after() {
-        super::rpc_auth::a_rotated_key_is_accepted_during_the_rotation_and_refused_after(
-            DbBackend::Postgres,
-        )
-        .await;
-    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn hostile_requests_never_get_a_5xx_and_lose_nothing() {

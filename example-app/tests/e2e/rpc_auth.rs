@@ -64,7 +64,7 @@ async fn mapping(app: &Deployment, id: i64) -> Value {
         .1
 }
 
-pub(super) async fn forged_rpcs_are_refused_and_write_nothing(backend: DbBackend) {
+async fn forged_rpcs_are_refused_and_write_nothing(backend: DbBackend) {
     let app = Deployment::start(backend).await;
     // The silos' own calls are signed and pass.
     let acme = app.create_org("us", "acme", "Acme").await;
@@ -242,9 +242,7 @@ pub(super) async fn forged_rpcs_are_refused_and_write_nothing(backend: DbBackend
 /// signed with either pass; once it holds the new one alone, the old one
 /// is refused. The region signs with both meanwhile, so its own calls
 /// pass throughout.
-pub(super) async fn a_rotated_key_is_accepted_during_the_rotation_and_refused_after(
-    backend: DbBackend,
-) {
+async fn a_rotated_key_is_accepted_during_the_rotation_and_refused_after(backend: DbBackend) {
     let old = rpc_key("us");
     let new = rpc_key("us-next");
     let during = format!("{new},{old}");
@@ -293,4 +291,34 @@ pub(super) async fn a_rotated_key_is_accepted_during_the_rotation_and_refused_af
     let second = app.create_org("us", "rotated-after", "After").await;
     assert_eq!(mapping(&app, second).await["name"], "After");
     app.shutdown().await;
+}
+
+mod sqlite {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn forged_rpcs_are_refused_and_write_nothing() {
+        super::forged_rpcs_are_refused_and_write_nothing(DbBackend::Sqlite).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_rotated_key_is_accepted_during_the_rotation_and_refused_after() {
+        super::a_rotated_key_is_accepted_during_the_rotation_and_refused_after(DbBackend::Sqlite)
+            .await;
+    }
+}
+
+mod postgres {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn forged_rpcs_are_refused_and_write_nothing() {
+        super::forged_rpcs_are_refused_and_write_nothing(DbBackend::Postgres).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_rotated_key_is_accepted_during_the_rotation_and_refused_after() {
+        super::a_rotated_key_is_accepted_during_the_rotation_and_refused_after(DbBackend::Postgres)
+            .await;
+    }
 }
