@@ -73,25 +73,25 @@ struct Args {
     data_dir: PathBuf,
     /// Database of the control silo (default: SQLite in the data folder), e.g.
     /// postgres://user@host/control.
-    #[arg(long, env = "CONTROL_DATABASE_URL")]
+    #[arg(long, env = "CONTROL_DATABASE_URL", hide_env_values = true)]
     control_database_url: Option<String>,
     /// Database of the `us` region (default: SQLite in the data folder).
-    #[arg(long, env = "US_DATABASE_URL")]
+    #[arg(long, env = "US_DATABASE_URL", hide_env_values = true)]
     us_database_url: Option<String>,
     /// Database of the `de` region (default: SQLite in the data folder).
-    #[arg(long, env = "DE_DATABASE_URL")]
+    #[arg(long, env = "DE_DATABASE_URL", hide_env_values = true)]
     de_database_url: Option<String>,
     /// PostgreSQL URL for the control silo's `LISTEN` connection (session
     /// state), when its database URL goes through a transaction-pooling
     /// proxy such as PgBouncer in transaction mode: point it at PostgreSQL
     /// directly. Default: the database URL.
-    #[arg(long, env = "CONTROL_LISTEN_URL")]
+    #[arg(long, env = "CONTROL_LISTEN_URL", hide_env_values = true)]
     control_listen_url: Option<String>,
     /// The same for the `us` region.
-    #[arg(long, env = "US_LISTEN_URL")]
+    #[arg(long, env = "US_LISTEN_URL", hide_env_values = true)]
     us_listen_url: Option<String>,
     /// The same for the `de` region.
-    #[arg(long, env = "DE_LISTEN_URL")]
+    #[arg(long, env = "DE_LISTEN_URL", hide_env_values = true)]
     de_listen_url: Option<String>,
     /// The control silo's RPC key: `whsec_` and 32 or more random bytes in
     /// base64 (`echo whsec_$(openssl rand -base64 32)`). Control signs its
@@ -116,9 +116,10 @@ struct Args {
     #[arg(long, default_value_t = 10_000, env = "BODY_TIMEOUT_MS")]
     body_timeout_ms: u64,
     /// The bearer token of the outbox admin API (`/admin/outbox` on every
-    /// silo: shards, controls, dead letters). Generated and printed when
-    /// running all three silos without one; without one, a single silo
-    /// serves no admin API.
+    /// silo: shards, controls, dead letters). When running all three silos
+    /// without one, one is generated and written to `<data-dir>/admin-token`
+    /// (mode 0600; its path is printed, never the token); without one, a
+    /// single silo serves no admin API.
     #[arg(long, env = "OUTBOX_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
     /// The largest request body accepted, in bytes; the same for every silo.
@@ -223,8 +224,34 @@ impl Args {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+async fn main() {
+    if let Err(error) = serve(Args::parse()).await {
+        // Display, not the Debug that returning the error would print (a
+        // database error's Debug holds its URL, password included).
+        eprintln!("error: {error}");
+        std::process::exit(1);
+    }
+}
+
+/// Writes a generated admin token to `path`, readable by its owner only.
+fn write_token(path: &std::path::Path, token: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path)?;
+    // An existing file keeps its mode: set it.
+    #[cfg(unix)]
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    file.write_all(token.as_bytes())?;
+    file.write_all(b"\n")
+}
+
+async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(Command::Outbox(outbox)) = &args.command {
         // Standard output is the command's answer (JSON with --json): logs
         // go to standard error, warnings only unless RUST_LOG says more.
@@ -235,12 +262,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
             .with_writer(std::io::stderr)
             .init();
-        if let Err(error) = run_outbox(&args, outbox).await {
-            // Display, not the Debug that returning the error would print.
-            eprintln!("error: {error}");
-            std::process::exit(1);
-        }
-        return Ok(());
+        return run_outbox(&args, outbox).await;
     }
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -251,9 +273,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // One silo per process: its key and its peers' are required (the silo
     // names the missing one at start).
     let rpc_keys = args.rpc_keys(args.silo == Which::All);
+    let token_file = args.data_dir.join("admin-token");
     let admin_token = match (&args.admin_token, args.silo) {
         (Some(token), _) if !token.is_empty() => Some(token.clone()),
-        (_, Which::All) => Some(format!("{:032x}", rand::random::<u128>())),
+        (_, Which::All) => {
+            let token = format!("{:032x}", rand::random::<u128>());
+            write_token(&token_file, &token)
+                .map_err(|e| format!("cannot write {}: {e}", token_file.display()))?;
+            Some(token)
+        }
         _ => None,
     };
     let roles: Vec<(Role, SocketAddr)> = match args.silo {
@@ -311,10 +339,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     match (&admin_token, &args.admin_token) {
-        (Some(token), None) => println!(
-            "admin API  /admin/outbox on every silo, with: -H 'authorization: Bearer {token}'"
+        (Some(_), given) if given.as_deref().is_none_or(str::is_empty) => println!(
+            "admin API  /admin/outbox on every silo; the token is in {} (mode 0600): \
+             -H \"authorization: Bearer $(cat {})\"",
+            token_file.display(),
+            token_file.display()
         ),
-        (Some(_), Some(_)) => println!("admin API  /admin/outbox on every silo (your token)"),
+        (Some(_), _) => println!("admin API  /admin/outbox on every silo (your token)"),
         (None, _) => println!("admin API  off (give --admin-token)"),
     }
     println!("Ctrl-C to stop");
