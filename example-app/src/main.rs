@@ -105,6 +105,12 @@ struct Args {
     /// by Control.
     #[arg(long, env = "US_RPC_KEY", hide_env_values = true)]
     us_rpc_key: Option<String>,
+    /// The key of the public API's user tokens, the same for every silo
+    /// (`whsec_` and 32 or more random bytes in base64; `new,old` during a
+    /// rotation): Control issues tokens with it, every silo checks them.
+    /// Generated at random when running all three.
+    #[arg(long, env = "API_TOKEN_KEY", hide_env_values = true)]
+    api_token_key: Option<String>,
     /// The `de` region's RPC key (as --control-rpc-key): needed by `de` and
     /// by Control.
     #[arg(long, env = "DE_RPC_KEY", hide_env_values = true)]
@@ -201,6 +207,7 @@ impl Args {
             database_url,
             listen_url: listen_url.clone(),
             rpc_keys: rpc_keys.clone(),
+            api_token_key: self.api_token_key.clone().unwrap_or_default(),
             control_url: format!("http://{}", self.control_addr),
             region_urls: BTreeMap::from([
                 ("us".to_owned(), format!("http://{}", self.us_addr)),
@@ -273,6 +280,10 @@ async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // One silo per process: its key and its peers' are required (the silo
     // names the missing one at start).
     let rpc_keys = args.rpc_keys(args.silo == Which::All);
+    let mut args = args;
+    if args.silo == Which::All && args.api_token_key.is_none() {
+        args.api_token_key = Some(example_app::rpc::keys::generate());
+    }
     let token_file = args.data_dir.join("admin-token");
     let admin_token = match (&args.admin_token, args.silo) {
         (Some(token), _) if !token.is_empty() => Some(token.clone()),

@@ -24,6 +24,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 use tower_http::trace::TraceLayer;
 
+use crate::api_auth::{ApiAuth, ApiTokens};
 use crate::control::{self, ControlContext};
 use crate::limits::{Limits, WriteLimit};
 use crate::migrations::{ControlMigrator, RegionMigrator};
@@ -77,6 +78,10 @@ pub struct SiloConfig {
     /// Header-read timeout, connection limit, request timeout and rate of
     /// public writes (`crate::limits`).
     pub limits: Limits,
+    /// The key of the public API's user tokens (`crate::api_auth`), the same
+    /// for every silo: `whsec_` and 32 or more bytes in base64, or two
+    /// separated by a comma during a rotation.
+    pub api_token_key: String,
 }
 
 impl std::fmt::Debug for SiloConfig {
@@ -101,6 +106,7 @@ impl std::fmt::Debug for SiloConfig {
             .field("body_limit", &self.body_limit)
             .field("admin_token", &secret(self.admin_token.is_some()))
             .field("limits", &self.limits)
+            .field("api_token_key", &"<redacted>")
             .finish()
     }
 }
@@ -128,6 +134,16 @@ impl SiloConfig {
             Role::Region(_) => vec![crate::rpc::CONTROL],
         };
         Ok(RpcKeys::for_silo(self.silo_name(), peers, &self.rpc_keys)?)
+    }
+
+    /// The public API's token keys.
+    ///
+    /// # Errors
+    ///
+    /// [`SiloError::RpcKey`] for a key missing, malformed or too short.
+    pub fn api_tokens(&self) -> Result<ApiTokens, SiloError> {
+        let keys = crate::rpc::keys::parse_keys(crate::rpc::keys::API_TOKENS, &self.api_token_key)?;
+        Ok(ApiTokens::new(keys))
     }
 }
 
@@ -263,6 +279,10 @@ pub async fn open_database(url: &str) -> Result<DatabaseConnection, SiloError> {
 pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningSilo, SiloError> {
     // Before anything is opened.
     let keys = config.keys()?;
+    let api = ApiAuth {
+        tokens: config.api_tokens()?,
+        admin_token: config.admin_token.clone(),
+    };
     // Before the worker emits its first metrics.
     crate::telemetry::prometheus();
     let db = open_database(&config.database_url).await?;
@@ -276,7 +296,7 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
     })?;
 
     let write_limit = WriteLimit::new(config.limits.write_rate);
-    let (receivers, routes) = receivers_and_routes(&config, &keys, &write_limit, &db)?;
+    let (receivers, routes) = receivers_and_routes(&config, &keys, &api.tokens, &write_limit, &db)?;
     let backfill = Arc::new(backfill_for(&config.role));
     let mut worker = OutboxWorker::builder(db.clone(), receivers)
         .poll_interval(config.poll_interval)
@@ -290,6 +310,12 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
     let drainer = worker.drainer().clone();
     let app = routes
         .layer(worker.layer())
+        // Outside the outbox layer: a request without credentials is
+        // refused before anything else runs.
+        .layer(axum::middleware::from_fn_with_state(
+            api,
+            crate::api_auth::require_token,
+        ))
         .merge(admin_routes(
             backfill,
             db.clone(),
@@ -341,6 +367,7 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
 fn receivers_and_routes(
     config: &SiloConfig,
     keys: &RpcKeys,
+    tokens: &ApiTokens,
     write_limit: &WriteLimit,
     db: &DatabaseConnection,
 ) -> Result<(Receivers<OutboxCategory>, Router), SiloError> {
@@ -361,7 +388,11 @@ fn receivers_and_routes(
             let context = Arc::new(ControlContext { regions });
             (
                 control::receivers(db, context),
-                control::routes(control::handlers_state(db.clone()), peers, write_limit),
+                control::routes(
+                    control::handlers_state(db.clone(), tokens.clone()),
+                    peers,
+                    write_limit,
+                ),
             )
         }
         Role::Region(name) => {
@@ -410,7 +441,11 @@ pub async fn outbox_cli(config: &SiloConfig) -> Result<OutboxCli<OutboxCategory>
         });
     }
     let keys = config.keys()?;
-    let (receivers, _) = receivers_and_routes(config, &keys, &WriteLimit::default(), &db)?;
+    // The routes are not served: tokens made up for the occasion do.
+    let tokens = ApiTokens::new(outbox_core::sink::webhook::WebhookKeys::new(
+        outbox_core::sink::webhook::WebhookSecret::generate(),
+    ));
+    let (receivers, _) = receivers_and_routes(config, &keys, &tokens, &WriteLimit::default(), &db)?;
     let store = SeaOrmStore::new(db.clone()).map_err(outbox_axum::WorkerError::from)?;
     let drainer = Drainer::new(store, receivers);
     Ok(OutboxCli::new(drainer).with_backfill(backfill_for(&config.role), db))
@@ -515,6 +550,7 @@ mod tests {
             body_limit: DEFAULT_BODY_LIMIT,
             admin_token: None,
             limits: Limits::default(),
+            api_token_key: crate::rpc::keys::generate(),
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let error = start(config.clone(), listener).await.err().unwrap();
@@ -560,12 +596,14 @@ mod tests {
             body_limit: DEFAULT_BODY_LIMIT,
             admin_token: Some("admin-t0ken".into()),
             limits: Limits::default(),
+            api_token_key: "whsec_YXBpLXRva2VuLWtleS1hcGktdG9rZW4ta2V5LWFwaS0=".into(),
         };
         let shown = format!("{config:?}");
         for secret in [
             "db-pa55",
             "cnBjLXMzY3JldC1ycGMtczNjcmV0LXJwYy1zM2NyZXQ",
             "admin-t0ken",
+            "YXBpLXRva2VuLWtleS1hcGktdG9rZW4ta2V5LWFwaS0",
         ] {
             assert!(!shown.contains(secret), "{secret} in {shown}");
         }

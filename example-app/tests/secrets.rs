@@ -56,6 +56,7 @@ struct Setup {
     databases: Vec<String>,
     urls: Vec<(&'static str, String)>,
     keys: Vec<(&'static str, String)>,
+    api_token_key: String,
 }
 
 impl Setup {
@@ -92,6 +93,7 @@ impl Setup {
             databases,
             urls,
             keys,
+            api_token_key: WebhookSecret::generate().expose(),
         }
     }
 
@@ -109,6 +111,7 @@ impl Setup {
             command.env(format!("{}_RPC_KEY", silo.to_uppercase()), key);
         }
         command
+            .env("API_TOKEN_KEY", &self.api_token_key)
             .env("DATA_DIR", self.dir.join("data"))
             .env("RUST_LOG", "debug")
             .args(args)
@@ -119,10 +122,15 @@ impl Setup {
     }
 
     /// Every secret used: the keys (whole, and their base64 alone), the
-    /// admin token, the database password.
-    fn secrets(&self, admin_token: &str) -> Vec<String> {
-        let mut secrets = vec![self.password.clone(), admin_token.to_owned()];
-        for (_, key) in &self.keys {
+    /// admin token, a user's token, the database password.
+    fn secrets(&self, admin_token: &str, user_token: &str) -> Vec<String> {
+        let mut secrets = vec![
+            self.password.clone(),
+            admin_token.to_owned(),
+            user_token.to_owned(),
+        ];
+        let api = ("api", self.api_token_key.clone());
+        for (_, key) in self.keys.iter().chain([&api]) {
             secrets.push(key.clone());
             secrets.push(key["whsec_".len()..].to_owned());
         }
@@ -149,20 +157,33 @@ fn read(path: &Path) -> String {
     String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
 }
 
-/// Drives the running silos: a user, an organization, a member (the user
-/// replicated to `us`), a rename, the admin API with the token, and RPCs
-/// refused for a bad signature.
-async fn drive(http: &reqwest::Client, control: &str, us: &str, token: &str) {
-    let post = |url: String, body: Value| http.post(url).json(&body).send();
-    let user: Value = post(
-        format!("{control}/api/0/users"),
-        json!({ "email": "ann@example.com", "name": "Ann" }),
-    )
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+/// Drives the running silos: a user (with the admin token) and a token
+/// for them, then with it an organization, a member (the user replicated
+/// to `us`), a rename; the admin API with the admin token, and an RPC
+/// refused for a bad signature. Returns the user's token.
+async fn drive(http: &reqwest::Client, control: &str, us: &str, token: &str) -> String {
+    let user: Value = http
+        .post(format!("{control}/api/0/users"))
+        .bearer_auth(token)
+        .json(&json!({ "email": "ann@example.com", "name": "Ann" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let issued: Value = http
+        .post(format!("{control}/api/0/users/{}/tokens", user["id"]))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let user_token = issued["token"].as_str().unwrap().to_owned();
+    let post =
+        |url: String, body: Value| http.post(url).bearer_auth(&user_token).json(&body).send();
     let org: Value = post(
         format!("{us}/api/0/organizations"),
         json!({ "slug": "acme", "name": "Acme" }),
@@ -182,6 +203,7 @@ async fn drive(http: &reqwest::Client, control: &str, us: &str, token: &str) {
     assert_eq!(member.status(), StatusCode::CREATED);
     until("the user reaches us", Duration::from_secs(30), || async {
         http.get(format!("{us}/api/0/users/{user}"))
+            .bearer_auth(&user_token)
             .send()
             .await
             .is_ok_and(|r| r.status() == StatusCode::OK)
@@ -189,6 +211,7 @@ async fn drive(http: &reqwest::Client, control: &str, us: &str, token: &str) {
     .await;
     let renamed = http
         .put(format!("{us}/api/0/organizations/{org}"))
+        .bearer_auth(&user_token)
         .json(&json!({ "name": "Acme Inc" }))
         .send()
         .await
@@ -213,6 +236,7 @@ async fn drive(http: &reqwest::Client, control: &str, us: &str, token: &str) {
         .await
         .unwrap();
     assert!(unsigned.status().is_client_error());
+    user_token
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -251,7 +275,7 @@ async fn no_key_token_or_password_appears_in_the_output_of_a_full_run() {
     );
 
     let http = reqwest::Client::new();
-    drive(
+    let user_token = drive(
         &http,
         &format!("http://{control}"),
         &format!("http://{us}"),
@@ -315,7 +339,7 @@ async fn no_key_token_or_password_appears_in_the_output_of_a_full_run() {
             let path = setup.dir.join(format!("{name}.{stream}"));
             let text = read(&path);
             scanned += text.len();
-            for secret in setup.secrets(&token) {
+            for secret in setup.secrets(&token, &user_token) {
                 assert!(
                     !text.contains(&secret),
                     "a secret appears in {} (kept)",

@@ -62,6 +62,7 @@ fn configs(
                 database_url: urls[key].clone(),
                 listen_url: None,
                 rpc_keys: rpc_keys.clone(),
+                api_token_key: example_app::rpc::keys::generate(),
                 control_url: format!("http://{}", addrs[0]),
                 region_urls: region_urls.clone(),
                 poll_interval: Duration::from_millis(50),

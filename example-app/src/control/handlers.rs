@@ -21,6 +21,8 @@ use crate::validate::{self, Validate};
 pub struct ControlState {
     /// Its database.
     pub db: DatabaseConnection,
+    /// Issues the public API's user tokens.
+    pub tokens: crate::api_auth::ApiTokens,
 }
 
 #[derive(Debug, Deserialize)]
@@ -123,6 +125,7 @@ pub fn routes(
             "/api/0/users/{id}",
             get(get_user).put(update_user).delete(delete_user),
         )
+        .route("/api/0/users/{id}/tokens", post(issue_token))
         .route("/api/0/audit-logs", get(audit_logs));
     // Public writes are rate-limited per client; the RPC routes are signed.
     write_limit.apply(public).merge(rpc).with_state(state)
@@ -216,6 +219,37 @@ async fn delete_user(tx: Tx, ApiPath(id): ApiPath<i64>) -> Result<StatusCode, Ap
     let user = find_user(&tx, id).await?;
     users::ActiveModel::from(user).delete(&tx).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+struct TokenQuery {
+    ttl_seconds: Option<u64>,
+}
+
+/// A bearer token for user `id` (admin token only, `api_auth`), valid for
+/// `?ttl_seconds=` (default 24 h, at most 30 days).
+async fn issue_token(
+    State(state): State<ControlState>,
+    ApiPath(id): ApiPath<i64>,
+    ApiQuery(query): ApiQuery<TokenQuery>,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    use crate::api_auth::{DEFAULT_TOKEN_TTL, MAX_TOKEN_TTL};
+    find_user(&state.db, id).await?;
+    let ttl = query
+        .ttl_seconds
+        .map_or(DEFAULT_TOKEN_TTL, std::time::Duration::from_secs);
+    if ttl.is_zero() || ttl > MAX_TOKEN_TTL {
+        return Err(ApiError::bad_request(format!(
+            "ttl_seconds must be 1 to {}",
+            MAX_TOKEN_TTL.as_secs()
+        )));
+    }
+    let expires = chrono::Utc::now().timestamp() + ttl.as_secs() as i64;
+    let token = state.tokens.issue(id, expires);
+    Ok((
+        StatusCode::CREATED,
+        Json(serde_json::json!({ "user_id": id, "token": token, "expires_at": expires })),
+    ))
 }
 
 async fn audit_logs(

@@ -16,8 +16,15 @@ pub const MIN_KEY_LEN: usize = 32;
 /// The name of the control silo, as keys and callers name it.
 pub const CONTROL: &str = "control";
 
+/// The name under which [`parse_keys`] reads the public API's token key
+/// (`crate::api_auth`), shared by every silo.
+pub const API_TOKENS: &str = "api";
+
 /// The command-line flag and environment variable of a silo's key.
 fn flag(silo: &str) -> (String, String) {
+    if silo == API_TOKENS {
+        return ("--api-token-key".to_owned(), "API_TOKEN_KEY".to_owned());
+    }
     (
         format!("--{silo}-rpc-key"),
         format!("{}_RPC_KEY", silo.to_uppercase()),

@@ -10,6 +10,11 @@ use std::time::{Duration, Instant};
 /// The silos, in the order of their databases.
 pub const SILOS: [&str; 3] = ["control", "us", "de"];
 
+/// The key of the public API's tokens (`whsec_` and 36 bytes in base64).
+const API_TOKEN_KEY: &str = "whsec_Y2hhb3MtYXBpLXRva2Vucy0wMTIzNDU2Nzg5YWJjZGVmMDEy";
+/// The admin token: the load uses it on the public API.
+pub const ADMIN_TOKEN: &str = "chaos-admin-token-0123456789abcdef";
+
 /// Each silo's RPC key (`whsec_` and 34 or 36 bytes in base64).
 const RPC_KEYS: [(&str, &str); 3] = [
     (
@@ -166,6 +171,8 @@ impl Silos {
             // The load comes from one address, faster than a client should:
             // no rate limit on public writes.
             .arg("--writes-per-second=0")
+            .arg(format!("--api-token-key={API_TOKEN_KEY}"))
+            .arg(format!("--admin-token={ADMIN_TOKEN}"))
             .args(
                 RPC_KEYS
                     .iter()

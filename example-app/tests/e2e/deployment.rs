@@ -17,6 +17,9 @@ use tokio::net::TcpListener;
 /// The admin token of every silo.
 pub(crate) const SECRET: &str = "test-secret-0123456789abcdef0123456";
 
+/// The key of the public API's tokens in the tests (`whsec_` and 36 bytes).
+pub(crate) const API_TOKEN_KEY: &str = "whsec_YXBpLXRva2Vucy1rZXktMDEyMzQ1Njc4OWFiY2RlZjAxMjM=";
+
 /// Silo `silo`'s RPC key in the tests: `whsec_` and 40 bytes in base64.
 pub(crate) fn rpc_key(silo: &str) -> String {
     let bytes = format!("{silo:-<8}-rpc-key-0123456789abcdef0123");
@@ -131,6 +134,7 @@ impl Deployment {
             database_url,
             listen_url: None,
             rpc_keys: rpc_keys(),
+            api_token_key: API_TOKEN_KEY.to_owned(),
             control_url: format!("http://{control_addr}"),
             region_urls: region_urls.clone(),
             poll_interval: Duration::from_millis(50),

@@ -10,6 +10,7 @@ use reqwest::StatusCode;
 use sea_orm::{ConnectionTrait, DbBackend};
 use serde_json::{json, Value};
 
+mod api_auth;
 mod deployment;
 mod hostile;
 mod limits;
