@@ -150,6 +150,35 @@ async fn a_connection_beyond_the_limit_is_served_once_a_slot_frees(backend: DbBa
     app.shutdown().await;
 }
 
+/// A request that runs past the request timeout is answered 503 and writes
+/// nothing (here a body that stalls, with a longer body timeout).
+async fn a_request_past_the_request_timeout_gets_503_and_writes_nothing(backend: DbBackend) {
+    let app = Deployment::start_with(backend, |config| {
+        config.limits.request_timeout = Duration::from_millis(500);
+        config.body_timeout = Duration::from_secs(60);
+    })
+    .await;
+    let before = organizations_in(&app, "us").await;
+    let mut stalled = TcpStream::connect(app.regions["us"].addr).await.unwrap();
+    stalled
+        .write_all(
+            format!(
+                "POST /api/0/organizations HTTP/1.1\r\nhost: us\r\n\
+                 authorization: Bearer {}\r\ncontent-type: application/json\r\n\
+                 content-length: 100\r\n\r\n{{\"slug\": \"sta",
+                deployment::SECRET
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let (received, _) = read_until_closed(&mut stalled, Duration::from_secs(30)).await;
+    let answer = String::from_utf8_lossy(&received);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert_eq!(organizations_in(&app, "us").await, before);
+    app.shutdown().await;
+}
+
 mod sqlite {
     use super::*;
 
@@ -166,6 +195,12 @@ mod sqlite {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_connection_beyond_the_limit_is_served_once_a_slot_frees() {
         super::a_connection_beyond_the_limit_is_served_once_a_slot_frees(DbBackend::Sqlite).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_request_past_the_request_timeout_gets_503_and_writes_nothing() {
+        super::a_request_past_the_request_timeout_gets_503_and_writes_nothing(DbBackend::Sqlite)
+            .await;
     }
 }
 
@@ -185,5 +220,11 @@ mod postgres {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_connection_beyond_the_limit_is_served_once_a_slot_frees() {
         super::a_connection_beyond_the_limit_is_served_once_a_slot_frees(DbBackend::Postgres).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_request_past_the_request_timeout_gets_503_and_writes_nothing() {
+        super::a_request_past_the_request_timeout_gets_503_and_writes_nothing(DbBackend::Postgres)
+            .await;
     }
 }

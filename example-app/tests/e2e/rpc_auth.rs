@@ -207,6 +207,23 @@ async fn forged_rpcs_are_refused_and_write_nothing(backend: DbBackend) {
         assert_eq!(status_of(request).await, StatusCode::FORBIDDEN);
     }
 
+    // Control pushes a user only to a region one of whose members names
+    // them: a user no member of `us` names is not stored there (204, so
+    // that a membership removed meanwhile is not retried for ever).
+    let status = status_of(app.rpc(
+        &control,
+        now(),
+        &delivery("control", &message_id()),
+        Method::PUT,
+        &app.region_base("us"),
+        "/rpc/users/424242",
+        Some(json!({ "email": "nobody@example.com", "name": "Nobody" })),
+    ))
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = app.get(app.region_url("us", "/api/0/users/424242")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
     // Nothing of all that was written.
     assert_eq!(control_rows(&app).await, before);
     assert_eq!(
