@@ -29,7 +29,7 @@ mod signed;
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use outbox_axum::apply_once::ApplyOnce;
 
 pub use authenticate::{authenticate, Caller, Peers, RpcRejection};
@@ -46,16 +46,28 @@ pub use outbox_axum::apply_once::{
     CATEGORY_HEADER, FENCE_HEADER, MESSAGE_ID_HEADER, SENDER_HEADER, SHARD_HEADER,
 };
 
-/// The inbox consumer of the RPC routes (one per silo database).
+/// The inbox consumers of the RPC routes: `rpc:<caller>`.
 const RPC_CONSUMER: &str = "rpc";
 
 /// Middleware of the RPC routes (inside the outbox layer, behind
 /// [`authenticate`]): the library's [`outbox_axum::apply_once`] under the
-/// inbox consumer `rpc`. Each outbox message is applied once (its id
-/// recorded in the request's transaction); a call whose fencing token is
-/// lower than one applied for the same sender and shard (a worker paused
-/// past its lease) is answered 204 without running the route (rule 12).
-/// [`authenticate`] lets no call without a signed message id through.
+/// inbox consumer `rpc:<caller>`, one per calling silo, so that a message id
+/// one silo sent never suppresses another's (a region that saw another's
+/// call on the wire cannot have its id recorded first). Each outbox message
+/// is applied once (its id recorded in the request's transaction); a call
+/// whose fencing token is lower than one applied for the same sender and
+/// shard (a worker paused past its lease) is answered 204 without running
+/// the route (rule 12). [`authenticate`] lets no call without a signed
+/// message id through.
 pub async fn apply_once(request: Request, next: Next) -> Response {
-    outbox_axum::apply_once::apply_once(State(ApplyOnce::new(RPC_CONSUMER)), request, next).await
+    let Some(caller) = request.extensions().get::<Caller>() else {
+        tracing::error!("an RPC route without `rpc::authenticate` outside `rpc::apply_once`");
+        return crate::error::ApiError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "internal error",
+        )
+        .into_response();
+    };
+    let consumer = format!("{RPC_CONSUMER}:{}", caller.silo());
+    outbox_axum::apply_once::apply_once(State(ApplyOnce::new(consumer)), request, next).await
 }

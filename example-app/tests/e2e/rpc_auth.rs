@@ -248,9 +248,40 @@ async fn forged_rpcs_are_refused_and_write_nothing(backend: DbBackend) {
     assert_eq!(status_of(newer).await, StatusCode::NO_CONTENT);
     assert_eq!(status_of(captured).await, StatusCode::NO_CONTENT);
     assert_eq!(mapping(&app, fresh).await["name"], "Renamed");
+    // A message id is recorded per calling silo: `de`, having seen a call of
+    // `us` on the wire, cannot use its id first to have it dropped.
+    let squatted = message_id();
+    let by_de = app.rpc(
+        &de,
+        now(),
+        &delivery("de", &squatted),
+        Method::POST,
+        &control_base,
+        "/rpc/audit-logs",
+        Some(json!({
+            "region": "de", "region_sequence": 1_000_000_001_i64,
+            "organization_id": 64 * 9_000_003 + 2, "action": "organization.update",
+            "detail": "squatting", "occurred_at": "2026-11-23T00:00:00Z",
+        })),
+    );
+    assert_eq!(status_of(by_de).await, StatusCode::NO_CONTENT);
+    let squat_target = 64 * 9_000_004 + 1;
+    let by_us = app.rpc(
+        &us,
+        now(),
+        &delivery("us", &squatted),
+        Method::PUT,
+        &control_base,
+        &format!("/rpc/organization-mappings/{squat_target}"),
+        Some(json!({ "slug": "squatted", "name": "Squatted", "region": "us" })),
+    );
+    assert_eq!(status_of(by_us).await, StatusCode::NO_CONTENT);
+    assert_eq!(mapping(&app, squat_target).await["name"], "Squatted");
+
     let mut after = before;
-    after[0] += 1; // the mapping
-    after[3] += 2; // the two messages applied, the replay not recorded again
+    after[0] += 2; // the replayed one's mapping, the squatted id's
+    after[2] += 1; // `de`'s audit row of the squatted id
+    after[3] += 4; // four messages applied, the replay not recorded again
     assert_eq!(control_rows(&app).await, after);
     app.shutdown().await;
 }

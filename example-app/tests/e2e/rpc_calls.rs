@@ -53,7 +53,7 @@ pub(super) async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing
             .try_get::<i64>("", "n")
             .unwrap()
     };
-    let recorded = count("SELECT count(*) AS n FROM outbox_inbox WHERE consumer = 'rpc'").await;
+    let recorded = count("SELECT count(*) AS n FROM outbox_inbox WHERE consumer = 'rpc:us'").await;
     assert_eq!(recorded, 2, "one inbox row per message applied");
 
     let message_id = deployment::message_id();
@@ -102,7 +102,7 @@ pub(super) async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing
     // shard (a worker paused past its lease) is answered with success and
     // applies nothing, though its message id is new.
     let fences = count(
-        "SELECT count(*) AS n FROM outbox_inbox_fence WHERE consumer = 'rpc' AND sender = 'us'",
+        "SELECT count(*) AS n FROM outbox_inbox_fence WHERE consumer = 'rpc:us' AND sender = 'us'",
     )
     .await;
     assert!(fences >= 1, "the region's deliveries carried their tokens");
