@@ -3,7 +3,7 @@
 //! A small hybrid-cloud service on the outbox: one Control silo and two
 //! Region silos (`us`, `de`), each an Axum server with its own database, its
 //! own `OutboxLayer` and its own background drain, talking HTTP + JSON RPC
-//! authenticated with a shared secret.
+//! signed with each silo's own key (Standard Webhooks, `rpc`).
 //!
 //! - Region → Control: organizations (`OrganizationUpdate`, region model) become
 //!   Control's organization mappings; memberships (`OrganizationMemberUpdate`)
@@ -16,14 +16,17 @@
 //! one) from the command line; the end-to-end tests start them on ephemeral
 //! ports.
 
+pub mod api_auth;
 pub mod control;
 pub mod error;
 pub mod extract;
 pub mod ids;
+pub mod limits;
 pub mod migrations;
 pub mod region;
 pub mod registry;
 pub mod rpc;
+pub mod serve;
 pub mod silo;
 pub mod telemetry;
 pub mod upgrade;

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use example_app::limits::{self, Limits, WriteRate};
 use example_app::silo::{self, Role, SiloConfig};
 use example_app::telemetry::{self, LogFormat, LogTo};
 use outbox_seaorm::cli::{OutboxArgs, OutboxCommand};
@@ -46,7 +47,7 @@ enum Command {
     /// Operate the outbox of one silo (`--silo control|us|de`, not `all`),
     /// without serving it: shards, dead letters, pause/cull/resume, retry,
     /// drain, backfill. `drain` delivers through the other silos' RPC, so it
-    /// needs `--secret`.
+    /// needs the silo's RPC key and its peers' (`--control-rpc-key`, ...).
     Outbox(OutboxArgs),
 }
 
@@ -73,31 +74,48 @@ struct Args {
     data_dir: PathBuf,
     /// Database of the control silo (default: SQLite in the data folder), e.g.
     /// postgres://user@host/control.
-    #[arg(long, env = "CONTROL_DATABASE_URL")]
+    #[arg(long, env = "CONTROL_DATABASE_URL", hide_env_values = true)]
     control_database_url: Option<String>,
     /// Database of the `us` region (default: SQLite in the data folder).
-    #[arg(long, env = "US_DATABASE_URL")]
+    #[arg(long, env = "US_DATABASE_URL", hide_env_values = true)]
     us_database_url: Option<String>,
     /// Database of the `de` region (default: SQLite in the data folder).
-    #[arg(long, env = "DE_DATABASE_URL")]
+    #[arg(long, env = "DE_DATABASE_URL", hide_env_values = true)]
     de_database_url: Option<String>,
     /// PostgreSQL URL for the control silo's `LISTEN` connection (session
     /// state), when its database URL goes through a transaction-pooling
     /// proxy such as PgBouncer in transaction mode: point it at PostgreSQL
     /// directly. Default: the database URL.
-    #[arg(long, env = "CONTROL_LISTEN_URL")]
+    #[arg(long, env = "CONTROL_LISTEN_URL", hide_env_values = true)]
     control_listen_url: Option<String>,
     /// The same for the `us` region.
-    #[arg(long, env = "US_LISTEN_URL")]
+    #[arg(long, env = "US_LISTEN_URL", hide_env_values = true)]
     us_listen_url: Option<String>,
     /// The same for the `de` region.
-    #[arg(long, env = "DE_LISTEN_URL")]
+    #[arg(long, env = "DE_LISTEN_URL", hide_env_values = true)]
     de_listen_url: Option<String>,
-    /// Shared secret of the silos' RPC, at least 32 bytes (`openssl rand
-    /// -hex 32`). Required when running one silo per process; generated at
-    /// random when running all three.
-    #[arg(long, env = "SILO_SECRET", hide_env_values = true)]
-    secret: Option<String>,
+    /// The control silo's RPC key: `whsec_` and 32 or more random bytes in
+    /// base64 (`echo whsec_$(openssl rand -base64 32)`). Control signs its
+    /// calls with it, the regions verify them with it. During a rotation,
+    /// two keys separated by a comma (`new,old`): signed with both, either
+    /// accepted. Needed by every silo run on its own; generated at random
+    /// when running all three.
+    #[arg(long, env = "CONTROL_RPC_KEY", hide_env_values = true)]
+    control_rpc_key: Option<String>,
+    /// The `us` region's RPC key (as --control-rpc-key): needed by `us` and
+    /// by Control.
+    #[arg(long, env = "US_RPC_KEY", hide_env_values = true)]
+    us_rpc_key: Option<String>,
+    /// The key of the public API's user tokens, the same for every silo
+    /// (`whsec_` and 32 or more random bytes in base64; `new,old` during a
+    /// rotation): Control issues tokens with it, every silo checks them.
+    /// Generated at random when running all three.
+    #[arg(long, env = "API_TOKEN_KEY", hide_env_values = true)]
+    api_token_key: Option<String>,
+    /// The `de` region's RPC key (as --control-rpc-key): needed by `de` and
+    /// by Control.
+    #[arg(long, env = "DE_RPC_KEY", hide_env_values = true)]
+    de_rpc_key: Option<String>,
     /// How often an idle outbox drain looks for work when nothing wakes it.
     #[arg(long, default_value_t = 1000, env = "POLL_INTERVAL_MS")]
     poll_interval_ms: u64,
@@ -105,14 +123,34 @@ struct Args {
     #[arg(long, default_value_t = 10_000, env = "BODY_TIMEOUT_MS")]
     body_timeout_ms: u64,
     /// The bearer token of the outbox admin API (`/admin/outbox` on every
-    /// silo: shards, controls, dead letters). Generated and printed when
-    /// running all three silos without one; without one, a single silo
-    /// serves no admin API.
+    /// silo: shards, controls, dead letters). When running all three silos
+    /// without one, one is generated and written to `<data-dir>/admin-token`
+    /// (mode 0600; its path is printed, never the token); without one, a
+    /// single silo serves no admin API.
     #[arg(long, env = "OUTBOX_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
     /// The largest request body accepted, in bytes; the same for every silo.
     #[arg(long, default_value_t = example_app::silo::DEFAULT_BODY_LIMIT, env = "BODY_LIMIT_BYTES")]
     body_limit_bytes: usize,
+    /// How long a client may take to send a request's head (request line and
+    /// headers), and may keep a connection idle, in milliseconds; the
+    /// connection is closed after it (slow clients cannot hold sockets).
+    #[arg(long, default_value_t = 5_000, env = "HEADER_TIMEOUT_MS")]
+    header_timeout_ms: u64,
+    /// How many connections each silo serves at once; more wait to be
+    /// accepted.
+    #[arg(long, default_value_t = limits::DEFAULT_MAX_CONNECTIONS, env = "MAX_CONNECTIONS")]
+    max_connections: usize,
+    /// How long a request may run, in milliseconds (503 after it).
+    #[arg(long, default_value_t = 30_000, env = "REQUEST_TIMEOUT_MS")]
+    request_timeout_ms: u64,
+    /// Public writes (POST, PUT, DELETE under /api/0/) per second per client
+    /// address, sustained (429 with retry-after beyond); 0 for no limit.
+    #[arg(long, default_value_t = limits::DEFAULT_WRITES_PER_SECOND, env = "WRITES_PER_SECOND")]
+    writes_per_second: u32,
+    /// Public writes per client address at once, before the rate applies.
+    #[arg(long, default_value_t = limits::DEFAULT_WRITE_BURST, env = "WRITE_BURST")]
+    write_burst: u32,
     /// How log lines are written: `text` (colours only on a terminal) or
     /// `json` (one object a line, for a log shipper).
     #[arg(long, value_enum, default_value = "text", env = "LOG_FORMAT")]
@@ -129,7 +167,32 @@ impl Args {
         })
     }
 
-    fn config(&self, role: Role, secret: &str, admin_token: Option<&str>) -> SiloConfig {
+    /// The RPC keys given, by silo; with `generate`, a random one for each
+    /// silo without one (all three in one process: nobody else calls them).
+    fn rpc_keys(&self, generate: bool) -> BTreeMap<String, String> {
+        [
+            ("control", &self.control_rpc_key),
+            ("us", &self.us_rpc_key),
+            ("de", &self.de_rpc_key),
+        ]
+        .into_iter()
+        .filter_map(|(silo, given)| {
+            let key = match given {
+                Some(key) => key.clone(),
+                None if generate => example_app::rpc::keys::generate(),
+                None => return None,
+            };
+            Some((silo.to_owned(), key))
+        })
+        .collect()
+    }
+
+    fn config(
+        &self,
+        role: Role,
+        rpc_keys: &BTreeMap<String, String>,
+        admin_token: Option<&str>,
+    ) -> SiloConfig {
         let (database_url, listen_url) = match &role {
             Role::Control => (
                 self.database_url("control", &self.control_database_url),
@@ -148,7 +211,8 @@ impl Args {
             role,
             database_url,
             listen_url: listen_url.clone(),
-            secret: secret.to_owned(),
+            rpc_keys: rpc_keys.clone(),
+            api_token_key: self.api_token_key.clone().unwrap_or_default(),
             control_url: format!("http://{}", self.control_addr),
             region_urls: BTreeMap::from([
                 ("us".to_owned(), format!("http://{}", self.us_addr)),
@@ -158,43 +222,75 @@ impl Args {
             body_timeout: Duration::from_millis(self.body_timeout_ms.max(1)),
             body_limit: self.body_limit_bytes,
             admin_token: admin_token.map(str::to_owned),
+            limits: Limits {
+                header_timeout: Duration::from_millis(self.header_timeout_ms.max(1)),
+                max_connections: self.max_connections.max(1),
+                request_timeout: Duration::from_millis(self.request_timeout_ms.max(1)),
+                write_rate: (self.writes_per_second > 0).then_some(WriteRate {
+                    per_second: self.writes_per_second,
+                    burst: self.write_burst.max(1),
+                }),
+            },
         }
     }
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+async fn main() {
+    if let Err(error) = serve(Args::parse()).await {
+        // Display, not the Debug that returning the error would print (a
+        // database error's Debug holds its URL, password included).
+        eprintln!("error: {error}");
+        std::process::exit(1);
+    }
+}
+
+/// Writes a generated admin token to `path`, readable by its owner only.
+fn write_token(path: &std::path::Path, token: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path)?;
+    // An existing file keeps its mode: set it.
+    #[cfg(unix)]
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    file.write_all(token.as_bytes())?;
+    file.write_all(b"\n")
+}
+
+async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(Command::Outbox(outbox)) = &args.command {
         // Standard output is the command's answer (JSON with --json): logs
         // go to standard error, warnings only unless RUST_LOG says more.
         telemetry::init_logging(args.log_format, LogTo::Stderr, "warn");
-        if let Err(error) = run_outbox(&args, outbox).await {
-            // Display, not the Debug that returning the error would print.
-            eprintln!("error: {error}");
-            std::process::exit(1);
-        }
-        return Ok(());
+        return run_outbox(&args, outbox).await;
     }
     telemetry::init_logging(
         args.log_format,
         LogTo::Stdout,
         "info,sqlx=warn,sea_orm_migration=warn",
     );
-    let secret = match (&args.secret, args.silo) {
-        (Some(secret), _) => secret.clone(),
-        (None, Which::All) => format!("{:032x}", rand::random::<u128>()),
-        (None, _) => {
-            return Err(
-                "--secret (or SILO_SECRET) is required when running one silo per process: \
-                        every silo must share it"
-                    .into(),
-            )
-        }
-    };
+    // One silo per process: its key and its peers' are required (the silo
+    // names the missing one at start).
+    let rpc_keys = args.rpc_keys(args.silo == Which::All);
+    let mut args = args;
+    if args.silo == Which::All && args.api_token_key.is_none() {
+        args.api_token_key = Some(example_app::rpc::keys::generate());
+    }
+    let token_file = args.data_dir.join("admin-token");
     let admin_token = match (&args.admin_token, args.silo) {
         (Some(token), _) if !token.is_empty() => Some(token.clone()),
-        (_, Which::All) => Some(format!("{:032x}", rand::random::<u128>())),
+        (_, Which::All) => {
+            let token = format!("{:032x}", rand::random::<u128>());
+            write_token(&token_file, &token)
+                .map_err(|e| format!("cannot write {}: {e}", token_file.display()))?;
+            Some(token)
+        }
         _ => None,
     };
     let roles: Vec<(Role, SocketAddr)> = match args.silo {
@@ -213,7 +309,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-            configs.push((args.config(role, &secret, admin_token.as_deref()), listener));
+            configs.push((
+                args.config(role, &rpc_keys, admin_token.as_deref()),
+                listener,
+            ));
         }
         let report = example_app::upgrade::run(configs, &mut std::io::stderr()).await?;
         println!(
@@ -232,8 +331,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Role::Control => "control".to_owned(),
             Role::Region(name) => format!("region {name}"),
         };
-        let silo =
-            silo::start(args.config(role, &secret, admin_token.as_deref()), listener).await?;
+        let silo = silo::start(
+            args.config(role, &rpc_keys, admin_token.as_deref()),
+            listener,
+        )
+        .await?;
         println!("{name:<10} http://{}", silo.addr);
         running.push(silo);
     }
@@ -246,10 +348,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     match (&admin_token, &args.admin_token) {
-        (Some(token), None) => println!(
-            "admin API  /admin/outbox on every silo, with: -H 'authorization: Bearer {token}'"
+        (Some(_), given) if given.as_deref().is_none_or(str::is_empty) => println!(
+            "admin API  /admin/outbox on every silo; the token is in {} (mode 0600): \
+             -H \"authorization: Bearer $(cat {})\"",
+            token_file.display(),
+            token_file.display()
         ),
-        (Some(_), Some(_)) => println!("admin API  /admin/outbox on every silo (your token)"),
+        (Some(_), _) => println!("admin API  /admin/outbox on every silo (your token)"),
         (None, _) => println!("admin API  off (give --admin-token)"),
     }
     println!("Ctrl-C to stop");
@@ -275,22 +380,11 @@ async fn run_outbox(args: &Args, outbox: &OutboxArgs) -> Result<(), Box<dyn std:
         Which::Us => Role::Region("us".into()),
         Which::De => Role::Region("de".into()),
     };
-    let secret = match (&args.secret, &outbox.command) {
-        (Some(secret), _) => secret.clone(),
-        (None, OutboxCommand::Drain(_)) => {
-            return Err(
-                "--secret (or SILO_SECRET) is required for `outbox drain`: its \
-                        deliveries call the other silos, which check it"
-                    .into(),
-            )
-        }
-        // Nothing else calls another silo.
-        (None, _) => String::new(),
-    };
-    if matches!(outbox.command, OutboxCommand::Drain(_)) {
-        silo::check_secret(&secret)?;
-    }
-    let cli = silo::outbox_cli(&args.config(role, &secret, None)).await?;
+    // `drain` calls the other silos, which check its key: the silo's own and
+    // its peers' keys are required (named when missing). Nothing else calls
+    // another silo: keys made up for the occasion do.
+    let rpc_keys = args.rpc_keys(!matches!(outbox.command, OutboxCommand::Drain(_)));
+    let cli = silo::outbox_cli(&args.config(role, &rpc_keys, None)).await?;
     cli.run(outbox, &mut std::io::stdout()).await?;
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::HeaderName;
+use axum::http::{HeaderName, StatusCode};
 use axum::routing::get;
 use axum::{Json, Router};
 use outbox_axum::admin::{Admin, BearerToken};
@@ -21,14 +21,16 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::timeout::RequestBodyTimeoutLayer;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 use tower_http::trace::TraceLayer;
 
+use crate::api_auth::{ApiAuth, ApiTokens};
 use crate::control::{self, ControlContext};
+use crate::limits::{Limits, WriteLimit};
 use crate::migrations::{ControlMigrator, RegionMigrator};
 use crate::region::{self, RegionContext};
 use crate::registry::OutboxCategory;
-use crate::rpc::RpcClient;
+use crate::rpc::{Peers, RpcClient, RpcKeys};
 
 /// Which silo to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,7 +41,7 @@ pub enum Role {
     Region(String),
 }
 
-/// How to run one silo. Its `Debug` shows neither the RPC secret nor the
+/// How to run one silo. Its `Debug` shows neither the RPC keys nor the
 /// admin token, and masks the database URLs' passwords.
 #[derive(Clone)]
 pub struct SiloConfig {
@@ -50,8 +52,11 @@ pub struct SiloConfig {
     /// Where its outbox worker `LISTEN`s on PostgreSQL, if not through the
     /// database URL (which may go through a transaction-pooling proxy).
     pub listen_url: Option<String>,
-    /// The shared RPC secret.
-    pub secret: String,
+    /// The RPC keys, by silo name (`control`, `us`, `de`): `whsec_` and 32
+    /// or more random bytes in base64, or two separated by a comma during
+    /// a rotation (`rpc::keys`). A silo needs its own and its peers' (Control
+    /// every region's, a region Control's); others are ignored.
+    pub rpc_keys: BTreeMap<String, String>,
     /// Control's base URL (regions call it).
     pub control_url: String,
     /// Each region's base URL (Control calls them).
@@ -70,6 +75,13 @@ pub struct SiloConfig {
     /// The bearer token of the outbox admin API (`/admin/outbox`); `None`
     /// leaves it off.
     pub admin_token: Option<String>,
+    /// Header-read timeout, connection limit, request timeout and rate of
+    /// public writes (`crate::limits`).
+    pub limits: Limits,
+    /// The key of the public API's user tokens (`crate::api_auth`), the same
+    /// for every silo: `whsec_` and 32 or more bytes in base64, or two
+    /// separated by a comma during a rotation.
+    pub api_token_key: String,
 }
 
 impl std::fmt::Debug for SiloConfig {
@@ -79,33 +91,60 @@ impl std::fmt::Debug for SiloConfig {
             .field("role", &self.role)
             .field("database_url", &redacted(&self.database_url))
             .field("listen_url", &self.listen_url.as_deref().map(redacted))
-            .field("secret", &secret(!self.secret.is_empty()))
+            .field(
+                "rpc_keys",
+                &self
+                    .rpc_keys
+                    .keys()
+                    .map(|silo| (silo.as_str(), "<redacted>"))
+                    .collect::<BTreeMap<_, _>>(),
+            )
             .field("control_url", &self.control_url)
             .field("region_urls", &self.region_urls)
             .field("poll_interval", &self.poll_interval)
             .field("body_timeout", &self.body_timeout)
             .field("body_limit", &self.body_limit)
             .field("admin_token", &secret(self.admin_token.is_some()))
+            .field("limits", &self.limits)
+            .field("api_token_key", &"<redacted>")
             .finish()
     }
 }
 
-/// The shortest RPC secret a silo starts with: 32 bytes.
-pub const MIN_SECRET_LEN: usize = 32;
-
-/// Refuses an RPC secret shorter than [`MIN_SECRET_LEN`] (an empty one
-/// included): anyone who can reach `/rpc` could guess it.
-///
-/// # Errors
-///
-/// [`SiloError::WeakSecret`], naming its length, never the secret.
-pub fn check_secret(secret: &str) -> Result<(), SiloError> {
-    if secret.len() < MIN_SECRET_LEN {
-        return Err(SiloError::WeakSecret {
-            length: secret.len(),
-        });
+impl SiloConfig {
+    /// This silo's name in the RPC keys (`control`, or the region's).
+    pub fn silo_name(&self) -> &str {
+        match &self.role {
+            Role::Control => crate::rpc::CONTROL,
+            Role::Region(name) => name,
+        }
     }
-    Ok(())
+
+    /// The keys this silo signs with and verifies its callers with: its
+    /// own, and Control's (a region) or every region's of `region_urls`
+    /// (Control).
+    ///
+    /// # Errors
+    ///
+    /// [`SiloError::RpcKey`] for a key missing, malformed or shorter than
+    /// [`crate::rpc::MIN_KEY_LEN`] bytes.
+    pub fn keys(&self) -> Result<RpcKeys, SiloError> {
+        let peers: Vec<&str> = match &self.role {
+            Role::Control => self.region_urls.keys().map(String::as_str).collect(),
+            Role::Region(_) => vec![crate::rpc::CONTROL],
+        };
+        Ok(RpcKeys::for_silo(self.silo_name(), peers, &self.rpc_keys)?)
+    }
+
+    /// The public API's token keys.
+    ///
+    /// # Errors
+    ///
+    /// [`SiloError::RpcKey`] for a key missing, malformed or too short.
+    pub fn api_tokens(&self) -> Result<ApiTokens, SiloError> {
+        let keys = crate::rpc::keys::parse_keys(crate::rpc::keys::API_TOKENS, &self.api_token_key)?;
+        Ok(ApiTokens::new(keys))
+    }
 }
 
 /// Default [`SiloConfig::body_limit`]: 1 MiB (a bulk creation of
@@ -151,15 +190,9 @@ pub enum SiloError {
     /// The outbox worker refused to start.
     #[error(transparent)]
     Worker(#[from] outbox_axum::WorkerError),
-    /// The RPC secret is too short to keep other callers out.
-    #[error(
-        "the silo secret (--secret, SILO_SECRET) is {length} bytes long: it must have at \
-         least {MIN_SECRET_LEN} (generate one: `openssl rand -hex 32`)"
-    )]
-    WeakSecret {
-        /// Its length.
-        length: usize,
-    },
+    /// An RPC key is missing, malformed or too short.
+    #[error(transparent)]
+    RpcKey(#[from] crate::rpc::KeyError),
     /// The admin token cannot be used (too short).
     #[error("the admin token (--admin-token, OUTBOX_ADMIN_TOKEN): {0}")]
     AdminToken(#[from] outbox_axum::admin::TokenError),
@@ -247,7 +280,12 @@ pub async fn open_database(url: &str) -> Result<DatabaseConnection, SiloError> {
 ///
 /// [`SiloError`] when the database or the worker cannot start.
 pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningSilo, SiloError> {
-    check_secret(&config.secret)?;
+    // Before anything is opened.
+    let keys = config.keys()?;
+    let api = ApiAuth {
+        tokens: config.api_tokens()?,
+        admin_token: config.admin_token.clone(),
+    };
     let admin = config
         .admin_token
         .as_deref()
@@ -265,7 +303,8 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
         source,
     })?;
 
-    let (receivers, routes) = receivers_and_routes(&config, &db)?;
+    let write_limit = WriteLimit::new(config.limits.write_rate);
+    let (receivers, routes) = receivers_and_routes(&config, &keys, &api.tokens, &write_limit, &db)?;
     let backfill = Arc::new(backfill_for(&config.role));
     let mut worker = OutboxWorker::builder(db.clone(), receivers)
         .poll_interval(config.poll_interval)
@@ -279,6 +318,12 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
     let drainer = worker.drainer().clone();
     let app = routes
         .layer(worker.layer())
+        // Outside the outbox layer: a request without credentials is
+        // refused before anything else runs.
+        .layer(axum::middleware::from_fn_with_state(
+            api,
+            crate::api_auth::require_token,
+        ))
         .merge(admin_routes(
             backfill,
             db.clone(),
@@ -287,16 +332,30 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
             admin,
         ))
         .layer(axum::extract::DefaultBodyLimit::max(config.body_limit))
-        .layer(RequestBodyTimeoutLayer::new(config.body_timeout));
+        .layer(RequestBodyTimeoutLayer::new(config.body_timeout))
+        // Outside the outbox layer: a request cut short rolls back.
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            config.limits.request_timeout,
+        ));
     let app = traced(app);
     let addr = listener.local_addr()?;
     let (stop, stopped) = oneshot::channel::<()>();
+    let limits = config.limits.clone();
     let task = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async {
+        let forget = async {
+            let mut every = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                every.tick().await;
+                write_limit.forget_idle_clients();
+            }
+        };
+        let served = tokio::select! {
+            served = crate::serve::serve(listener, app, &limits, async {
                 let _ = stopped.await;
-            })
-            .await;
+            }) => served,
+            never = forget => never,
+        };
         worker.shutdown().await;
         served
     });
@@ -311,11 +370,16 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
 }
 
 /// The outbox receivers and the HTTP routes of a silo: Control's call the
-/// regions, a region's call Control (over RPC, with the shared secret).
+/// regions, a region's call Control (over RPC, signed with this silo's key;
+/// the RPC routes accept calls signed with the peers' keys).
 fn receivers_and_routes(
     config: &SiloConfig,
+    keys: &RpcKeys,
+    tokens: &ApiTokens,
+    write_limit: &WriteLimit,
     db: &DatabaseConnection,
 ) -> Result<(Receivers<OutboxCategory>, Router), SiloError> {
+    let peers: Peers = Arc::new(keys.peers.clone());
     Ok(match &config.role {
         Role::Control => {
             let regions = config
@@ -324,14 +388,19 @@ fn receivers_and_routes(
                 .map(|(name, url)| {
                     (
                         name.clone(),
-                        RpcClient::new(url.clone(), config.secret.clone()).from_silo("control"),
+                        RpcClient::new(url.clone(), keys.own.clone())
+                            .from_silo(crate::rpc::CONTROL),
                     )
                 })
                 .collect();
             let context = Arc::new(ControlContext { regions });
             (
                 control::receivers(db, context),
-                control::routes(control::handlers_state(db.clone()), config.secret.clone()),
+                control::routes(
+                    control::handlers_state(db.clone(), tokens.clone()),
+                    peers,
+                    write_limit,
+                ),
             )
         }
         Role::Region(name) => {
@@ -339,14 +408,15 @@ fn receivers_and_routes(
                 .ok_or_else(|| SiloError::UnknownRegion(name.clone()))?;
             let context = Arc::new(RegionContext {
                 region: name.clone(),
-                control: RpcClient::new(config.control_url.clone(), config.secret.clone())
+                control: RpcClient::new(config.control_url.clone(), keys.own.clone())
                     .from_silo(name.clone()),
             });
             (
                 region::receivers(db, context),
                 region::routes(
                     region::handlers_state(name.clone(), code, db.clone()),
-                    config.secret.clone(),
+                    peers,
+                    write_limit,
                 ),
             )
         }
@@ -378,7 +448,12 @@ pub async fn outbox_cli(config: &SiloConfig) -> Result<OutboxCli<OutboxCategory>
             pending: pending.len(),
         });
     }
-    let (receivers, _) = receivers_and_routes(config, &db)?;
+    let keys = config.keys()?;
+    // The routes are not served: tokens made up for the occasion do.
+    let tokens = ApiTokens::new(outbox_core::sink::webhook::WebhookKeys::new(
+        outbox_core::sink::webhook::WebhookSecret::generate(),
+    ));
+    let (receivers, _) = receivers_and_routes(config, &keys, &tokens, &WriteLimit::default(), &db)?;
     let store = SeaOrmStore::new(db.clone()).map_err(outbox_axum::WorkerError::from)?;
     let drainer = Drainer::new(store, receivers);
     Ok(OutboxCli::new(drainer).with_backfill(backfill_for(&config.role), db))
@@ -463,44 +538,50 @@ pub const REQUEST_ID: &str = "x-request-id";
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_secret_shorter_than_32_bytes_is_refused_without_being_shown() {
-        for secret in ["", "short", &"x".repeat(MIN_SECRET_LEN - 1)] {
-            let error = check_secret(secret).unwrap_err();
-            let message = error.to_string();
-            assert!(
-                message.contains(&format!("is {} bytes long", secret.len()))
-                    && message.contains("at least 32"),
-                "{message}"
-            );
-            if !secret.is_empty() {
-                assert!(!message.contains(secret), "{message}");
-            }
-        }
-        check_secret(&"x".repeat(MIN_SECRET_LEN)).unwrap();
-    }
-
     /// Refused before anything is opened: no database file is made.
     #[tokio::test]
-    async fn a_silo_with_a_weak_secret_does_not_start() {
+    async fn a_silo_with_a_weak_or_missing_key_does_not_start() {
         let dir = std::env::temp_dir().join(format!("outbox-weak-secret-{}", std::process::id()));
         let path = dir.join("control.sqlite");
         let config = SiloConfig {
             role: Role::Control,
             database_url: format!("sqlite://{}?mode=rwc", path.display()),
             listen_url: None,
-            secret: "not-long-enough".into(),
+            rpc_keys: BTreeMap::from([(
+                "control".to_owned(),
+                "whsec_bm90LWxvbmctZW5vdWdo".to_owned(),
+            )]),
             control_url: "http://127.0.0.1:1".into(),
             region_urls: BTreeMap::new(),
             poll_interval: Duration::from_secs(1),
             body_timeout: Duration::from_secs(10),
             body_limit: DEFAULT_BODY_LIMIT,
             admin_token: None,
+            limits: Limits::default(),
+            api_token_key: crate::rpc::keys::generate(),
         };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let error = start(config.clone(), listener).await.err().unwrap();
+        assert!(
+            matches!(
+                error,
+                SiloError::RpcKey(crate::rpc::KeyError::Weak { length: 15, .. })
+            ),
+            "{error}"
+        );
+        assert!(!error.to_string().contains("bm90LWxvbmctZW5vdWdo"));
+        // Control needs the key of every region it calls.
+        let mut config = config;
+        config
+            .rpc_keys
+            .insert("control".into(), crate::rpc::keys::generate());
+        config
+            .region_urls
+            .insert("us".into(), "http://127.0.0.1:1".into());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let error = start(config, listener).await.err().unwrap();
         assert!(
-            matches!(error, SiloError::WeakSecret { length: 15 }),
+            matches!(&error, SiloError::RpcKey(crate::rpc::KeyError::Missing { silo }) if silo == "us"),
             "{error}"
         );
         assert!(!path.exists());
@@ -512,16 +593,26 @@ mod tests {
             role: Role::Control,
             database_url: "postgres://app:db-pa55@127.0.0.1/control".into(),
             listen_url: Some("postgres://app:db-pa55@127.0.0.1:5433/control".into()),
-            secret: "rpc-s3cret".into(),
+            rpc_keys: BTreeMap::from([(
+                "control".to_owned(),
+                "whsec_cnBjLXMzY3JldC1ycGMtczNjcmV0LXJwYy1zM2NyZXQ=".to_owned(),
+            )]),
             control_url: "http://127.0.0.1:8000".into(),
             region_urls: BTreeMap::new(),
             poll_interval: Duration::from_secs(1),
             body_timeout: Duration::from_secs(10),
             body_limit: DEFAULT_BODY_LIMIT,
             admin_token: Some("admin-t0ken".into()),
+            limits: Limits::default(),
+            api_token_key: "whsec_YXBpLXRva2VuLWtleS1hcGktdG9rZW4ta2V5LWFwaS0=".into(),
         };
         let shown = format!("{config:?}");
-        for secret in ["db-pa55", "rpc-s3cret", "admin-t0ken"] {
+        for secret in [
+            "db-pa55",
+            "cnBjLXMzY3JldC1ycGMtczNjcmV0LXJwYy1zM2NyZXQ",
+            "admin-t0ken",
+            "YXBpLXRva2VuLWtleS1hcGktdG9rZW4ta2V5LWFwaS0",
+        ] {
             assert!(!shown.contains(secret), "{secret} in {shown}");
         }
         assert!(

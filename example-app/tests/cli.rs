@@ -30,7 +30,9 @@ fn example_app(args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_example-app"));
     for var in [
         "SILO",
-        "SILO_SECRET",
+        "CONTROL_RPC_KEY",
+        "US_RPC_KEY",
+        "DE_RPC_KEY",
         "CONTROL_DATABASE_URL",
         "US_DATABASE_URL",
         "DE_DATABASE_URL",
@@ -120,8 +122,9 @@ async fn the_binary_runs_the_outbox_commands_on_one_silo() {
     let tables: Vec<&str> = backfills.tables.iter().map(|t| t.table.as_str()).collect();
     assert_eq!(tables, ["organization", "organization_member"]);
 
-    // `drain` calls the other silos: it needs the shared secret.
-    failed_with(&on_us("drain"), "--secret");
+    // `drain` calls the other silos: it needs the silo's RPC key and its
+    // peers'.
+    failed_with(&on_us("drain"), "--us-rpc-key");
     // Nothing changed meanwhile.
     assert_eq!(
         store

@@ -43,6 +43,11 @@ fn configs(
         Role::Region("us".into()),
         Role::Region("de".into()),
     ];
+    // One key per silo, the same for every silo's configuration.
+    let rpc_keys: std::collections::BTreeMap<String, String> = ["control", "us", "de"]
+        .into_iter()
+        .map(|silo| (silo.to_owned(), example_app::rpc::keys::generate()))
+        .collect();
     roles
         .into_iter()
         .zip(listeners)
@@ -56,13 +61,15 @@ fn configs(
                 role,
                 database_url: urls[key].clone(),
                 listen_url: None,
-                secret: "upgrade-secret-0123456789abcdef012345".into(),
+                rpc_keys: rpc_keys.clone(),
+                api_token_key: example_app::rpc::keys::generate(),
                 control_url: format!("http://{}", addrs[0]),
                 region_urls: region_urls.clone(),
                 poll_interval: Duration::from_millis(50),
                 body_timeout: Duration::from_secs(10),
                 body_limit: example_app::silo::DEFAULT_BODY_LIMIT,
                 admin_token: None,
+                limits: example_app::limits::Limits::default(),
             };
             (config, listener)
         })

@@ -13,6 +13,7 @@ use super::entities::users;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::region::AuditRecord;
+use crate::rpc::Caller;
 use crate::validate::{self, Validate};
 
 /// Shared by Control's handlers.
@@ -20,6 +21,8 @@ use crate::validate::{self, Validate};
 pub struct ControlState {
     /// Its database.
     pub db: DatabaseConnection,
+    /// Issues the public API's user tokens.
+    pub tokens: crate::api_auth::ApiTokens,
 }
 
 #[derive(Debug, Deserialize)]
@@ -91,9 +94,13 @@ struct AuditQuery {
     organization_id: i64,
 }
 
-/// The public API and the RPC routes (behind the shared secret), without the
-/// outbox layer.
-pub fn routes(state: ControlState, secret: String) -> Router {
+/// The public API and the RPC routes (calls signed by the regions in
+/// `peers`, each writing its own rows only), without the outbox layer.
+pub fn routes(
+    state: ControlState,
+    peers: crate::rpc::Peers,
+    write_limit: &crate::limits::WriteLimit,
+) -> Router {
     let rpc = Router::new()
         .route(
             "/rpc/organization-mappings/{id}",
@@ -104,13 +111,13 @@ pub fn routes(state: ControlState, secret: String) -> Router {
             put(upsert_member).delete(delete_member),
         )
         .route("/rpc/audit-logs", post(record_audit))
-        // Inside the secret check: each outbox message applied once.
+        // Inside the signature check: each outbox message applied once.
         .route_layer(middleware::from_fn(crate::rpc::apply_once))
         .route_layer(middleware::from_fn_with_state(
-            secret,
-            crate::rpc::require_secret,
+            peers,
+            crate::rpc::authenticate,
         ));
-    Router::new()
+    let public = Router::new()
         .route("/api/0/organization-mappings", get(find_mapping_by_slug))
         .route("/api/0/organization-mappings/{id}", get(get_mapping))
         .route("/api/0/users", post(create_user))
@@ -118,9 +125,10 @@ pub fn routes(state: ControlState, secret: String) -> Router {
             "/api/0/users/{id}",
             get(get_user).put(update_user).delete(delete_user),
         )
-        .route("/api/0/audit-logs", get(audit_logs))
-        .merge(rpc)
-        .with_state(state)
+        .route("/api/0/users/{id}/tokens", post(issue_token))
+        .route("/api/0/audit-logs", get(audit_logs));
+    // Public writes are rate-limited per client; the RPC routes are signed.
+    write_limit.apply(public).merge(rpc).with_state(state)
 }
 
 async fn mapping_where(
@@ -213,6 +221,37 @@ async fn delete_user(tx: Tx, ApiPath(id): ApiPath<i64>) -> Result<StatusCode, Ap
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[derive(Debug, Deserialize)]
+struct TokenQuery {
+    ttl_seconds: Option<u64>,
+}
+
+/// A bearer token for user `id` (admin token only, `api_auth`), valid for
+/// `?ttl_seconds=` (default 24 h, at most 30 days).
+async fn issue_token(
+    State(state): State<ControlState>,
+    ApiPath(id): ApiPath<i64>,
+    ApiQuery(query): ApiQuery<TokenQuery>,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    use crate::api_auth::{DEFAULT_TOKEN_TTL, MAX_TOKEN_TTL};
+    find_user(&state.db, id).await?;
+    let ttl = query
+        .ttl_seconds
+        .map_or(DEFAULT_TOKEN_TTL, std::time::Duration::from_secs);
+    if ttl.is_zero() || ttl > MAX_TOKEN_TTL {
+        return Err(ApiError::bad_request(format!(
+            "ttl_seconds must be 1 to {}",
+            MAX_TOKEN_TTL.as_secs()
+        )));
+    }
+    let expires = chrono::Utc::now().timestamp() + ttl.as_secs() as i64;
+    let token = state.tokens.issue(id, expires);
+    Ok((
+        StatusCode::CREATED,
+        Json(serde_json::json!({ "user_id": id, "token": token, "expires_at": expires })),
+    ))
+}
+
 async fn audit_logs(
     State(state): State<ControlState>,
     ApiQuery(query): ApiQuery<AuditQuery>,
@@ -244,11 +283,39 @@ async fn audit_logs(
 
 // ---- RPC (each message applied once: `rpc::apply_once`) -------------------
 
+/// The region of organization mapping `id`, if there is one. Locked on
+/// PostgreSQL until the request's transaction ends.
+async fn mapping_region(tx: &Tx, id: i64) -> Result<Option<String>, ApiError> {
+    let backend = tx.get_database_backend();
+    let lock = match backend {
+        sea_orm::DbBackend::Postgres => " FOR UPDATE",
+        _ => "",
+    };
+    let row = tx
+        .query_one_raw(Statement::from_sql_and_values(
+            backend,
+            format!("SELECT region FROM organization_mapping WHERE organization_id = $1{lock}"),
+            [id.into()],
+        ))
+        .await?;
+    Ok(match row {
+        Some(row) => Some(row.try_get("", "region")?),
+        None => None,
+    })
+}
+
+/// A region's organization: the caller must be that region, and the
+/// mapping, if there is one already, of that region too (403 otherwise).
 async fn upsert_mapping(
     tx: Tx,
+    caller: Caller,
     ApiPath(id): ApiPath<i64>,
     ApiJson(mapping): ApiJson<Mapping>,
 ) -> Result<StatusCode, ApiError> {
+    caller.must_be_region(&mapping.region)?;
+    if let Some(region) = mapping_region(&tx, id).await? {
+        caller.must_be_region(&region)?;
+    }
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
@@ -260,7 +327,14 @@ async fn upsert_mapping(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn delete_mapping(tx: Tx, ApiPath(id): ApiPath<i64>) -> Result<StatusCode, ApiError> {
+async fn delete_mapping(
+    tx: Tx,
+    caller: Caller,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<StatusCode, ApiError> {
+    if let Some(region) = mapping_region(&tx, id).await? {
+        caller.must_be_region(&region)?;
+    }
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
@@ -275,12 +349,16 @@ async fn delete_mapping(tx: Tx, ApiPath(id): ApiPath<i64>) -> Result<StatusCode,
 /// (in the same transaction, so the user follows the membership).
 async fn upsert_member(
     tx: Tx,
+    caller: Caller,
     ApiPath((region, member_id)): ApiPath<(String, i64)>,
     ApiJson(member): ApiJson<MemberMapping>,
 ) -> Result<StatusCode, ApiError> {
     // Before anything is written: a user replicated to an unknown region
     // would be an outbox row that can never be delivered.
     validate::region(&region)?;
+    // The user is replicated to the region the mapping names: only that
+    // region may name itself.
+    caller.must_be_region(&region)?;
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
@@ -300,9 +378,11 @@ async fn upsert_member(
 
 async fn delete_member(
     tx: Tx,
+    caller: Caller,
     ApiPath((region, member_id)): ApiPath<(String, i64)>,
 ) -> Result<StatusCode, ApiError> {
     validate::region(&region)?;
+    caller.must_be_region(&region)?;
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
@@ -313,10 +393,14 @@ async fn delete_member(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// A region's audit event: only that region may write its rows (another
+/// could take their places in its order, and the real ones be dropped).
 async fn record_audit(
     tx: Tx,
+    caller: Caller,
     ApiJson(record): ApiJson<AuditRecord>,
 ) -> Result<StatusCode, ApiError> {
+    caller.must_be_region(&record.region)?;
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,

@@ -18,8 +18,8 @@ use crate::rpc::RpcClient;
 pub use handlers::{routes, ControlState};
 
 /// The handlers' state of the control silo.
-pub fn handlers_state(db: DatabaseConnection) -> ControlState {
-    ControlState { db }
+pub fn handlers_state(db: DatabaseConnection, tokens: crate::api_auth::ApiTokens) -> ControlState {
+    ControlState { db, tokens }
 }
 
 use entities::users;

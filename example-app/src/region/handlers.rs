@@ -89,20 +89,25 @@ impl Validate for UserReplica {
 }
 
 /// The public API (`/api/0/...`) and the RPC routes Control calls (`/rpc/...`,
-/// behind the shared secret), without the outbox layer.
-pub fn routes(state: RegionState, secret: String) -> Router {
+/// signed with Control's key, the one peer in `peers`), without the outbox
+/// layer.
+pub fn routes(
+    state: RegionState,
+    peers: crate::rpc::Peers,
+    write_limit: &crate::limits::WriteLimit,
+) -> Router {
     let rpc = Router::new()
         .route(
             "/rpc/users/{id}",
             put(upsert_user_replica).delete(delete_user_replica),
         )
-        // Inside the secret check: each outbox message applied once.
+        // Inside the signature check: each outbox message applied once.
         .route_layer(middleware::from_fn(crate::rpc::apply_once))
         .route_layer(middleware::from_fn_with_state(
-            secret,
-            crate::rpc::require_secret,
+            peers,
+            crate::rpc::authenticate,
         ));
-    Router::new()
+    let public = Router::new()
         .route("/api/0/organizations", post(create_organization))
         .route(
             "/api/0/organizations/bulk",
@@ -119,9 +124,9 @@ pub fn routes(state: RegionState, secret: String) -> Router {
             "/api/0/organizations/{id}/members/{member_id}",
             delete(remove_member),
         )
-        .route("/api/0/users/{id}", get(get_user_replica))
-        .merge(rpc)
-        .with_state(state)
+        .route("/api/0/users/{id}", get(get_user_replica));
+    // Public writes are rate-limited per client; the RPC routes are signed.
+    write_limit.apply(public).merge(rpc).with_state(state)
 }
 
 fn view(state: &RegionState, organization: organization::Model) -> OrganizationView {
@@ -350,11 +355,27 @@ async fn get_user_replica(
     ))
 }
 
+/// A user from Control: stored only if a member of this region names them
+/// (Control replicates a user to the regions its member mappings name).
+/// Otherwise answered 204 with nothing written: a membership removed while
+/// the user's replication was on its way is not an error to retry.
 async fn upsert_user_replica(
     tx: Tx,
     ApiPath(id): ApiPath<i64>,
     ApiJson(user): ApiJson<UserReplica>,
 ) -> Result<StatusCode, ApiError> {
+    let named = organization_member::Entity::find()
+        .filter(organization_member::Column::UserId.eq(id))
+        .one(&tx)
+        .await?
+        .is_some();
+    if !named {
+        tracing::info!(
+            user_id = id,
+            "rpc: a user no member of this region names, not stored"
+        );
+        return Ok(StatusCode::NO_CONTENT);
+    }
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,

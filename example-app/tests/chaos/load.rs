@@ -19,9 +19,18 @@ use crate::ledger::Ledger;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A client that opens a connection per request (a killed silo leaves no
-/// pooled connection behind to fail the next request).
+/// pooled connection behind to fail the next request), with the admin token
+/// (the public API needs credentials).
 pub fn client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {}", crate::silos::ADMIN_TOKEN)
+            .parse()
+            .unwrap(),
+    );
     reqwest::Client::builder()
+        .default_headers(headers)
         .pool_max_idle_per_host(0)
         .timeout(REQUEST_TIMEOUT)
         .build()

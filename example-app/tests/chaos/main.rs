@@ -4,7 +4,10 @@
 //! storms of `pg_terminate_backend`, sessions idle in transaction holding
 //! locks, waves of concurrent requests on small pools, PgBouncer restarts,
 //! and SIGSTOP/SIGCONT of one of two processes of a region for longer than
-//! the lease (the region's other process must keep creating in under 1 s). After each scenario's last fault the load stops, and the suite
+//! the lease (the region's other process must keep creating in under 1 s),
+//! and slowloris (hundreds of connections sending a request head a byte at
+//! a time: each closed after the header-read timeout, a client served
+//! meanwhile with p99 under 1 s). After each scenario's last fault the load stops, and the suite
 //! waits until every outbox is empty and every replica equals its source,
 //! then checks the ledger of acknowledged writes: nothing lost, nothing
 //! stale, nothing duplicated, and convergence within 5 s of the last fault.
@@ -14,7 +17,7 @@
 //! minute); `-- --ignored chaos_long` the long one. `OUTBOX_CHAOS_SEED`
 //! replays a run's choices (which silo is killed, when);
 //! `OUTBOX_CHAOS_ONLY=sigkill,waves` runs only the scenarios named (sigkill,
-//! crash_restart, terminate, lockers, waves, pgbouncer, pause).
+//! crash_restart, terminate, lockers, waves, pgbouncer, pause, slowloris).
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -23,6 +26,7 @@ mod load;
 mod postgres;
 mod scenarios;
 mod silos;
+mod slowloris;
 
 use scenarios::{Scale, Scenario};
 

@@ -51,10 +51,11 @@ pub enum Scenario {
     LoadWaves,
     PgBouncerRestart,
     Pause,
+    Slowloris,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Sigkill,
         Scenario::CrashRestart,
         Scenario::TerminateStorm,
@@ -62,6 +63,7 @@ impl Scenario {
         Scenario::LoadWaves,
         Scenario::PgBouncerRestart,
         Scenario::Pause,
+        Scenario::Slowloris,
     ];
 
     pub fn name(self) -> &'static str {
@@ -73,6 +75,7 @@ impl Scenario {
             Scenario::LoadWaves => "waves",
             Scenario::PgBouncerRestart => "pgbouncer",
             Scenario::Pause => "pause",
+            Scenario::Slowloris => "slowloris",
         }
     }
 
@@ -452,6 +455,16 @@ impl Stage<'_> {
                     ),
                     Instant::now(),
                 )
+            }
+            Scenario::Slowloris => {
+                let connections = scale.pick(300, 800) as usize;
+                self.gap(0.5..1.0).await;
+                let base = self.silos.url_of("us");
+                let addr = base.trim_start_matches("http://").parse().unwrap();
+                let outcome = crate::slowloris::attack(addr, base, connections).await;
+                let (failed, line) = crate::slowloris::check(&outcome);
+                self.failed.extend(failed);
+                (line, Instant::now())
             }
             Scenario::PgBouncerRestart => {
                 let restarts = scale.pick(2, 5);

@@ -10,7 +10,26 @@ use std::time::{Duration, Instant};
 /// The silos, in the order of their databases.
 pub const SILOS: [&str; 3] = ["control", "us", "de"];
 
-const SECRET: &str = "chaos-secret-0123456789abcdef01234";
+/// The key of the public API's tokens (`whsec_` and 36 bytes in base64).
+const API_TOKEN_KEY: &str = "whsec_Y2hhb3MtYXBpLXRva2Vucy0wMTIzNDU2Nzg5YWJjZGVmMDEy";
+/// The admin token: the load uses it on the public API.
+pub const ADMIN_TOKEN: &str = "chaos-admin-token-0123456789abcdef";
+
+/// Each silo's RPC key (`whsec_` and 34 or 36 bytes in base64).
+const RPC_KEYS: [(&str, &str); 3] = [
+    (
+        "control",
+        "whsec_Y2hhb3MtY29udHJvbC1rZXktMDEyMzQ1Njc4OWFiY2RlZg==",
+    ),
+    (
+        "us",
+        "whsec_Y2hhb3MtdXMta2V5LTAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2",
+    ),
+    (
+        "de",
+        "whsec_Y2hhb3MtZGUta2V5LTAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2",
+    ),
+];
 
 /// How long a silo may take to serve after it was started.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -148,7 +167,17 @@ impl Silos {
             .unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_example-app"));
         command
-            .args(["--silo", silo.name, "--secret", SECRET])
+            .args(["--silo", silo.name])
+            // The load comes from one address, faster than a client should:
+            // no rate limit on public writes.
+            .arg("--writes-per-second=0")
+            .arg(format!("--api-token-key={API_TOKEN_KEY}"))
+            .arg(format!("--admin-token={ADMIN_TOKEN}"))
+            .args(
+                RPC_KEYS
+                    .iter()
+                    .map(|(name, key)| format!("--{name}-rpc-key={key}")),
+            )
             .arg(format!("--control-addr={}", addr("control")))
             .arg(format!("--us-addr={}", addr("us")))
             .arg(format!("--de-addr={}", addr("de")))

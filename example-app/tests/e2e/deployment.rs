@@ -4,14 +4,55 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use example_app::limits::Limits;
+use example_app::rpc::{sign_call, Envelope, MESSAGE_ID_HEADER, SENDER_HEADER};
 use example_app::silo::{self, Role, RunningSilo, SiloConfig};
+use outbox_core::sink::webhook::{WebhookKeys, WebhookSecret};
 use outbox_testing::database::{admin_url, connect};
 use reqwest::StatusCode;
 use sea_orm::{ConnectionTrait, DbBackend};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
+/// The admin token of every silo.
 pub(crate) const SECRET: &str = "test-secret-0123456789abcdef0123456";
+
+/// The key of the public API's tokens in the tests (`whsec_` and 36 bytes).
+pub(crate) const API_TOKEN_KEY: &str = "whsec_YXBpLXRva2Vucy1rZXktMDEyMzQ1Njc4OWFiY2RlZjAxMjM=";
+
+/// Silo `silo`'s RPC key in the tests: `whsec_` and 40 bytes in base64.
+pub(crate) fn rpc_key(silo: &str) -> String {
+    let bytes = format!("{silo:-<8}-rpc-key-0123456789abcdef0123");
+    WebhookSecret::from_bytes(bytes.into_bytes())
+        .unwrap()
+        .expose()
+}
+
+/// Every silo's RPC key, by name.
+pub(crate) fn rpc_keys() -> BTreeMap<String, String> {
+    ["control", "us", "de"]
+        .into_iter()
+        .map(|silo| (silo.to_owned(), rpc_key(silo)))
+        .collect()
+}
+
+/// The keys of `text` (one key, or `new,old`).
+pub(crate) fn keys(text: &str) -> WebhookKeys {
+    example_app::rpc::keys::parse_keys("test", text).unwrap()
+}
+
+/// The delivery headers of a call by `sender` as message `id`.
+pub(crate) fn delivery(sender: &str, id: &str) -> Vec<(&'static str, String)> {
+    vec![
+        (MESSAGE_ID_HEADER, id.to_owned()),
+        (SENDER_HEADER, sender.to_owned()),
+    ]
+}
+
+/// A new message id.
+pub(crate) fn message_id() -> String {
+    outbox_core::uuid::Uuid::now_v7().to_string()
+}
 
 pub(crate) struct Deployment {
     pub(crate) control: Option<RunningSilo>,
@@ -92,15 +133,20 @@ impl Deployment {
             role,
             database_url,
             listen_url: None,
-            secret: SECRET.to_owned(),
+            rpc_keys: rpc_keys(),
+            api_token_key: API_TOKEN_KEY.to_owned(),
             control_url: format!("http://{control_addr}"),
             region_urls: region_urls.clone(),
             poll_interval: Duration::from_millis(50),
             body_timeout: Duration::from_secs(2),
             body_limit: silo::DEFAULT_BODY_LIMIT,
-            // The same as the RPC secret here, so that the hostile-input
-            // test's right credential opens both.
             admin_token: Some(SECRET.to_owned()),
+            // Every request of the tests comes from 127.0.0.1: no rate
+            // limit, but for the test of it.
+            limits: Limits {
+                write_rate: None,
+                ..Limits::default()
+            },
         };
         let config = |role: Role, database_url: String| {
             let mut config = config(role, database_url);
@@ -173,6 +219,39 @@ impl Deployment {
         let text = response.text().await.unwrap();
         let value = serde_json::from_str(&text).unwrap_or(Value::Null);
         (status, value, headers)
+    }
+
+    /// An RPC to `base` (a silo's URL) + `path`, signed with `keys` at
+    /// `timestamp` as the delivery `delivery`; `body` is the envelope's.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rpc(
+        &self,
+        keys: &WebhookKeys,
+        timestamp: i64,
+        delivery: &[(&'static str, String)],
+        method: reqwest::Method,
+        base: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> reqwest::RequestBuilder {
+        let envelope = Envelope {
+            method: method.to_string(),
+            path: path.to_owned(),
+            body,
+        };
+        let signed = sign_call(keys, timestamp, delivery, &envelope).unwrap();
+        self.http
+            .request(method, format!("{base}{path}"))
+            .headers(signed.headers)
+            .body(signed.body)
+    }
+
+    pub(crate) fn control_base(&self) -> String {
+        format!("http://{}", self.control_addr)
+    }
+
+    pub(crate) fn region_base(&self, region: &str) -> String {
+        format!("http://{}", self.regions[region].addr)
     }
 
     pub(crate) async fn get(&self, url: String) -> (StatusCode, Value) {

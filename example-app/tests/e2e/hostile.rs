@@ -14,8 +14,12 @@ pub(super) async fn stalled_oversized_and_mistyped_bodies_get_408_413_415(backen
         .unwrap();
     stalled
         .write_all(
-            b"POST /api/0/organizations HTTP/1.1\r\nhost: us\r\ncontent-type: application/json\r\n\
-              content-length: 100\r\n\r\n{\"slug\": \"sta",
+            format!(
+                "POST /api/0/organizations HTTP/1.1\r\nhost: us\r\n\
+                 authorization: Bearer {SECRET}\r\ncontent-type: application/json\r\n\
+                 content-length: 100\r\n\r\n{{\"slug\": \"sta"
+            )
+            .as_bytes(),
         )
         .await
         .unwrap();
@@ -46,6 +50,7 @@ pub(super) async fn stalled_oversized_and_mistyped_bodies_get_408_413_415(backen
     // connection: a fresh client, not a pooled connection.
     let response = fresh_client()
         .post(app.region_url("us", "/api/0/organizations"))
+        .bearer_auth(SECRET)
         .header("content-type", "text/plain")
         .body(r#"{"slug": "plain", "name": "Plain"}"#)
         .send()
@@ -107,17 +112,23 @@ pub(super) async fn hostile_text_gets_400_and_writes_nothing(backend: DbBackend)
         assert_eq!(status, StatusCode::BAD_REQUEST, "{url}: {answer}");
         assert!(answer["error"].is_string(), "{answer}");
     }
-    // With the secret: RPC bodies are checked too.
-    let rpc = |method: reqwest::Method, url: String, body: Value| {
-        app.http
-            .request(method, url)
-            .header(example_app::rpc::SECRET_HEADER, SECRET)
-            .json(&body)
-            .send()
+    // Signed with a region's key: RPC bodies are checked too.
+    let us_keys = deployment::keys(&deployment::rpc_key("us"));
+    let rpc = |method: reqwest::Method, path: &str, body: Value| {
+        app.rpc(
+            &us_keys,
+            example_app::rpc::now(),
+            &deployment::delivery("us", &deployment::message_id()),
+            method,
+            &app.control_base(),
+            path,
+            Some(body),
+        )
+        .send()
     };
     let response = rpc(
         reqwest::Method::PUT,
-        app.control_url("/rpc/organization-mappings/7"),
+        "/rpc/organization-mappings/7",
         json!({ "slug": "s\0", "name": "N", "region": "us" }),
     )
     .await
@@ -135,7 +146,7 @@ pub(super) async fn hostile_text_gets_400_and_writes_nothing(backend: DbBackend)
         .unwrap();
     let response = rpc(
         reqwest::Method::PUT,
-        app.control_url("/rpc/member-mappings/mars/1"),
+        "/rpc/member-mappings/mars/1",
         json!({ "organization_id": 65, "user_id": user, "role": "owner" }),
     )
     .await
@@ -238,6 +249,11 @@ fn hostile() -> impl proptest::strategy::Strategy<Value = Hostile> {
     let body = prop_oneof![
         3 => hostile_json().prop_map(|value| serde_json::to_vec(&value).unwrap()),
         1 => prop::collection::vec(any::<u8>(), 0..300),
+        // Well-formed now and then, so that some cases pass every check.
+        1 => "[a-z]{10}".prop_map(|slug| {
+            serde_json::to_vec(&json!({ "slug": slug, "name": slug, "email": slug, "role": "owner" }))
+                .unwrap()
+        }),
     ];
     (
         0..HOSTILE_ROUTES.len(),
@@ -248,7 +264,12 @@ fn hostile() -> impl proptest::strategy::Strategy<Value = Hostile> {
             Just(Some("text/plain")),
             Just(None),
         ],
-        prop_oneof![Just(Some(SECRET)), Just(Some("wrong")), Just(None)],
+        // The right credentials most often: the cases must get past them.
+        prop_oneof![
+            3 => Just(Some(SECRET)),
+            1 => Just(Some("wrong")),
+            1 => Just(None),
+        ],
     )
         .prop_map(|(route, body, content_type, secret)| Hostile {
             route,
@@ -285,10 +306,40 @@ pub(super) async fn hostile_requests_never_get_a_5xx_and_lose_nothing(backend: D
         if let Some(content_type) = hostile.content_type {
             request = request.header("content-type", content_type);
         }
-        if let Some(secret) = hostile.secret {
-            request = request
-                .header(example_app::rpc::SECRET_HEADER, secret)
-                .bearer_auth(secret);
+        if path.starts_with("/rpc/") {
+            // Signed as the silo that calls this one (with a wrong key for
+            // `wrong`): the hostile body, as JSON when it is, travels in
+            // the signed envelope.
+            if let Some(secret) = hostile.secret {
+                let sender = if silo == "control" { "us" } else { "control" };
+                let key = if secret == SECRET {
+                    deployment::rpc_key(sender)
+                } else {
+                    deployment::rpc_key("other")
+                };
+                let body = serde_json::from_slice(&hostile.body).unwrap_or_else(|_| {
+                    Value::from(String::from_utf8_lossy(&hostile.body).into_owned())
+                });
+                let base = if silo == "control" {
+                    app.control_base()
+                } else {
+                    app.region_base(silo)
+                };
+                request = app.rpc(
+                    &deployment::keys(&key),
+                    example_app::rpc::now(),
+                    &deployment::delivery(sender, &deployment::message_id()),
+                    method.parse().unwrap(),
+                    &base,
+                    path,
+                    Some(body),
+                );
+                if let Some(content_type) = hostile.content_type {
+                    request = request.header("content-type", content_type);
+                }
+            }
+        } else if let Some(secret) = hostile.secret {
+            request = request.bearer_auth(secret);
         }
         let response = request.send().await.unwrap();
         let status = response.status();

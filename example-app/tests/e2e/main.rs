@@ -10,10 +10,14 @@ use reqwest::StatusCode;
 use sea_orm::{ConnectionTrait, DbBackend};
 use serde_json::{json, Value};
 
+mod api_auth;
 mod deployment;
 mod hostile;
+mod limits;
 mod ops;
 mod races;
+mod rpc_auth;
+mod rpc_calls;
 
 use deployment::{fresh_client, Deployment, SECRET};
 
@@ -408,139 +412,6 @@ async fn writes_pile_up_while_control_is_down_and_arrive_in_order_after(backend:
     app.shutdown().await;
 }
 
-async fn rpc_without_the_secret_is_refused_and_changes_nothing(backend: DbBackend) {
-    let app = Deployment::start(backend).await;
-    let (status, body, _) = app
-        .send(
-            reqwest::Method::PUT,
-            app.control_url("/rpc/organization-mappings/77"),
-            Some(json!({ "slug": "x", "name": "x", "region": "us" })),
-        )
-        .await;
-    assert_eq!(status, StatusCode::UNAUTHORIZED);
-    assert!(body["error"].as_str().unwrap().contains("secret"));
-    let (status, _) = app
-        .get(app.control_url("/api/0/organization-mappings/77"))
-        .await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    let (status, _, _) = app
-        .send(
-            reqwest::Method::PUT,
-            app.region_url("us", "/rpc/users/5"),
-            Some(json!({ "email": "e", "name": "n" })),
-        )
-        .await;
-    assert_eq!(status, StatusCode::UNAUTHORIZED);
-    app.shutdown().await;
-}
-
-/// The RPCs of receivers carry their message id, which the silo that
-/// applies them records in its inbox in the same transaction: a call
-/// redelivered with an id already applied is answered with success and
-/// applies nothing; a malformed id is refused.
-async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(backend: DbBackend) {
-    let app = Deployment::start(backend).await;
-    app.create_org("us", "inboxed", "I0").await;
-    // Delivered to Control at response time: the mapping and the audit event.
-    let control = app.control.as_ref().unwrap();
-    let count = |sql: &'static str| async move {
-        control
-            .db
-            .query_one_raw(sea_orm::Statement::from_string(
-                control.db.get_database_backend(),
-                sql,
-            ))
-            .await
-            .unwrap()
-            .unwrap()
-            .try_get::<i64>("", "n")
-            .unwrap()
-    };
-    let recorded = count("SELECT count(*) AS n FROM outbox_inbox WHERE consumer = 'rpc'").await;
-    assert_eq!(recorded, 2, "one inbox row per message applied");
-
-    let message_id = outbox_core::uuid::Uuid::now_v7().to_string();
-    let audit_call = |sequence: i64, message_id: String| {
-        app.http
-            .post(app.control_url("/rpc/audit-logs"))
-            .header(example_app::rpc::SECRET_HEADER, SECRET)
-            .header(example_app::rpc::MESSAGE_ID_HEADER, message_id)
-            .json(&json!({
-                "region": "us",
-                "region_sequence": sequence,
-                "organization_id": 4242,
-                "action": "organization.update",
-                "detail": format!("call {sequence}"),
-                "occurred_at": "2026-11-23T00:00:00Z",
-            }))
-    };
-    let audit = |sequence: i64, message_id: String| audit_call(sequence, message_id).send();
-    // The second call carries the same message id (a redelivery): applied
-    // once, even though its body would insert a row of its own.
-    for sequence in [900_001, 900_002] {
-        let response = audit(sequence, message_id.clone()).await.unwrap();
-        let status = response.status();
-        assert_eq!(
-            status,
-            StatusCode::NO_CONTENT,
-            "{}",
-            response.text().await.unwrap()
-        );
-    }
-    let response = audit(900_003, "not-a-uuid".to_owned()).await.unwrap();
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-
-    // Rule 12: the deliveries carried their fencing token, recorded per
-    // sender and shard; a call with a lower token than one applied for its
-    // shard (a worker paused past its lease) is answered with success and
-    // applies nothing, though its message id is new.
-    let fences = count(
-        "SELECT count(*) AS n FROM outbox_inbox_fence WHERE consumer = 'rpc' AND sender = 'us'",
-    )
-    .await;
-    assert!(fences >= 1, "the region's deliveries carried their tokens");
-    let fenced = |sequence: i64, token: &str, shard: Option<&str>| {
-        use example_app::rpc::{CATEGORY_HEADER, FENCE_HEADER, SENDER_HEADER, SHARD_HEADER};
-        let mut request = audit_call(sequence, outbox_core::uuid::Uuid::now_v7().to_string())
-            .header(FENCE_HEADER, token)
-            .header(SENDER_HEADER, "us")
-            .header(CATEGORY_HEADER, "AuditLogEvent");
-        if let Some(shard) = shard {
-            request = request.header(SHARD_HEADER, shard);
-        }
-        request.send()
-    };
-    let shard = Some("region:2/4242");
-    for (sequence, token) in [(900_004, "1000000000000"), (900_005, "5")] {
-        let response = fenced(sequence, token, shard).await.unwrap();
-        assert_eq!(response.status(), StatusCode::NO_CONTENT);
-    }
-    let response = fenced(900_006, "1000000000001", None).await.unwrap();
-    assert_eq!(
-        response.status(),
-        StatusCode::BAD_REQUEST,
-        "a token needs its shard"
-    );
-
-    let (status, events) = app
-        .get(app.control_url("/api/0/audit-logs?organization_id=4242"))
-        .await;
-    assert_eq!(status, StatusCode::OK);
-    let mut details: Vec<&str> = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["detail"].as_str().unwrap())
-        .collect();
-    details.sort_unstable();
-    assert_eq!(
-        details,
-        ["call 900001", "call 900004"],
-        "call 900005 was superseded"
-    );
-    app.shutdown().await;
-}
-
 mod sqlite {
     use super::*;
 
@@ -597,8 +468,8 @@ mod sqlite {
             .await;
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn rpc_without_the_secret_is_refused_and_changes_nothing() {
-        super::rpc_without_the_secret_is_refused_and_changes_nothing(DbBackend::Sqlite).await;
+    async fn unsigned_rpc_is_refused_and_changes_nothing() {
+        super::rpc_calls::unsigned_rpc_is_refused_and_changes_nothing(DbBackend::Sqlite).await;
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn bad_requests_get_json_errors() {
@@ -606,8 +477,10 @@ mod sqlite {
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing() {
-        super::rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(DbBackend::Sqlite)
-            .await;
+        super::rpc_calls::rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(
+            DbBackend::Sqlite,
+        )
+        .await;
     }
 }
 
@@ -633,8 +506,10 @@ mod postgres {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn rpcs_carry_their_message_id_and_a_redelivery_applies_nothing() {
-        super::rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(DbBackend::Postgres)
-            .await;
+        super::rpc_calls::rpcs_carry_their_message_id_and_a_redelivery_applies_nothing(
+            DbBackend::Postgres,
+        )
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

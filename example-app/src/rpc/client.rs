@@ -1,42 +1,14 @@
-//! Cross-silo RPC: HTTP + JSON, authenticated with a shared secret.
+//! [`RpcClient`]: calls to another silo, signed with this silo's key.
 
 use std::time::Duration;
 
-use axum::extract::{Request, State};
-use axum::http::StatusCode;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use outbox_axum::apply_once::ApplyOnce;
+use outbox_core::delivery_headers::for_delivery;
+use outbox_core::message::current_delivery;
+use outbox_core::sink::webhook::WebhookKeys;
 use outbox_core::HandlerError;
 use serde::Serialize;
 
-use crate::error::ApiError;
-
-/// The header that carries the shared secret.
-pub const SECRET_HEADER: &str = "x-silo-secret";
-
-/// The headers that carry an outbox delivery: its message id (each RPC
-/// applies a message once), and its fencing token, shard, category and
-/// sender (never after a newer claim of its shard). Sent by [`RpcClient`]
-/// from within a receiver ([`outbox_axum::apply_once::delivery_headers`]),
-/// checked by every RPC route through [`apply_once`].
-pub use outbox_axum::apply_once::{
-    CATEGORY_HEADER, FENCE_HEADER, MESSAGE_ID_HEADER, SENDER_HEADER, SHARD_HEADER,
-};
-
-/// The inbox consumer of the RPC routes (one per silo database).
-const RPC_CONSUMER: &str = "rpc";
-
-/// Middleware of the RPC routes (inside the outbox layer, behind the
-/// secret): the library's [`outbox_axum::apply_once`] under the inbox
-/// consumer `rpc`. Each outbox message is applied once (its id recorded in
-/// the request's transaction); a call whose fencing token is lower than one
-/// applied for the same sender and shard (a worker paused past its lease)
-/// is answered 204 without running the route (rule 12). A call without the
-/// headers (made by hand) runs as it is; a malformed id or token is a 400.
-pub async fn apply_once(request: Request, next: Next) -> Response {
-    outbox_axum::apply_once::apply_once(State(ApplyOnce::new(RPC_CONSUMER)), request, next).await
-}
+use super::signed::{now, sign_call, Envelope};
 
 /// A call to another silo failed. The outbox retries it with backoff, unless
 /// the other silo rejected the request itself ([`RpcError::is_permanent`]).
@@ -67,7 +39,7 @@ pub enum RpcError {
 impl RpcError {
     /// Whether retrying the same request cannot succeed: the other silo
     /// answered that the request itself is wrong (400, 413, 414, 415, 422).
-    /// Other statuses may pass: 401/403 after a secret is fixed, 404 after
+    /// Other statuses may pass: 401/403 after a key is fixed, 404 after
     /// a silo is upgraded, 408/409/429 and 5xx on their own.
     pub fn is_permanent(&self) -> bool {
         matches!(
@@ -97,39 +69,44 @@ impl RpcError {
 pub struct RpcClient {
     http: reqwest::Client,
     base_url: String,
-    secret: String,
+    keys: WebhookKeys,
     sender: String,
 }
 
-/// Shows where it calls and as whom, never the secret.
+/// Shows where it calls and as whom, never the keys.
 impl std::fmt::Debug for RpcClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RpcClient")
             .field("base_url", &self.base_url)
             .field("sender", &self.sender)
-            .field("secret", &"<redacted>")
+            .field("keys", &"<redacted>")
             .finish_non_exhaustive()
     }
 }
 
 impl RpcClient {
-    /// A client for the silo at `base_url` (e.g. `http://127.0.0.1:8000`).
-    pub fn new(base_url: impl Into<String>, secret: impl Into<String>) -> Self {
+    /// A client for the silo at `base_url` (e.g. `http://127.0.0.1:8000`),
+    /// signing with `keys`, this silo's own (both during a rotation).
+    pub fn new(base_url: impl Into<String>, keys: WebhookKeys) -> Self {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(3))
+            // Below any silo's header timeout (5 s by default), which also
+            // closes idle kept-alive connections: never reuse one the other
+            // silo is closing.
+            .pool_idle_timeout(Duration::from_secs(1))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
         Self {
             http,
             base_url: base_url.into().trim_end_matches('/').to_owned(),
-            secret: secret.into(),
+            keys,
             sender: String::new(),
         }
     }
 
-    /// The name of the silo that calls (`control`, or a region's name),
-    /// sent with each delivery's fencing token: tokens grow per outbox
-    /// database, so the other silo compares them per sender.
+    /// The name of the silo that calls (`control`, or a region's name):
+    /// the other silo verifies the call with this silo's key, and compares
+    /// fencing tokens per sender (they grow per outbox database).
     pub fn from_silo(mut self, sender: impl Into<String>) -> Self {
         self.sender = sender.into();
         self
@@ -138,20 +115,31 @@ impl RpcClient {
     async fn send(
         &self,
         method: &'static str,
-        builder: reqwest::RequestBuilder,
-        url: String,
+        path: &str,
+        body: Option<serde_json::Value>,
     ) -> Result<(), HandlerError> {
+        let url = format!("{}{path}", self.base_url);
         // Called from a receiver: the other silo applies the message once,
-        // and never after a newer claim of its shard (no headers otherwise).
-        // Marked sensitive: tracing and reqwest's own `Debug` of the request
-        // leave its value out.
-        let mut secret = reqwest::header::HeaderValue::from_str(&self.secret).map_err(|_| {
-            outbox_core::permanent("the silo secret is not a valid HTTP header value")
-        })?;
-        secret.set_sensitive(true);
-        let builder = builder
-            .header(SECRET_HEADER, secret)
-            .headers(outbox_axum::apply_once::delivery_headers(&self.sender));
+        // and never after a newer claim of its shard.
+        let delivery = current_delivery()
+            .ok_or_else(|| outbox_core::permanent(super::signed::SignError::NoMessageId))?;
+        let envelope = Envelope {
+            method: method.to_owned(),
+            path: path.to_owned(),
+            body,
+        };
+        let signed = sign_call(
+            &self.keys,
+            now(),
+            &for_delivery(&delivery, &self.sender),
+            &envelope,
+        )
+        .map_err(outbox_core::permanent)?;
+        let builder = self
+            .http
+            .request(method.parse().unwrap_or(reqwest::Method::POST), &url)
+            .headers(signed.headers)
+            .body(signed.body);
         let response = builder
             .send()
             .await
@@ -176,39 +164,22 @@ impl RpcClient {
 
     /// `PUT path` with a JSON body (idempotent upsert).
     pub async fn put(&self, path: &str, body: &impl Serialize) -> Result<(), HandlerError> {
-        let url = format!("{}{path}", self.base_url);
-        self.send("PUT", self.http.put(&url).json(body), url).await
+        self.send("PUT", path, Some(to_value(body)?)).await
     }
 
     /// `POST path` with a JSON body.
     pub async fn post(&self, path: &str, body: &impl Serialize) -> Result<(), HandlerError> {
-        let url = format!("{}{path}", self.base_url);
-        self.send("POST", self.http.post(&url).json(body), url)
-            .await
+        self.send("POST", path, Some(to_value(body)?)).await
     }
 
     /// `DELETE path` (idempotent).
     pub async fn delete(&self, path: &str) -> Result<(), HandlerError> {
-        let url = format!("{}{path}", self.base_url);
-        self.send("DELETE", self.http.delete(&url), url).await
+        self.send("DELETE", path, None).await
     }
 }
 
-/// Refuses `/rpc` requests without the shared secret (401, nothing changed).
-pub async fn require_secret(
-    State(secret): State<String>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let given = request
-        .headers()
-        .get(SECRET_HEADER)
-        .and_then(|value| value.to_str().ok());
-    if given != Some(secret.as_str()) {
-        return ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong silo secret")
-            .into_response();
-    }
-    next.run(request).await
+fn to_value(body: &impl Serialize) -> Result<serde_json::Value, HandlerError> {
+    serde_json::to_value(body).map_err(outbox_core::permanent)
 }
 
 #[cfg(test)]
@@ -241,10 +212,13 @@ mod tests {
     }
 
     #[test]
-    fn its_debug_never_shows_the_secret() {
-        let client = RpcClient::new("http://127.0.0.1:8000", "s3cret-s3cret").from_silo("control");
+    fn its_debug_never_shows_the_keys() {
+        let key = outbox_core::sink::webhook::WebhookSecret::generate();
+        let client = RpcClient::new("http://127.0.0.1:8000", WebhookKeys::new(key.clone()))
+            .from_silo("control");
         let shown = format!("{client:?}");
-        assert!(!shown.contains("s3cret"), "{shown}");
+        let exposed = key.expose();
+        assert!(!shown.contains(&exposed["whsec_".len()..]), "{shown}");
         assert!(
             shown.contains("127.0.0.1:8000") && shown.contains("control"),
             "{shown}"
