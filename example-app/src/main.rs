@@ -129,6 +129,14 @@ struct Args {
     /// single silo serves no admin API.
     #[arg(long, env = "OUTBOX_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// A second admin token that may only read (the admin API's viewer
+    /// role), 32 bytes or more; needs --admin-token.
+    #[arg(long, env = "OUTBOX_VIEWER_TOKEN", hide_env_values = true)]
+    viewer_token: Option<String>,
+    /// Serve /metrics without a token. By default a scrape needs the admin
+    /// or the viewer token (`Authorization: Bearer …`) when there is one.
+    #[arg(long, env = "PUBLIC_METRICS")]
+    public_metrics: bool,
     /// The largest request body accepted, in bytes; the same for every silo.
     #[arg(long, default_value_t = example_app::silo::DEFAULT_BODY_LIMIT, env = "BODY_LIMIT_BYTES")]
     body_limit_bytes: usize,
@@ -222,6 +230,8 @@ impl Args {
             body_timeout: Duration::from_millis(self.body_timeout_ms.max(1)),
             body_limit: self.body_limit_bytes,
             admin_token: admin_token.map(str::to_owned),
+            viewer_token: self.viewer_token.clone(),
+            public_metrics: self.public_metrics,
             limits: Limits {
                 header_timeout: Duration::from_millis(self.header_timeout_ms.max(1)),
                 max_connections: self.max_connections.max(1),

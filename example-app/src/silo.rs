@@ -75,6 +75,13 @@ pub struct SiloConfig {
     /// The bearer token of the outbox admin API (`/admin/outbox`); `None`
     /// leaves it off.
     pub admin_token: Option<String>,
+    /// A second admin token that may only read (the admin API's viewer
+    /// role: on-call, support); needs `admin_token`.
+    pub viewer_token: Option<String>,
+    /// Whether `/metrics` answers without a token. Default `false`: with
+    /// an admin token, a scrape needs it or the viewer's
+    /// (`Authorization: Bearer …`; Prometheus' `authorization` setting).
+    pub public_metrics: bool,
     /// Header-read timeout, connection limit, request timeout and rate of
     /// public writes (`crate::limits`).
     pub limits: Limits,
@@ -105,6 +112,8 @@ impl std::fmt::Debug for SiloConfig {
             .field("body_timeout", &self.body_timeout)
             .field("body_limit", &self.body_limit)
             .field("admin_token", &secret(self.admin_token.is_some()))
+            .field("viewer_token", &secret(self.viewer_token.is_some()))
+            .field("public_metrics", &self.public_metrics)
             .field("limits", &self.limits)
             .field("api_token_key", &"<redacted>")
             .finish()
@@ -193,9 +202,12 @@ pub enum SiloError {
     /// An RPC key is missing, malformed or too short.
     #[error(transparent)]
     RpcKey(#[from] crate::rpc::KeyError),
-    /// The admin token cannot be used (too short).
-    #[error("the admin token (--admin-token, OUTBOX_ADMIN_TOKEN): {0}")]
+    /// The admin or viewer token cannot be used (too short, or the same).
+    #[error("the admin tokens (--admin-token, --viewer-token): {0}")]
     AdminToken(#[from] outbox_axum::admin::TokenError),
+    /// A viewer token was given without an admin token.
+    #[error("--viewer-token needs --admin-token: the admin API is off without it")]
+    ViewerWithoutAdmin,
     /// A region this example has no id code for (`crate::ids::REGION_CODES`).
     #[error("unknown region {0:?}: this example knows {known}", known = crate::ids::REGION_CODES.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", "))]
     UnknownRegion(String),
@@ -286,11 +298,17 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
         tokens: config.api_tokens()?,
         admin_token: config.admin_token.clone(),
     };
-    let admin = config
-        .admin_token
-        .as_deref()
-        .map(BearerToken::new)
-        .transpose()?;
+    let admin = match (&config.admin_token, &config.viewer_token) {
+        (Some(token), viewer) => {
+            let admin = BearerToken::new(token.as_str())?;
+            Some(match viewer {
+                Some(viewer) => admin.viewer("viewer", viewer.as_str())?,
+                None => admin,
+            })
+        }
+        (None, Some(_)) => return Err(SiloError::ViewerWithoutAdmin),
+        (None, None) => None,
+    };
     // Before the worker emits its first metrics.
     crate::telemetry::prometheus();
     let db = open_database(&config.database_url).await?;
@@ -330,6 +348,7 @@ pub async fn start(config: SiloConfig, listener: TcpListener) -> Result<RunningS
             drainer.clone(),
             worker.waker().clone(),
             admin,
+            config.public_metrics,
         ))
         .layer(axum::extract::DefaultBodyLimit::max(config.body_limit))
         .layer(RequestBodyTimeoutLayer::new(config.body_timeout))
@@ -480,13 +499,23 @@ fn admin_routes(
     drainer: Drainer<OutboxCategory>,
     waker: outbox_core::worker::Waker,
     admin: Option<BearerToken>,
+    public_metrics: bool,
 ) -> Router {
+    let metrics = match (&admin, public_metrics) {
+        (Some(admin), false) => Router::new()
+            .route("/metrics", get(crate::telemetry::metrics))
+            .route_layer(axum::middleware::from_fn_with_state(
+                admin.clone(),
+                crate::telemetry::scrape_allowed,
+            )),
+        _ => Router::new().route("/metrics", get(crate::telemetry::metrics)),
+    };
     let mut router = Router::new()
         .route(
             "/healthz",
             get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
         )
-        .route("/metrics", get(crate::telemetry::metrics));
+        .merge(metrics);
     match admin {
         Some(admin) => {
             router = router.nest(
@@ -557,6 +586,8 @@ mod tests {
             body_timeout: Duration::from_secs(10),
             body_limit: DEFAULT_BODY_LIMIT,
             admin_token: None,
+            viewer_token: None,
+            public_metrics: false,
             limits: Limits::default(),
             api_token_key: crate::rpc::keys::generate(),
         };
@@ -603,6 +634,8 @@ mod tests {
             body_timeout: Duration::from_secs(10),
             body_limit: DEFAULT_BODY_LIMIT,
             admin_token: Some("admin-t0ken".into()),
+            viewer_token: Some("v1ewer-t0ken".into()),
+            public_metrics: false,
             limits: Limits::default(),
             api_token_key: "whsec_YXBpLXRva2VuLWtleS1hcGktdG9rZW4ta2V5LWFwaS0=".into(),
         };

@@ -69,6 +69,8 @@ fn configs(
                 body_timeout: Duration::from_secs(10),
                 body_limit: example_app::silo::DEFAULT_BODY_LIMIT,
                 admin_token: None,
+                viewer_token: None,
+                public_metrics: false,
                 limits: example_app::limits::Limits::default(),
             };
             (config, listener)

@@ -16,6 +16,8 @@ use tokio::net::TcpListener;
 
 /// The admin token of every silo.
 pub(crate) const SECRET: &str = "test-secret-0123456789abcdef0123456";
+/// The admin API's read-only token.
+pub(crate) const VIEWER_TOKEN: &str = "test-viewer-0123456789abcdef0123456";
 
 /// The key of the public API's tokens in the tests (`whsec_` and 36 bytes).
 pub(crate) const API_TOKEN_KEY: &str = "whsec_YXBpLXRva2Vucy1rZXktMDEyMzQ1Njc4OWFiY2RlZjAxMjM=";
@@ -141,6 +143,8 @@ impl Deployment {
             body_timeout: Duration::from_secs(2),
             body_limit: silo::DEFAULT_BODY_LIMIT,
             admin_token: Some(SECRET.to_owned()),
+            viewer_token: Some(VIEWER_TOKEN.to_owned()),
+            public_metrics: false,
             // Every request of the tests comes from 127.0.0.1: no rate
             // limit, but for the test of it.
             limits: Limits {

@@ -19,7 +19,7 @@ mod races;
 mod rpc_auth;
 mod rpc_calls;
 
-use deployment::{fresh_client, Deployment, SECRET};
+use deployment::{fresh_client, Deployment, SECRET, VIEWER_TOKEN};
 
 async fn organization_changes_reach_control_at_response_time(backend: DbBackend) {
     let app = Deployment::start(backend).await;
@@ -586,12 +586,35 @@ fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
+/// `/metrics` needs the admin or the viewer token: 401 without one or with
+/// a wrong one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_an_admin_token() {
+    let app = Deployment::start(DbBackend::Sqlite).await;
+    let scrape = |token: Option<&'static str>| {
+        let mut request = fresh_client().get(app.region_url("us", "/metrics"));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move { request.send().await.unwrap().status() }
+    };
+    assert_eq!(scrape(None).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        scrape(Some("not-the-token-0123456789abcdef0123")).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(scrape(Some(VIEWER_TOKEN)).await, StatusCode::OK);
+    assert_eq!(scrape(Some(SECRET)).await, StatusCode::OK);
+    app.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_served_and_move_with_a_delivery() {
     let app = Deployment::start(DbBackend::Sqlite).await;
     let scrape = || async {
         let response = fresh_client()
             .get(app.region_url("us", "/metrics"))
+            .bearer_auth(VIEWER_TOKEN)
             .send()
             .await
             .unwrap();

@@ -11,7 +11,7 @@ use reqwest::StatusCode;
 use sea_orm::DbBackend;
 use serde_json::{json, Value};
 
-use super::deployment::{fresh_client, Deployment};
+use super::deployment::{fresh_client, Deployment, VIEWER_TOKEN};
 
 fn ops_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops")
@@ -167,6 +167,7 @@ async fn every_series_of_the_rules_and_the_board_is_exported() {
     let scrape = || async {
         let response = fresh_client()
             .get(app.region_url("us", "/metrics"))
+            .bearer_auth(VIEWER_TOKEN)
             .send()
             .await
             .unwrap();
