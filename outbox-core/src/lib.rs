@@ -86,7 +86,8 @@ pub use context::OutboxContext;
 pub use control::{ControlAction, ControlTarget, Controls, RuntimeControl};
 pub use drain::{
     Backlog, DeadLetterPolicy, DeliveryError, DrainConfig, DrainOperator, DrainReport, DrainView,
-    Drainer, DrainerBuilder, FlushError, FlushOutcome, PreparedFlush, ScopeBacklog, ShardFailure,
+    Drainer, DrainerBuilder, FlushError, FlushOutcome, HeadMessage, PreparedFlush, ScopeBacklog,
+    ShardFailure,
 };
 pub use fence::FencingToken;
 pub use memory::{MemoryStore, MemoryTransaction};

@@ -885,6 +885,53 @@ impl StoreAdmin for MemoryStore {
         Ok(state.audit.iter().rev().take(limit).cloned().collect())
     }
 
+    async fn shard_head(
+        &self,
+        shard: &ShardKey,
+        limit: usize,
+    ) -> Result<Vec<StoredRow>, StoreError> {
+        let mut state = self.lock();
+        Self::check_failure(&mut state, "read a shard's head")?;
+        Ok(state.shard_rows(shard, None, limit))
+    }
+
+    async fn set_aside(
+        &self,
+        shard: &ShardKey,
+        ids: &[i64],
+        error: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut state = self.lock();
+        Self::check_failure(&mut state, "set a shard's head aside")?;
+        let kind = shard.kind();
+        if state.held(kind, shard.bucket(), now) {
+            return Ok(None);
+        }
+        let mut moved = 0;
+        for id in ids {
+            let row = state
+                .rows
+                .get_mut(&kind)
+                .filter(|rows| rows.get(id).is_some_and(|row| &row.shard == shard))
+                .and_then(|rows| rows.remove(id));
+            if let Some(row) = row {
+                let dead = DeadLetterRow {
+                    row,
+                    error: error.to_owned(),
+                    dead_lettered_at: now,
+                };
+                state.dead.entry(kind).or_default().insert(*id, dead);
+                moved += 1;
+            }
+        }
+        state.states.remove(shard);
+        state.reschedule(shard, now, |at| {
+            (at > crate::the_past()).then(crate::the_past)
+        });
+        Ok(Some(moved))
+    }
+
     async fn record_history(
         &self,
         samples: &[crate::history::Sample],

@@ -82,6 +82,7 @@ mod deliver;
 mod drainer;
 mod engine;
 mod flush;
+mod head;
 mod lease;
 pub(crate) mod observe;
 mod operator;
@@ -102,6 +103,7 @@ pub use config::{
 pub use drainer::Drainer;
 pub use engine::DeadLetterPolicy;
 pub use flush::{FlushOutcome, PreparedFlush};
+pub use head::HeadMessage;
 pub use operator::DrainOperator;
 pub use report::{DeliveryError, DrainReport, FlushError, ShardFailure};
 pub use view::{Backlog, DrainView, ScopeBacklog};

@@ -59,6 +59,25 @@ impl DrainOperator {
         self.clock.now()
     }
 
+    /// Moves the rows `ids` of `shard` (its head message's group, from
+    /// [`DrainView::head`](super::DrainView::head)) to the dead letters,
+    /// whatever the scope's policy, with `error`, and makes the rest of the
+    /// shard due at once with its failure state forgotten. `None`,
+    /// changing nothing, while a worker holds the shard: try again. A
+    /// replay of the dead letters brings them back.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn set_aside(
+        &self,
+        shard: &ShardKey,
+        ids: &[i64],
+        error: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        self.admin.set_aside(shard, ids, error, self.now()).await
+    }
+
     /// Records an operator's action in the audit log (see
     /// [`crate::audit`]) and removes records older than `retention`
     /// (by this drainer's clock). The admin API, its dashboard and the CLI

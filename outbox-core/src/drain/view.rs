@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::head::{HeadMessage, FAILING_ROWS, HEAD_ROWS};
 use crate::clock::Clock;
 use crate::control::RuntimeControl;
 use crate::metrics as names;
 use crate::registry::{Category, Scope};
-use crate::shard::OutboxKind;
+use crate::shard::{OutboxKind, ShardKey};
 use crate::store::{
     AdminSnapshot, DeadLetterRow, FailingShard, HorizonHolder, ScopeDepth, ShardDepth, ShardState,
     StoreAdmin, StoreError, TableHealth,
@@ -139,6 +140,28 @@ impl<C: Category> DrainView<C> {
     /// [`StoreError`] when the database fails.
     pub async fn controls(&self) -> Result<Vec<RuntimeControl>, StoreError> {
         self.admin.controls().await
+    }
+
+    /// The head message of `shard` (its oldest pending row, the rows
+    /// delivered with it and the shard's failure state), or `None` when
+    /// nothing of it is pending.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn head(&self, shard: &ShardKey) -> Result<Option<HeadMessage>, StoreError> {
+        let rows = self.admin.shard_head(shard, HEAD_ROWS).await?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let state = self
+            .admin
+            .failing_shards(shard.kind(), FAILING_ROWS)
+            .await?
+            .into_iter()
+            .find(|failing| &failing.shard == shard)
+            .map(|failing| failing.state);
+        Ok(HeadMessage::of::<C>(&rows, state))
     }
 
     /// The history samples of `kind` taken in the last `span` by every

@@ -271,6 +271,27 @@ pub trait StoreAdmin: Send + Sync + 'static {
     /// The newest `limit` audit records, newest first.
     async fn audit_log(&self, limit: usize) -> Result<Vec<AuditRecord>, StoreError>;
 
+    /// The oldest pending rows of `shard`, at most `limit`, in id order:
+    /// its head message first.
+    async fn shard_head(
+        &self,
+        shard: &ShardKey,
+        limit: usize,
+    ) -> Result<Vec<StoredRow>, StoreError>;
+
+    /// Moves the rows `ids` of `shard` to the dead letters with `error`
+    /// (whatever the scope's policy; a replay brings them back) and makes
+    /// the shard's other rows due at once, its failure state forgotten, so
+    /// that the rest of it flows. `None`, changing nothing, while a worker
+    /// holds the shard's bucket; else how many rows moved.
+    async fn set_aside(
+        &self,
+        shard: &ShardKey,
+        ids: &[i64],
+        error: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<u64>, StoreError>;
+
     /// Records a worker's samples (see [`crate::history`]), in one
     /// statement where the store can, and removes those taken before
     /// `keep_after`. A sample of the same time, table, scope and owner as

@@ -436,6 +436,22 @@ impl StoreAdmin for SimStore {
     ) -> Result<Vec<outbox_core::audit::AuditRecord>, StoreError> {
         self.inner.audit_log(limit).await
     }
+    async fn shard_head(
+        &self,
+        shard: &ShardKey,
+        limit: usize,
+    ) -> Result<Vec<outbox_core::message::StoredRow>, StoreError> {
+        self.inner.shard_head(shard, limit).await
+    }
+    async fn set_aside(
+        &self,
+        shard: &ShardKey,
+        ids: &[i64],
+        error: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<u64>, StoreError> {
+        self.inner.set_aside(shard, ids, error, now).await
+    }
     async fn record_history(
         &self,
         samples: &[outbox_core::history::Sample],

@@ -22,6 +22,7 @@ mod audit;
 mod claim_on;
 mod codec;
 mod controls;
+mod head;
 mod history;
 pub mod postgres;
 mod snapshot;
@@ -254,6 +255,24 @@ impl StoreAdmin for SeaOrmStore {
         limit: usize,
     ) -> Result<Vec<outbox_core::audit::AuditRecord>, StoreError> {
         self.admin().audit_log(limit).await
+    }
+
+    async fn shard_head(
+        &self,
+        shard: &ShardKey,
+        limit: usize,
+    ) -> Result<Vec<outbox_core::message::StoredRow>, StoreError> {
+        self.admin().shard_head(shard, limit).await
+    }
+
+    async fn set_aside(
+        &self,
+        shard: &ShardKey,
+        ids: &[i64],
+        error: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<u64>, StoreError> {
+        self.admin().set_aside(shard, ids, error, now).await
     }
 
     async fn record_history(

@@ -328,3 +328,105 @@ pub async fn the_audit_log_keeps_what_operators_did_for_its_retention<B: Backend
         .collect();
     assert_eq!(actions, ["retry", "resume", "cull"]);
 }
+
+/// A quarantined shard's head message (its coalescing group) moved to the
+/// dead letters by an operator: the rest of the shard flows at once, the
+/// moved rows are dead letters a replay brings back; while a worker holds
+/// the shard nothing is moved.
+pub async fn a_blocked_shards_head_set_aside_lets_the_rest_flow<B: Backend>(backend: &B) {
+    use std::time::Duration;
+
+    let store = backend.fresh("set_aside").await;
+    let shard = org(1);
+    let ids = backend
+        .write(
+            &store,
+            &[
+                update(&shard, 7, 1),
+                update(&shard, 8, 2),
+                update(&shard, 7, 3),
+            ],
+        )
+        .await;
+    let clock = ManualClock::starting_now();
+    let recorder = Recorder::new();
+    recorder.fail_permanently_when(|message| message.object_identifier == 7);
+    let drainer = drainer(store.clone(), &recorder, &clock, DrainConfig::default());
+    drainer.drain_due(OutboxKind::Region).await.unwrap();
+    let (view, operator) = (drainer.view(), drainer.operator());
+
+    let head = view.head(&shard).await.unwrap().expect("a pending head");
+    assert_eq!(head.row.id, ids[0]);
+    assert_eq!(head.group, [ids[0], ids[2]], "its coalescing group");
+    assert!(
+        head.state
+            .as_ref()
+            .is_some_and(outbox_core::store::ShardState::is_quarantined),
+        "{head:?}"
+    );
+    assert!(view.head(&org(2)).await.unwrap().is_none());
+
+    let moved = operator
+        .set_aside(&shard, &head.group, "set aside by ann: bad payload")
+        .await
+        .unwrap();
+    assert_eq!(moved, Some(2));
+    let dead = view.dead_letters(OutboxKind::Region, 10).await.unwrap();
+    let dead_ids: Vec<i64> = dead.iter().map(|d| d.row.id).collect();
+    assert_eq!(dead_ids, [ids[0], ids[2]]);
+    assert!(dead[0].error.contains("bad payload"));
+    assert!(view
+        .failing_shards(OutboxKind::Region, 10)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // The rest flows now, without waiting for a backoff.
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert!(report.failures.is_empty(), "{report:?}");
+    let delivered: Vec<i64> = recorder.deliveries().iter().map(|d| d.object).collect();
+    assert!(delivered.contains(&8), "{delivered:?}");
+    assert!(!delivered.contains(&7));
+
+    // Replayed, the moved rows are delivered (the receiver fixed).
+    recorder.stop_failing();
+    operator
+        .replay_dead_letters(OutboxKind::Region, &dead_ids)
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(1));
+    drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert!(recorder.deliveries().iter().any(|d| d.object == 7));
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+}
+
+/// While a worker's round holds a shard's bucket, setting its head aside
+/// changes nothing (`None`): the operator tries again.
+pub async fn a_head_is_not_set_aside_while_a_worker_holds_its_shard<B: Backend>(backend: &B) {
+    let store = backend.fresh("set_aside_held").await;
+    let shard = org(1);
+    let ids = backend.write(&store, &[update(&shard, 7, 1)]).await;
+    let clock = ManualClock::starting_now();
+    let recorder = Recorder::new();
+    let gate = recorder.hold_when(|message| message.object_identifier == 7);
+    let drainer = drainer(store.clone(), &recorder, &clock, DrainConfig::default());
+    let round = tokio::spawn({
+        let drainer = drainer.clone();
+        async move { drainer.drain_due(OutboxKind::Region).await.unwrap() }
+    });
+    gate.reached(1).await;
+    let moved = drainer
+        .operator()
+        .set_aside(&shard, &ids, "while held")
+        .await
+        .unwrap();
+    assert_eq!(moved, None);
+    gate.open();
+    assert_eq!(round.await.unwrap().deliveries, 1);
+    assert!(drainer
+        .view()
+        .dead_letters(OutboxKind::Region, 10)
+        .await
+        .unwrap()
+        .is_empty());
+}

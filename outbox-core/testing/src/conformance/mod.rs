@@ -305,6 +305,8 @@ macro_rules! conformance_tests {
             control::a_shard_parked_under_a_pause_that_is_gone_is_released_at_startup,
             control::an_admin_snapshot_agrees_with_the_separate_reads,
             control::the_audit_log_keeps_what_operators_did_for_its_retention,
+            control::a_blocked_shards_head_set_aside_lets_the_rest_flow,
+            control::a_head_is_not_set_aside_while_a_worker_holds_its_shard,
             history::the_history_keeps_every_workers_samples_for_its_retention,
             at_least_once::a_delivery_whose_lease_ended_before_its_commit_is_made_again,
             fencing::a_worker_whose_lease_ended_writes_nothing,

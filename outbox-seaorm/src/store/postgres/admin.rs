@@ -258,6 +258,81 @@ impl StoreAdmin for PgStore {
         crate::store::audit::list(&self.db, limit).await
     }
 
+    async fn shard_head(
+        &self,
+        shard: &ShardKey,
+        limit: usize,
+    ) -> Result<Vec<outbox_core::message::StoredRow>, StoreError> {
+        crate::store::head::read(&self.db, shard, limit).await
+    }
+
+    /// In one transaction, under the shard's bucket row lock (taken only
+    /// when no lease holds it, as `retry_now` does).
+    async fn set_aside(
+        &self,
+        shard: &ShardKey,
+        ids: &[i64],
+        error: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<u64>, StoreError> {
+        const OP: &str = "set a shard's head aside";
+        let kind = shard.kind();
+        let buckets = vec![shard.bucket()];
+        let txn = self.db.begin().await.map_err(op(OP))?;
+        let create = vec![
+            kind.as_i16().into(),
+            buckets.clone().into(),
+            outbox_core::the_past().into(),
+        ];
+        txn.execute_raw(statement(CREATE_BUCKETS, create))
+            .await
+            .map_err(op(OP))?;
+        let lock = vec![kind.as_i16().into(), buckets.into(), now.into()];
+        let locked = txn
+            .query_all_raw(statement(LOCK_FREE_BUCKETS, lock))
+            .await
+            .map_err(op(OP))?;
+        if locked.is_empty() {
+            txn.rollback().await.map_err(op(OP))?;
+            return Ok(None);
+        }
+        let moved = txn
+            .execute_raw(statement(
+                table(kind).dead_letter,
+                vec![
+                    kind.as_i16().into(),
+                    codec::storable_text(error).into(),
+                    now.into(),
+                    ids.to_vec().into(),
+                ],
+            ))
+            .await
+            .map_err(op(OP))?
+            .rows_affected();
+        let [regions, scopes, identifiers] = key_arrays(std::iter::once(shard));
+        let key = vec![
+            kind.as_i16().into(),
+            regions.clone(),
+            scopes.clone(),
+            identifiers.clone(),
+        ];
+        txn.execute_raw(statement(DELETE_STATES, key))
+            .await
+            .map_err(op(OP))?;
+        let schedule = vec![
+            now.into(),
+            regions,
+            scopes,
+            identifiers,
+            outbox_core::the_past().into(),
+        ];
+        txn.execute_raw(statement(table(kind).reset_schedule, schedule))
+            .await
+            .map_err(op(OP))?;
+        txn.commit().await.map_err(op(OP))?;
+        Ok(Some(moved))
+    }
+
     async fn record_history(
         &self,
         samples: &[outbox_core::history::Sample],

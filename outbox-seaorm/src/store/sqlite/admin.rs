@@ -233,6 +233,74 @@ impl StoreAdmin for SqliteStore {
         crate::store::audit::list(&self.db, limit).await
     }
 
+    async fn shard_head(
+        &self,
+        shard: &ShardKey,
+        limit: usize,
+    ) -> Result<Vec<outbox_core::message::StoredRow>, StoreError> {
+        crate::store::head::read(&self.db, shard, limit).await
+    }
+
+    /// In one write transaction: no claim runs in between.
+    async fn set_aside(
+        &self,
+        shard: &ShardKey,
+        ids: &[i64],
+        error: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<u64>, StoreError> {
+        const OP: &str = "set a shard's head aside";
+        let kind = shard.kind();
+        let txn = self.begin(OP).await?;
+        let held = query_all(
+            &txn,
+            BUCKET_HELD,
+            vec![kind.as_i16().into(), shard.bucket().into(), at(now)],
+            OP,
+        )
+        .await?;
+        if !held.is_empty() {
+            txn.rollback().await.map_err(op(OP))?;
+            return Ok(None);
+        }
+        // Only rows of this shard.
+        let owned: Vec<i64> = crate::store::head::read(&txn, shard, 10_000)
+            .await?
+            .iter()
+            .map(|row| row.id)
+            .filter(|id| ids.contains(id))
+            .collect();
+        let ids = json(&owned)?;
+        let moved = execute(
+            &txn,
+            table(kind).dead_letter,
+            vec![
+                kind.as_i16().into(),
+                codec::storable_text(error).into(),
+                at(now),
+                ids.clone(),
+            ],
+            OP,
+        )
+        .await?;
+        execute(&txn, table(kind).delete_rows, vec![ids], OP).await?;
+        let key = vec![
+            kind.as_i16().into(),
+            codec::region(shard).into(),
+            shard.scope().into(),
+            shard.identifier().into(),
+        ];
+        execute(&txn, DELETE_STATE, key, OP).await?;
+        let values = shard_values(
+            shard,
+            vec![at(outbox_core::the_past()), at(now)],
+            Vec::new(),
+        );
+        execute(&txn, table(kind).reset_schedule, values, OP).await?;
+        txn.commit().await.map_err(op(OP))?;
+        Ok(Some(moved))
+    }
+
     async fn record_history(
         &self,
         samples: &[outbox_core::history::Sample],
