@@ -26,8 +26,11 @@ const TOKEN: &str = "the admin test's operator token!!";
 /// The viewer's token: reads, never changes.
 const VIEWER_TOKEN: &str = "the admin test's viewer token!!!!";
 
+#[path = "admin/head.rs"]
+mod head;
 #[path = "admin/history.rs"]
 mod history;
+use head::a_blocked_shards_head_is_shown_and_set_aside;
 #[path = "admin/roles.rs"]
 mod roles;
 use history::the_history_route_merges_every_workers_samples;
@@ -276,6 +279,19 @@ fn every_route(pause: &str) -> Vec<(Method, &'static str, RequestBody<'_>)> {
             Some((json, r#"{"kind":"region","ids":[1]}"#)),
         ),
         (Method::GET, "/audit", None),
+        (
+            Method::GET,
+            "/shards/head?kind=region&scope=0&identifier=1",
+            None,
+        ),
+        (
+            Method::POST,
+            "/shards/set-aside",
+            Some((
+                json,
+                r#"{"shard":{"kind":"region","scope":0,"identifier":1},"reason":"r"}"#,
+            )),
+        ),
     ]
 }
 
@@ -677,4 +693,5 @@ outbox_testing::on_both_backends!(
     wrong_credentials_are_throttled,
     answers_are_not_cached_or_framed,
     the_history_route_merges_every_workers_samples,
+    a_blocked_shards_head_is_shown_and_set_aside,
 );

@@ -598,6 +598,7 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
         .find(|f| f.shard.scope() == 0)
         .expect("the organization shard fails");
     let error = organization.state.last_error.clone().unwrap();
+    let org_head = db.store().shard_head(&organization.shard, 1).await.unwrap()[0].id;
     let dead_id = db
         .store()
         .dead_letters(OutboxKind::Region, 1)
@@ -675,6 +676,11 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
     assert!(row.contains("OrganizationScope 1"), "{row}");
     assert!(row.contains(&error), "{row} lacks {error}");
     assert!(row.contains("backing off"), "{row}");
+    let head = text_of(&browser, "#failing-0-1 td.head").await;
+    assert!(
+        head.contains(&format!("#{org_head} OrganizationUpdate object 1")),
+        "{head}"
+    );
     let dead = text_of(&browser, &format!("#dead-letter-{dead_id}")).await;
     assert!(dead.contains("WebhookDelivery"), "{dead}");
     std::fs::write(
@@ -734,6 +740,29 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
         "{audit}"
     );
 
+    // The paused shard's head message set aside with a click (confirmed):
+    // it is a dead letter now, and in the audit log.
+    browser
+        .find(Locator::Css("#failing-0-1 button.set-aside"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser.accept_alert().await.unwrap();
+    notice(
+        &browser,
+        &format!("Set aside 1 row(s) as dead letters: {org_head}."),
+    )
+    .await;
+    let dead = text_of(&browser, &format!("#dead-letter-{org_head}")).await;
+    assert!(dead.contains("set aside by admin"), "{dead}");
+    let audit = text_of(&browser, "#audit tbody").await;
+    assert!(
+        audit.lines().next().unwrap().contains("set_aside"),
+        "{audit}"
+    );
+
     // A viewer sees the page, read-only: no forms but logging out.
     let forms = browser
         .find_all(Locator::Css("main form, section form"))
@@ -752,9 +781,9 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
         .await
         .contains("on-call (viewer)"));
     assert!(text_of(&browser, "#read-only").await.contains("Read-only"));
-    assert!(text_of(&browser, "#failing-0-1")
+    assert!(text_of(&browser, "#dead-letters")
         .await
-        .contains("OrganizationScope 1"));
+        .contains("OrganizationUpdate"));
     let forms = browser
         .find_all(Locator::Css("main form, section form"))
         .await
@@ -821,12 +850,15 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
         vec![7],
         "the replayed webhook, not the paused shard"
     );
-    assert!(db
+    let dead: Vec<i64> = db
         .store()
         .dead_letters(OutboxKind::Region, 10)
         .await
         .unwrap()
-        .is_empty());
+        .iter()
+        .map(|dead| dead.row.id)
+        .collect();
+    assert_eq!(dead, [org_head], "the head set aside, nothing else");
     server.abort();
 }
 

@@ -19,6 +19,8 @@
 //! | `GET /health` | per table: depth, oldest age, failing, quarantined and paused shards, dead tuples, the oldest open transaction's age and what holds vacuum back (`horizon`: pid, name, state, and the statement that ends it) (PostgreSQL); controls in force |
 //! | `GET /shards?kind=region&limit=100` | one snapshot (one transaction): pending rows, dead letters, the deepest shards (with their failure state), the failing shards (attempts, next attempt, last error and when, paused, quarantined) |
 //! | `POST /shards/retry` `{"shards": [...]}` | makes failing, paused or quarantined shards due at once |
+//! | `GET /shards/head?kind=region&scope=0&identifier=65` | a shard's head message: id, category, object, payload size, the ids delivered with it, attempts and last error |
+//! | `POST /shards/set-aside` `{"shard": {...}, "reason": "..."}` | moves that head message (its coalescing group) to the dead letters, whatever the scope's policy, so that the rest of the shard flows at once (`409 shard_held` while a worker delivers it); a replay brings it back |
 //! | `GET /controls` | runtime controls (see [`outbox_core::control`]) |
 //! | `PUT /controls` `{"target": {...}, "action": "pause"\|"cull", "reason": "..."}` | sets one, for every process within a second |
 //! | `DELETE /controls` `{"target": {...}}` | lifts one; paused shards are due at once |
@@ -286,6 +288,8 @@ impl<C: Category> Admin<C> {
             .route("/health", get(routes::health::<C>))
             .route("/shards", get(routes::shards::<C>))
             .route("/shards/retry", post(routes::retry::<C>))
+            .route("/shards/head", get(routes::head::<C>))
+            .route("/shards/set-aside", post(routes::set_aside::<C>))
             .route(
                 "/controls",
                 get(routes::controls::<C>)

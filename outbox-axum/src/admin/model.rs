@@ -291,6 +291,102 @@ pub struct RetryShards {
     pub shards: Vec<ShardRef>,
 }
 
+/// `POST /shards/set-aside`: move a blocked shard's head message (its
+/// coalescing group) to the dead letters, so that the rest of it flows.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetAside {
+    /// Which shard.
+    pub shard: ShardRef,
+    /// Why (kept with the dead letters' error and in the audit log).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// What `POST /shards/set-aside` did.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SetAsideDone {
+    /// The shard.
+    pub shard: ShardRef,
+    /// The ids moved to the dead letters (`POST /dead-letters/replay` with
+    /// them brings them back).
+    pub ids: Vec<i64>,
+}
+
+/// `GET /shards/head`: a shard's head message, what blocks it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HeadView {
+    /// The shard.
+    pub shard: ShardRef,
+    /// The head row's id.
+    pub id: i64,
+    /// Its message id.
+    pub message_id: uuid::Uuid,
+    /// Its category's value.
+    pub category: i32,
+    /// Its category's declared name (`null` for one this binary does not
+    /// know).
+    pub category_name: Option<String>,
+    /// The object it is about.
+    pub object_identifier: i64,
+    /// Its payload's size in bytes (JSON).
+    pub payload_size: usize,
+    /// The ids delivered with it (its coalescing group), its own first:
+    /// what `POST /shards/set-aside` moves.
+    pub group: Vec<i64>,
+    /// The shard's failed attempts in a row (0 when it has not failed).
+    pub attempts: u32,
+    /// The shard's last error, if it failed.
+    pub last_error: Option<String>,
+}
+
+impl HeadView {
+    pub(crate) fn of<C: outbox_core::Category>(head: &outbox_core::HeadMessage) -> Self {
+        Self {
+            shard: ShardRef::of(&head.row.shard),
+            id: head.row.id,
+            message_id: head.row.message_id,
+            category: head.row.category,
+            category_name: C::try_from(head.row.category)
+                .ok()
+                .map(|category| category.name().to_owned()),
+            object_identifier: head.row.object_identifier,
+            payload_size: head.payload_size(),
+            group: head.group.clone(),
+            attempts: head.state.as_ref().map_or(0, |state| state.attempts),
+            last_error: head
+                .state
+                .as_ref()
+                .and_then(|state| state.last_error.clone()),
+        }
+    }
+}
+
+/// `?kind=region&scope=0&identifier=65` (and `&region=us` for the control
+/// outbox): one shard.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ShardQuery {
+    #[serde(default = "region")]
+    pub(crate) kind: Kind,
+    pub(crate) scope: i32,
+    pub(crate) identifier: i64,
+    #[serde(default)]
+    pub(crate) region: Option<String>,
+}
+
+impl ShardQuery {
+    pub(crate) fn key(self) -> Result<ShardKey, AdminError> {
+        ShardRef {
+            kind: self.kind,
+            region: self.region,
+            scope: self.scope,
+            identifier: self.identifier,
+        }
+        .key()
+    }
+}
+
 /// What `POST /shards/retry` did.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Retried {

@@ -196,14 +196,7 @@ async fn control<C: Category>(
     action: ControlAction,
     reason: Option<String>,
 ) -> Result<ControlView, AdminError> {
-    if reason
-        .as_ref()
-        .is_some_and(|reason| reason.chars().count() > REASON_MAX || reason.contains('\0'))
-    {
-        return Err(AdminError::bad_request(format!(
-            "`reason` takes at most {REASON_MAX} characters, without NUL"
-        )));
-    }
+    checked_reason(reason.as_deref())?;
     match action {
         ControlAction::Pause => state.operator.pause(target.clone(), reason).await?,
         ControlAction::Cull => state.operator.cull(target.clone(), reason).await?,
@@ -334,6 +327,73 @@ fn found_dead_letters(count: u64) -> Result<(), AdminError> {
             "unknown_dead_letters",
             "none of these ids is a dead letter of this table",
         ));
+    }
+    Ok(())
+}
+
+/// Moves `shard`'s head message (its coalescing group) to the dead letters
+/// so that the rest of the shard flows: 404 when nothing of it is pending,
+/// 409 while a worker holds it (nothing moved; try again).
+pub(super) async fn set_aside<C: Category>(
+    state: &AdminState<C>,
+    actor: &Principal,
+    shard: ShardKey,
+    reason: Option<String>,
+) -> Result<Vec<i64>, AdminError> {
+    let audit = Audit {
+        actor,
+        action: "set_aside",
+        target: Some(shards_label::<C>(std::slice::from_ref(&shard))),
+        reason: reason.clone(),
+    };
+    let outcome = set_aside_head(state, actor, &shard, reason).await;
+    record(state, audit, &outcome, |ids| {
+        format!("moved {} row(s) to the dead letters: {ids:?}", ids.len())
+    })
+    .await;
+    outcome
+}
+
+async fn set_aside_head<C: Category>(
+    state: &AdminState<C>,
+    actor: &Principal,
+    shard: &ShardKey,
+    reason: Option<String>,
+) -> Result<Vec<i64>, AdminError> {
+    checked_reason(reason.as_deref())?;
+    let Some(head) = state.view.head(shard).await? else {
+        return Err(AdminError::not_found(
+            "no_pending_rows",
+            format!("{shard} has no pending row"),
+        ));
+    };
+    let error = format!(
+        "set aside by {}{}",
+        actor.name(),
+        reason
+            .map(|reason| format!(": {reason}"))
+            .unwrap_or_default()
+    );
+    match state.operator.set_aside(shard, &head.group, &error).await? {
+        None => Err(AdminError::new(
+            StatusCode::CONFLICT,
+            "shard_held",
+            "a worker is delivering this shard right now; try again in a moment",
+        )),
+        Some(_) => {
+            tracing::info!(%shard, ids = ?head.group, "outbox head message set aside by an operator");
+            state.wake();
+            Ok(head.group)
+        }
+    }
+}
+
+/// At most `REASON_MAX` characters, without NUL.
+fn checked_reason(reason: Option<&str>) -> Result<(), AdminError> {
+    if reason.is_some_and(|reason| reason.chars().count() > REASON_MAX || reason.contains('\0')) {
+        return Err(AdminError::bad_request(format!(
+            "`reason` takes at most {REASON_MAX} characters, without NUL"
+        )));
     }
     Ok(())
 }

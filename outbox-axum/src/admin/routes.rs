@@ -9,9 +9,9 @@ use outbox_core::{Category, OutboxKind, ShardKey};
 use super::error::{AdminError, AdminJson, AdminQuery};
 use super::model::{
     AuditQuery, AuditView, BackfillView, BacklogView, ControlView, DeadLetterView, FailingView,
-    FenceView, FencesQuery, FencesView, HealthView, HistoryQuery, HistoryView, LiftControl,
-    ListQuery, PointView, ReplayDeadLetters, Retried, RetryShards, SetControl, ShardRef, ShardView,
-    ShardsView, StateView,
+    FenceView, FencesQuery, FencesView, HeadView, HealthView, HistoryQuery, HistoryView,
+    LiftControl, ListQuery, PointView, ReplayDeadLetters, Retried, RetryShards, SetAside,
+    SetAsideDone, SetControl, ShardQuery, ShardRef, ShardView, ShardsView, StateView,
 };
 use super::ops::Actor;
 use super::{ops, AdminState};
@@ -197,5 +197,32 @@ pub(super) async fn history<C: Category>(
             .iter()
             .map(PointView::from)
             .collect(),
+    }))
+}
+
+pub(super) async fn head<C: Category>(
+    State(state): State<AdminState<C>>,
+    AdminQuery(query): AdminQuery<ShardQuery>,
+) -> Result<Json<HeadView>, AdminError> {
+    let shard = query.key()?;
+    match state.view.head(&shard).await? {
+        Some(head) => Ok(Json(HeadView::of::<C>(&head))),
+        None => Err(AdminError::not_found(
+            "no_pending_rows",
+            format!("{shard} has no pending row"),
+        )),
+    }
+}
+
+pub(super) async fn set_aside<C: Category>(
+    State(state): State<AdminState<C>>,
+    Actor(actor): Actor,
+    AdminJson(request): AdminJson<SetAside>,
+) -> Result<Json<SetAsideDone>, AdminError> {
+    let shard = request.shard.key()?;
+    let ids = ops::set_aside(&state, &actor, shard, request.reason).await?;
+    Ok(Json(SetAsideDone {
+        shard: request.shard,
+        ids,
     }))
 }

@@ -31,7 +31,7 @@ pub(super) async fn a_viewer_reads_and_every_change_is_refused_and_recorded(back
             refused.push(format!("{method} {uri}"));
         }
     }
-    assert_eq!(refused.len(), 5, "every change was tried");
+    assert_eq!(refused.len(), 6, "every change was tried");
     nothing_changed(&setup.db).await;
 
     let log = audit_log(&setup).await;

@@ -6,7 +6,7 @@
 //! | `GET /dashboard?kind=region` | the page: health, failing shards first with their last error, the deepest shards with their lag, scopes and controls, dead letters, backfills |
 //! | `GET /login`, `POST /login` | the token form ([`Authorize::login`]): a session in an `HttpOnly`, `SameSite=Strict` cookie (never the token), expiring |
 //! | `POST /logout` | ends the session ([`Authorize::logout`]) and forgets the cookie |
-//! | `POST /actions/{replay,discard,retry,pause,cull,resume}` | a form's action; answers `303` back to the page with what was done or what was wrong |
+//! | `POST /actions/{replay,discard,retry,pause,cull,resume,set-aside}` | a form's action; answers `303` back to the page with what was done or what was wrong |
 //!
 //! Forms are refused (`403`) when the browser says they come from another
 //! site (`Origin`, `Sec-Fetch-Site`), and when the principal is a
@@ -216,6 +216,28 @@ async fn perform<C: Category>(
                     "Culling"
                 },
                 page::target_label::<C>(&control.target)
+            ))
+        }
+        "set-aside" => {
+            let target = fields.target()?;
+            let identifier = target
+                .identifier
+                .ok_or_else(|| AdminError::bad_request("`identifier` is required"))?;
+            let shard = ShardRef {
+                kind: target.kind,
+                region: target.region,
+                scope: target.scope,
+                identifier,
+            };
+            let reason = fields.get("reason").map(str::to_owned);
+            let ids = ops::set_aside(state, actor, shard.key()?, reason).await?;
+            Ok(format!(
+                "Set aside {} row(s) as dead letters: {}.",
+                ids.len(),
+                ids.iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
         }
         "resume" => {

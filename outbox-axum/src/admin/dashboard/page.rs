@@ -37,6 +37,21 @@ pub(super) use charts::RANGES;
 /// How far back the history charts go unless the page asks: an hour.
 pub(super) const DEFAULT_MINUTES: u32 = 60;
 
+/// How many failing shards the page shows the head message of.
+const HEADS: usize = 20;
+
+/// The head messages of the first [`HEADS`] failing shards.
+async fn heads<C: Category>(
+    view: &outbox_core::DrainView<C>,
+    snapshot: &AdminSnapshot,
+) -> Result<Vec<outbox_core::HeadMessage>, AdminError> {
+    let mut heads = Vec::new();
+    for failing in snapshot.failing.iter().take(HEADS) {
+        heads.extend(view.head(&failing.shard).await?);
+    }
+    Ok(heads)
+}
+
 /// How many audit records the page lists.
 const AUDIT_ROWS: usize = 20;
 
@@ -46,6 +61,8 @@ pub(super) struct Data {
     actor: Principal,
     /// Whether the router has a login (and so a logout).
     login: bool,
+    /// The head messages of the first failing shards.
+    heads: Vec<outbox_core::HeadMessage>,
     /// The table's history over the last `minutes`, merged per time.
     history: Vec<outbox_core::history::Point>,
     minutes: u32,
@@ -103,6 +120,7 @@ impl Data {
         Ok(Self {
             actor: actor.clone(),
             login: state.login,
+            heads: heads(view, &snapshot).await?,
             history: outbox_core::history::points(
                 &view
                     .history(
@@ -421,7 +439,7 @@ fn failing(data: &Data, now: DateTime<Utc>) -> Markup {
                 table {
                     thead { tr {
                         th { "shard" } th { "state" } th { "attempts" } th { "last error" }
-                        th { "failed" } th { "next attempt" } th { "" }
+                        th { "failed" } th { "next attempt" } th { "head message" } th { "" }
                     } }
                     tbody {
                         @for failing in &data.snapshot.failing {
@@ -437,10 +455,24 @@ fn failing(data: &Data, now: DateTime<Utc>) -> Markup {
                                 td { code.error-text { (failing.state.last_error.as_deref().unwrap_or("–")) } }
                                 td { (time(now, failing.state.failed_at, ago(now, failing.state.failed_at))) }
                                 td { (time(now, failing.state.retry_at, until(now, failing.state.retry_at))) }
+                                @let head = data.heads.iter().find(|head| head.row.shard == failing.shard);
+                                td.head {
+                                    @if let Some(head) = head {
+                                        "#" (head.row.id) " " (data.category_name(head.row.category))
+                                        " object " (head.row.object_identifier) ", " (head.payload_size()) " bytes"
+                                        @if head.group.len() > 1 { " (+" (head.group.len() - 1) " coalesced)" }
+                                    }
+                                }
                                 td.actions {
                                     @if data.can_act() {
                                         (button("retry", &shard_target(&failing.shard), "Retry now", "retry"))
                                         (pause_or_resume(data, &failing.shard))
+                                        @if head.is_some() {
+                                            form method="post" action="actions/set-aside" {
+                                                (target_fields(&shard_target(&failing.shard)))
+                                                button type="submit" class="set-aside" onclick="return confirm('Move this head message to the dead letters so that the rest of the shard flows? A replay brings it back.')" { "Set head aside" }
+                                            }
+                                        }
                                     }
                                 }
                             }
