@@ -106,8 +106,8 @@ pub mod worker;
 
 pub use context::{defer_flush, deferred, OutboxCtx};
 pub use layer::{
-    DefaultOnFlushError, OnFlushError, Outbox, OutboxLayer, RespondWith, ResponseFuture,
-    FLUSH_CULLED, FLUSH_DEFERRED, FLUSH_HEADER,
+    flush_header_value, DefaultOnFlushError, OnFlushError, Outbox, OutboxLayer, RespondWith,
+    ResponseFuture, FLUSH_CULLED, FLUSH_DEFERRED, FLUSH_FAILED, FLUSH_HEADER, FLUSH_PAUSED,
 };
 pub use tx::{Tx, TxRejection};
 pub use worker::{OutboxWorker, OutboxWorkerBuilder, WorkerError, WorkerHandle};

@@ -159,7 +159,7 @@ async fn a_failed_flush_keeps_the_commit_and_says_so(backend: DbBackend) {
         StatusCode::CREATED,
         "default: the handler's response"
     );
-    assert_eq!(flush.as_deref(), Some("deferred"));
+    assert_eq!(flush.as_deref(), Some("failed"), "a receiver failed");
     let router = app.routes().layer(
         app.layer()
             .on_flush_error(RespondWith(StatusCode::ACCEPTED)),
@@ -167,7 +167,7 @@ async fn a_failed_flush_keeps_the_commit_and_says_so(backend: DbBackend) {
     let (status, body, flush) = send(router, "/widgets/8/f2").await;
     assert_eq!(status, StatusCode::ACCEPTED);
     assert!(body.contains("saved"), "{body}");
-    assert_eq!(flush.as_deref(), Some("deferred"));
+    assert_eq!(flush.as_deref(), Some("failed"));
     // A closure sees the errors, which name the category.
     let router = app.routes().layer(app.layer().on_flush_error(
         |errors: &[outbox_core::FlushError], _response: axum::response::Response| {
@@ -184,7 +184,7 @@ async fn a_failed_flush_keeps_the_commit_and_says_so(backend: DbBackend) {
 }
 
 /// A shard an operator paused is not flushed, and the client hears it
-/// (`deferred`: the rows wait for the resume); a culled shard's rows are
+/// (`paused`: the rows wait for the resume); a culled shard's rows are
 /// dropped and the client hears `culled`; a shard without control, nothing.
 async fn a_paused_or_culled_shard_is_not_flushed_and_the_client_is_told(backend: DbBackend) {
     use outbox_core::{ControlTarget, ShardKey};
@@ -205,7 +205,7 @@ async fn a_paused_or_culled_shard_is_not_flushed_and_the_client_is_told(backend:
     for name in ["p1", "p2"] {
         let (status, _, flush) = send(app.app(), &format!("/widgets/7/{name}")).await;
         assert_eq!(status, StatusCode::CREATED);
-        assert_eq!(flush.as_deref(), Some("deferred"), "{name}");
+        assert_eq!(flush.as_deref(), Some("paused"), "{name}");
     }
     let (status, _, flush) = send(app.app(), "/widgets/8/c1").await;
     assert_eq!(status, StatusCode::CREATED);

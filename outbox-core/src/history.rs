@@ -223,7 +223,10 @@ mod tests {
     #[test]
     fn sample_times_line_up_on_the_interval() {
         let at = DateTime::from_timestamp(1_000_007, 500).unwrap();
-        assert_eq!(round_down(at, Duration::from_secs(15)).timestamp(), 1_000_005);
+        assert_eq!(
+            round_down(at, Duration::from_secs(15)).timestamp(),
+            1_000_005
+        );
         assert_eq!(round_down(at, Duration::ZERO).timestamp(), 1_000_007);
     }
 }

@@ -91,7 +91,7 @@ async fn a_rejected_replication_is_quarantined_until_an_operator_retries(backend
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    assert_eq!(headers["outbox-flush"], "deferred");
+    assert_eq!(headers["outbox-flush"], "failed", "Control refused it");
     let id = body["id"].as_i64().unwrap();
 
     let (status, shards) = app.get(app.region_url("us", "/admin/outbox/shards")).await;
@@ -125,7 +125,7 @@ async fn a_rejected_replication_is_quarantined_until_an_operator_retries(backend
         )
         .await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(headers["outbox-flush"], "deferred");
+    assert_eq!(headers["outbox-flush"], "failed", "the shard is quarantined");
     let mapping = app.control_url(&format!("/api/0/organization-mappings/{id}"));
     assert_eq!(app.get(mapping.clone()).await.0, StatusCode::NOT_FOUND);
 
@@ -360,7 +360,7 @@ async fn writes_pile_up_while_control_is_down_and_arrive_in_order_after(backend:
             StatusCode::OK,
             "region writes succeed while Control is down"
         );
-        assert_eq!(headers.get("outbox-flush").unwrap(), "deferred");
+        assert_eq!(headers.get("outbox-flush").unwrap(), "failed");
     }
     let (status, shards) = app.get(app.region_url("us", "/admin/outbox/shards")).await;
     assert_eq!(status, StatusCode::OK);

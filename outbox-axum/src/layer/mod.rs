@@ -63,12 +63,12 @@
 //! A response whose outbox rows were not all delivered before it left
 //! carries [`FLUSH_HEADER`] (`outbox-flush`), whatever the reason:
 //!
-//! | reason | header |
-//! |---|---|
-//! | `flush = false`, rows written inside [`deferred`](crate::deferred) | `deferred` |
-//! | the shard (or its scope) paused by an operator | `deferred` (through the [`OnFlushError`] hook, [`FlushError::Paused`](outbox_core::FlushError::Paused)) |
-//! | a receiver failed, the shard backs off, its bucket was held too long | `deferred` (through the [`OnFlushError`] hook) |
-//! | an operator's cull dropped them | `culled` |
+//! | reason | header | what a client may do |
+//! |---|---|---|
+//! | `flush = false`, rows written inside [`deferred`](crate::deferred), or another worker held the shard past the flush's wait | `deferred` | nothing: delivered shortly |
+//! | the shard (or its scope) paused by an operator | `paused` (through the [`OnFlushError`] hook, [`FlushError::Paused`](outbox_core::FlushError::Paused)) | tell its user the side effects wait for maintenance |
+//! | a receiver failed, the shard backs off or is quarantined, the claim was lost | `failed` (through the [`OnFlushError`] hook) | not assume the side effect happened; it is retried |
+//! | an operator's cull dropped them | `culled` | know they will not happen |
 //!
 //! No header means every row the request wrote was delivered (or it wrote
 //! none).
@@ -125,6 +125,7 @@ mod service;
 
 pub use future::ResponseFuture;
 pub use on_flush_error::{
-    DefaultOnFlushError, OnFlushError, RespondWith, FLUSH_CULLED, FLUSH_DEFERRED, FLUSH_HEADER,
+    flush_header_value, DefaultOnFlushError, OnFlushError, RespondWith, FLUSH_CULLED,
+    FLUSH_DEFERRED, FLUSH_FAILED, FLUSH_HEADER, FLUSH_PAUSED,
 };
 pub use service::{Outbox, OutboxLayer};
