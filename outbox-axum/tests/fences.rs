@@ -119,7 +119,29 @@ async fn superseded_deliveries_are_shown_to_operators(backend: DbBackend) {
     let (status, body) = fences("?limit=0").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 
-    let cookie = format!("outbox_admin_token={TOKEN}");
+    let login = app
+        .clone()
+        .oneshot(
+            Request::builder()
+                .method("POST")
+                .uri("/admin/outbox/login")
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(Body::from(format!(
+                    "token={}",
+                    TOKEN.replace(' ', "+").replace('\'', "%27")
+                )))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(login.status(), StatusCode::SEE_OTHER);
+    let cookie = login.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
     let (status, page) = get(&app, "/admin/outbox/dashboard", ("cookie", &cookie)).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(page.contains("Fenced receivers"), "{page}");

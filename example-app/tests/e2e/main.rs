@@ -125,7 +125,10 @@ async fn a_rejected_replication_is_quarantined_until_an_operator_retries(backend
         )
         .await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(headers["outbox-flush"], "failed", "the shard is quarantined");
+    assert_eq!(
+        headers["outbox-flush"], "failed",
+        "the shard is quarantined"
+    );
     let mapping = app.control_url(&format!("/api/0/organization-mappings/{id}"));
     assert_eq!(app.get(mapping.clone()).await.0, StatusCode::NOT_FOUND);
 
