@@ -480,9 +480,14 @@ async fn a_pause_through_the_admin_api_holds_in_another_process(backend: DbBacke
     let (_, shards) = call(&router, Method::GET, "/shards", Some(TOKEN), None).await;
     assert_eq!(shards["pending"], 1);
     assert_eq!(shards["dead_letters"], 0);
-    assert_eq!(shards["shards"][0]["state"]["paused"], true);
-    assert_eq!(shards["failing"][0]["shard"]["identifier"], 1);
-    assert_eq!(shards["failing"][0]["state"]["paused"], true);
+    // State, not sentinel dates: paused, with no next attempt, listed apart.
+    assert_eq!(shards["shards"][0]["state"]["status"], "paused");
+    assert_eq!(shards["shards"][0]["next_scheduled_for"], Value::Null, "{shards}");
+    assert_eq!(shards["failing"], serde_json::json!([]), "{shards}");
+    assert_eq!(shards["paused"][0]["shard"]["identifier"], 1);
+    assert_eq!(shards["paused"][0]["state"]["status"], "paused");
+    assert_eq!(shards["paused"][0]["state"]["next_attempt"], Value::Null);
+    assert!(!shards.to_string().contains("9998-"), "no sentinel date: {shards}");
     let (_, health) = call(&router, Method::GET, "/health", Some(TOKEN), None).await;
     assert_eq!(health["backlogs"][0]["paused_shards"], 1);
     assert_eq!(health["controls"], 1);

@@ -280,7 +280,8 @@ async fn shards_show_the_deepest_and_the_failing_with_their_last_error(backend: 
     let failing = &shards.failing[0];
     assert_eq!(failing.shard.identifier, Some(8));
     assert_eq!(failing.state.attempts, 1);
-    assert!(!failing.state.paused && !failing.state.quarantined);
+    assert_eq!(failing.state.status, outbox_core::ShardStatus::BackingOff);
+    assert!(failing.state.next_attempt.is_some(), "a real time");
     let error = failing.state.last_error.clone().unwrap();
     assert!(!error.is_empty());
     assert_eq!(shards.shards[1].state.as_ref(), Some(&failing.state));
@@ -327,8 +328,20 @@ async fn a_paused_shard_is_delivered_only_after_resume(backend: DbBackend) {
     assert_eq!(t.delivered_objects(), vec![80], "the paused shard waits");
     assert_eq!(t.pending(OutboxKind::Region).await, 1);
     let shards: ShardsOutput = t.json("shards").await;
-    assert_eq!(shards.failing.len(), 1);
-    assert!(shards.failing[0].state.paused, "{shards:?}");
+    assert!(
+        shards.failing.is_empty(),
+        "paused is not failing: {shards:?}"
+    );
+    assert_eq!(shards.paused.len(), 1);
+    assert_eq!(
+        shards.paused[0].state.status,
+        outbox_core::ShardStatus::Paused
+    );
+    assert_eq!(
+        shards.paused[0].state.next_attempt, None,
+        "no sentinel date"
+    );
+    assert_eq!(shards.shards[0].next_scheduled_for, None, "{shards:?}");
 
     let resumed: ControlOutput = t.json("resume --kind region --scope 0 --shard 7").await;
     assert_eq!(resumed.change, ControlChange::Resumed);
@@ -470,7 +483,12 @@ async fn retry_makes_a_quarantined_shard_due(backend: DbBackend) {
     t.recorder.fail_permanently_when(|_| true);
     t.drain_due().await;
     let shards: ShardsOutput = t.json("shards").await;
-    assert!(shards.failing[0].state.quarantined, "{shards:?}");
+    assert_eq!(
+        shards.failing[0].state.status,
+        outbox_core::ShardStatus::Quarantined,
+        "{shards:?}"
+    );
+    assert_eq!(shards.failing[0].state.next_attempt, None);
 
     let error = t.error("retry --kind region --scope 0 --shard 8").await;
     assert!(matches!(error, CliError::ShardNotFailing { .. }), "{error}");

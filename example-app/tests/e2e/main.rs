@@ -106,7 +106,8 @@ async fn a_rejected_replication_is_quarantined_until_an_operator_retries(backend
         .cloned()
         .collect();
     assert_eq!(failing.len(), 1, "{failing:?}");
-    assert_eq!(failing[0]["state"]["quarantined"], true);
+    assert_eq!(failing[0]["state"]["status"], "quarantined");
+    assert_eq!(failing[0]["state"]["next_attempt"], Value::Null);
     assert!(
         failing[0]["state"]["last_error"]
             .as_str()

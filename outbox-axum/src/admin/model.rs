@@ -197,32 +197,32 @@ impl From<&RuntimeControl> for ControlView {
     }
 }
 
-/// A shard's failure state.
+/// A shard's failure state: what it waits for, never a sentinel date.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StateView {
+    /// `backing_off` (it is tried again at `next_attempt`), `paused` (by
+    /// an operator) or `quarantined` (after a permanent error: it waits
+    /// for an operator).
+    pub status: outbox_core::ShardStatus,
+    /// Its next attempt while it backs off; `null` while it waits for an
+    /// operator.
+    pub next_attempt: Option<DateTime<Utc>>,
     /// Failed attempts since its last success.
     pub attempts: u32,
-    /// Its next attempt (far in the future while paused or quarantined).
-    pub retry_at: DateTime<Utc>,
     /// What failed last ("paused by an operator" while paused).
     pub last_error: Option<String>,
     /// When.
     pub failed_at: DateTime<Utc>,
-    /// Parked by a pause.
-    pub paused: bool,
-    /// Waiting for an operator after a permanent error.
-    pub quarantined: bool,
 }
 
 impl From<&ShardState> for StateView {
     fn from(state: &ShardState) -> Self {
         Self {
+            status: state.status(),
+            next_attempt: state.next_attempt(),
             attempts: state.attempts,
-            retry_at: state.retry_at,
             last_error: state.last_error.clone(),
             failed_at: state.failed_at,
-            paused: state.is_paused(),
-            quarantined: state.is_quarantined(),
         }
     }
 }
@@ -236,8 +236,9 @@ pub struct ShardView {
     pub depth: u64,
     /// When its oldest pending row was written.
     pub oldest_date_added: DateTime<Utc>,
-    /// Its earliest `scheduled_for`.
-    pub next_scheduled_for: DateTime<Utc>,
+    /// When its next row is due; `null` while it waits for an operator
+    /// (paused or quarantined).
+    pub next_scheduled_for: Option<DateTime<Utc>>,
     /// Its failure state, if it failed (or is paused).
     pub state: Option<StateView>,
 }
@@ -248,7 +249,8 @@ impl ShardView {
             shard: ShardRef::of(&depth.shard),
             depth: depth.depth,
             oldest_date_added: depth.oldest_date_added,
-            next_scheduled_for: depth.next_scheduled_for,
+            next_scheduled_for: (depth.next_scheduled_for < outbox_core::paused_until())
+                .then_some(depth.next_scheduled_for),
             state: failing
                 .iter()
                 .find(|f| f.shard == depth.shard)
@@ -266,6 +268,15 @@ pub struct FailingView {
     pub state: StateView,
 }
 
+impl FailingView {
+    pub(crate) fn of(failing: &FailingShard) -> Self {
+        Self {
+            shard: ShardRef::of(&failing.shard),
+            state: StateView::from(&failing.state),
+        }
+    }
+}
+
 /// `GET /shards`: one snapshot (one transaction).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ShardsView {
@@ -278,9 +289,11 @@ pub struct ShardsView {
     /// The deepest shards, deepest first (their failure state is that of
     /// the same snapshot).
     pub shards: Vec<ShardView>,
-    /// Shards with a failure state (backing off, paused, quarantined), next
-    /// attempt first.
+    /// Shards that failed (backing off or quarantined), next attempt
+    /// first.
     pub failing: Vec<FailingView>,
+    /// Shards parked by an operator's pause, apart from the failing ones.
+    pub paused: Vec<FailingView>,
 }
 
 /// `POST /shards/retry`.

@@ -11,7 +11,7 @@ use super::model::{
     AuditQuery, AuditView, BackfillView, BacklogView, ControlView, DeadLetterView, FailingView,
     FenceView, FencesQuery, FencesView, HeadView, HealthView, HistoryQuery, HistoryView,
     LiftControl, ListQuery, PointView, ReplayDeadLetters, Retried, RetryShards, SetAside,
-    SetAsideDone, SetControl, ShardQuery, ShardRef, ShardView, ShardsView, StateView,
+    SetAsideDone, SetControl, ShardQuery, ShardRef, ShardView, ShardsView,
 };
 use super::ops::Actor;
 use super::{ops, AdminState};
@@ -46,10 +46,14 @@ pub(super) async fn shards<C: Category>(
         failing: snapshot
             .failing
             .iter()
-            .map(|f| FailingView {
-                shard: ShardRef::of(&f.shard),
-                state: StateView::from(&f.state),
-            })
+            .filter(|f| !f.state.is_paused())
+            .map(FailingView::of)
+            .collect(),
+        paused: snapshot
+            .failing
+            .iter()
+            .filter(|f| f.state.is_paused())
+            .map(FailingView::of)
             .collect(),
     }))
 }

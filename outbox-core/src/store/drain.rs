@@ -138,6 +138,46 @@ impl ShardState {
     pub fn is_paused(&self) -> bool {
         self.retry_at >= crate::paused_until() && !self.is_quarantined()
     }
+
+    /// What the shard waits for, as views show it.
+    pub fn status(&self) -> ShardStatus {
+        if self.is_quarantined() {
+            ShardStatus::Quarantined
+        } else if self.is_paused() {
+            ShardStatus::Paused
+        } else {
+            ShardStatus::BackingOff
+        }
+    }
+
+    /// When it is tried again: a real time while it backs off, `None` while
+    /// it waits for an operator (paused or quarantined).
+    pub fn next_attempt(&self) -> Option<DateTime<Utc>> {
+        (self.status() == ShardStatus::BackingOff).then_some(self.retry_at)
+    }
+}
+
+/// What a shard with a failure state waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShardStatus {
+    /// A time: it failed and is tried again at its next attempt.
+    BackingOff,
+    /// An operator's resume (a runtime control parks it).
+    Paused,
+    /// An operator: a receiver answered with a permanent error.
+    Quarantined,
+}
+
+impl ShardStatus {
+    /// `backing_off`, `paused` or `quarantined`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShardStatus::BackingOff => "backing_off",
+            ShardStatus::Paused => "paused",
+            ShardStatus::Quarantined => "quarantined",
+        }
+    }
 }
 
 /// One shard of a claim, with its rows.

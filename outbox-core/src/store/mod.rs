@@ -43,7 +43,7 @@ pub use admin::{
 };
 pub use drain::{
     ClaimBeforeCommit, ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome,
-    DeadLetter, DrainStore, DueClaim, ShardClaim, ShardCommit, ShardEnd, ShardState,
+    DeadLetter, DrainStore, DueClaim, ShardClaim, ShardCommit, ShardEnd, ShardState, ShardStatus,
 };
 pub use error::{BoxError, StoreError};
 

@@ -210,7 +210,8 @@ impl<C: Category> OutboxCli<C> {
                     shard: shard_view::<C>(&depth.shard),
                     depth: depth.depth,
                     oldest_date_added: depth.oldest_date_added,
-                    next_scheduled_for: depth.next_scheduled_for,
+                    next_scheduled_for: (depth.next_scheduled_for < outbox_core::paused_until())
+                        .then_some(depth.next_scheduled_for),
                     state: snapshot
                         .failing
                         .iter()
@@ -221,6 +222,16 @@ impl<C: Category> OutboxCli<C> {
             failing: snapshot
                 .failing
                 .iter()
+                .filter(|failing| !failing.state.is_paused())
+                .map(|failing| FailingView {
+                    shard: shard_view::<C>(&failing.shard),
+                    state: state_view(&failing.state),
+                })
+                .collect(),
+            paused: snapshot
+                .failing
+                .iter()
+                .filter(|failing| failing.state.is_paused())
                 .map(|failing| FailingView {
                     shard: shard_view::<C>(&failing.shard),
                     state: state_view(&failing.state),
@@ -461,12 +472,11 @@ fn checked_limit(limit: u32) -> Result<usize, CliError> {
 
 fn state_view(state: &outbox_core::ShardState) -> StateView {
     StateView {
+        status: state.status(),
+        next_attempt: state.next_attempt(),
         attempts: state.attempts,
-        retry_at: state.retry_at,
         last_error: state.last_error.clone(),
         failed_at: state.failed_at,
-        paused: state.is_paused(),
-        quarantined: state.is_quarantined(),
     }
 }
 

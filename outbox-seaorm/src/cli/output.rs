@@ -48,33 +48,28 @@ impl fmt::Display for TargetView {
 /// A shard's failure state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateView {
+    /// `backing_off`, `paused` or `quarantined`.
+    pub status: outbox_core::ShardStatus,
+    /// Its next attempt while it backs off; `null` while it waits for an
+    /// operator.
+    pub next_attempt: Option<DateTime<Utc>>,
     /// Failed attempts since its last success.
     pub attempts: u32,
-    /// Its next attempt (far in the future while paused or quarantined).
-    pub retry_at: DateTime<Utc>,
     /// What failed last ("paused by an operator" while paused).
     pub last_error: Option<String>,
     /// When it failed last.
     pub failed_at: DateTime<Utc>,
-    /// Parked by a pause.
-    pub paused: bool,
-    /// Waiting for an operator after a permanent error.
-    pub quarantined: bool,
 }
 
 impl fmt::Display for StateView {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.paused {
-            f.write_str("paused")?;
-        } else if self.quarantined {
-            write!(f, "quarantined after {} attempts", self.attempts)?;
-        } else {
-            write!(
-                f,
-                "{} attempts, next at {}",
-                self.attempts,
-                time(&self.retry_at)
-            )?;
+        match (self.status, self.next_attempt) {
+            (outbox_core::ShardStatus::Paused, _) => f.write_str("paused")?,
+            (outbox_core::ShardStatus::Quarantined, _) => {
+                write!(f, "quarantined after {} attempts", self.attempts)?;
+            }
+            (_, Some(at)) => write!(f, "{} attempts, next at {}", self.attempts, time(&at))?,
+            (_, None) => write!(f, "{} attempts", self.attempts)?,
         }
         if let Some(error) = &self.last_error {
             write!(f, ": {error}")?;
@@ -92,8 +87,8 @@ pub struct ShardView {
     pub depth: u64,
     /// When its oldest pending row was written.
     pub oldest_date_added: DateTime<Utc>,
-    /// Its earliest `scheduled_for`.
-    pub next_scheduled_for: DateTime<Utc>,
+    /// When its next row is due; `null` while it waits for an operator.
+    pub next_scheduled_for: Option<DateTime<Utc>>,
     /// Its failure state, if it failed (or is paused).
     pub state: Option<StateView>,
 }
@@ -118,9 +113,11 @@ pub struct ShardsOutput {
     pub dead_letters: u64,
     /// The deepest shards, deepest first.
     pub shards: Vec<ShardView>,
-    /// Shards with a failure state (backing off, paused, quarantined), next
-    /// attempt first.
+    /// Shards that failed (backing off or quarantined), next attempt
+    /// first.
     pub failing: Vec<FailingView>,
+    /// Shards parked by an operator's pause.
+    pub paused: Vec<FailingView>,
 }
 
 impl fmt::Display for ShardsOutput {
@@ -150,6 +147,12 @@ impl fmt::Display for ShardsOutput {
             writeln!(f, "failing shards:")?;
             for failing in &self.failing {
                 writeln!(f, "  {}: {}", failing.shard, failing.state)?;
+            }
+        }
+        if !self.paused.is_empty() {
+            writeln!(f, "paused shards:")?;
+            for paused in &self.paused {
+                writeln!(f, "  {}: {}", paused.shard, paused.state)?;
             }
         }
         Ok(())

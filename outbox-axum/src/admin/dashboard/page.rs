@@ -344,7 +344,8 @@ pub(super) fn dashboard(data: &Data, query: &PageQuery) -> Markup {
             @if !data.can_act() { p.notice #read-only { "Read-only: a viewer sees everything and changes nothing." } }
             (health(data))
             (charts::history(data, now))
-            (failing(data, now))
+            (failing(data, now, false))
+            (failing(data, now, true))
             (shards(data, now))
             (scopes(data))
             (controls(data, now))
@@ -429,12 +430,29 @@ fn state_label(failing: &FailingShard) -> (&'static str, &'static str) {
     }
 }
 
-fn failing(data: &Data, now: DateTime<Utc>) -> Markup {
+/// The shards with a failure state, `paused` ones or the others.
+fn failing(data: &Data, now: DateTime<Utc>, paused: bool) -> Markup {
+    let rows: Vec<&FailingShard> = data
+        .snapshot
+        .failing
+        .iter()
+        .filter(|failing| failing.state.is_paused() == paused)
+        .collect();
+    let (section, title, none, prefix) = if paused {
+        ("paused", "Paused shards", "No shard is paused.", "paused")
+    } else {
+        (
+            "failing",
+            "Failing shards",
+            "No shard is failing or quarantined.",
+            "failing",
+        )
+    };
     html! {
-        section #failing {
-            h2 { "Failing shards (" (data.snapshot.failing.len()) ")" }
-            @if data.snapshot.failing.is_empty() {
-                p.quiet { "No shard is failing, paused or quarantined." }
+        section id=(section) {
+            h2 { (title) " (" (rows.len()) ")" }
+            @if rows.is_empty() {
+                p.quiet { (none) }
             } @else {
                 table {
                     thead { tr {
@@ -442,11 +460,11 @@ fn failing(data: &Data, now: DateTime<Utc>) -> Markup {
                         th { "failed" } th { "next attempt" } th { "head message" } th { "" }
                     } }
                     tbody {
-                        @for failing in &data.snapshot.failing {
+                        @for failing in &rows {
                             @let (label, class) = state_label(failing);
                             @let id = match failing.shard.region_name() {
-                                Some(region) => format!("failing-{region}-{}-{}", failing.shard.scope(), failing.shard.identifier()),
-                                None => format!("failing-{}-{}", failing.shard.scope(), failing.shard.identifier()),
+                                Some(region) => format!("{prefix}-{region}-{}-{}", failing.shard.scope(), failing.shard.identifier()),
+                                None => format!("{prefix}-{}-{}", failing.shard.scope(), failing.shard.identifier()),
                             };
                             tr #(id) .failing {
                                 td { (data.shard_label(&failing.shard)) }
@@ -454,7 +472,10 @@ fn failing(data: &Data, now: DateTime<Utc>) -> Markup {
                                 td.num { (failing.state.attempts) }
                                 td { code.error-text { (failing.state.last_error.as_deref().unwrap_or("–")) } }
                                 td { (time(now, failing.state.failed_at, ago(now, failing.state.failed_at))) }
-                                td { (time(now, failing.state.retry_at, until(now, failing.state.retry_at))) }
+                                td { @match failing.state.next_attempt() {
+                                    Some(at) => (time(now, at, until(now, at))),
+                                    None => "when an operator acts",
+                                } }
                                 @let head = data.heads.iter().find(|head| head.row.shard == failing.shard);
                                 td.head {
                                     @if let Some(head) = head {
