@@ -30,7 +30,10 @@ const VIEWER_TOKEN: &str = "the admin test's viewer token!!!!";
 mod head;
 #[path = "admin/history.rs"]
 mod history;
+#[path = "admin/openapi.rs"]
+mod openapi;
 use head::a_blocked_shards_head_is_shown_and_set_aside;
+use openapi::the_openapi_document_covers_every_route;
 #[path = "admin/roles.rs"]
 mod roles;
 use history::the_history_route_merges_every_workers_samples;
@@ -482,12 +485,19 @@ async fn a_pause_through_the_admin_api_holds_in_another_process(backend: DbBacke
     assert_eq!(shards["dead_letters"], 0);
     // State, not sentinel dates: paused, with no next attempt, listed apart.
     assert_eq!(shards["shards"][0]["state"]["status"], "paused");
-    assert_eq!(shards["shards"][0]["next_scheduled_for"], Value::Null, "{shards}");
+    assert_eq!(
+        shards["shards"][0]["next_scheduled_for"],
+        Value::Null,
+        "{shards}"
+    );
     assert_eq!(shards["failing"], serde_json::json!([]), "{shards}");
     assert_eq!(shards["paused"][0]["shard"]["identifier"], 1);
     assert_eq!(shards["paused"][0]["state"]["status"], "paused");
     assert_eq!(shards["paused"][0]["state"]["next_attempt"], Value::Null);
-    assert!(!shards.to_string().contains("9998-"), "no sentinel date: {shards}");
+    assert!(
+        !shards.to_string().contains("9998-"),
+        "no sentinel date: {shards}"
+    );
     let (_, health) = call(&router, Method::GET, "/health", Some(TOKEN), None).await;
     assert_eq!(health["backlogs"][0]["paused_shards"], 1);
     assert_eq!(health["controls"], 1);
@@ -699,4 +709,5 @@ outbox_testing::on_both_backends!(
     answers_are_not_cached_or_framed,
     the_history_route_merges_every_workers_samples,
     a_blocked_shards_head_is_shown_and_set_aside,
+    the_openapi_document_covers_every_route,
 );

@@ -31,6 +31,7 @@
 //! | `GET /history?kind=region&minutes=60` | the table's history, one point per sampling time (every worker's samples merged): rows pending, oldest age, deliveries, failures, dead letters (see [`outbox_core::history`]) |
 //! | `GET /audit?limit=100` | the operators' audit log, newest first: who (name, role), when, what, target, reason, outcome, detail |
 //! | `GET /fences?limit=100` | the fenced receivers' records (consumer, sender, shard, highest token applied, deliveries refused as superseded and when the last was), most refusals first, and their total (with [`Admin::inbox`]; `404 no_inbox` without) |
+//! | `GET /openapi.json` | this API as an OpenAPI 3.1 document (generated from the same serde types) |
 //! | `GET /dashboard?kind=region` | the same as a page, with forms: see below |
 //!
 //! # The dashboard
@@ -66,6 +67,7 @@ mod dashboard;
 mod error;
 mod gate;
 pub mod model;
+mod openapi;
 mod ops;
 mod routes;
 mod session;
@@ -303,6 +305,7 @@ impl<C: Category> Admin<C> {
             .route("/fences", get(routes::fences::<C>))
             .route("/audit", get(routes::audit::<C>))
             .route("/history", get(routes::history::<C>))
+            .route("/openapi.json", get(openapi::document))
             .route_layer(roles)
             .with_state(self.state);
         (api, pages)

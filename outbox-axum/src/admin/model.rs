@@ -16,10 +16,11 @@ pub use outbox_core::OutboxKind as Kind;
 
 /// A shard: `region` is required for the control outbox and refused for
 /// the region outbox.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShardRef {
     /// Its table.
+    #[schema(value_type = String, example = "region")]
     pub kind: Kind,
     /// Its region (control outbox only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -69,10 +70,11 @@ impl ShardRef {
 
 /// What a control applies to: a shard, or a whole scope when `identifier`
 /// is absent.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TargetRef {
     /// The table.
+    #[schema(value_type = String, example = "region")]
     pub kind: Kind,
     /// The region (control outbox only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -125,7 +127,7 @@ impl TargetRef {
 }
 
 /// `pause` or `cull`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
     /// Keep and skip.
@@ -153,7 +155,7 @@ impl From<ControlAction> for Action {
 }
 
 /// `PUT /controls`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetControl {
     /// What.
@@ -166,7 +168,7 @@ pub struct SetControl {
 }
 
 /// `DELETE /controls`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LiftControl {
     /// What.
@@ -174,7 +176,7 @@ pub struct LiftControl {
 }
 
 /// A control as stored.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ControlView {
     /// What.
     pub target: TargetRef,
@@ -198,11 +200,12 @@ impl From<&RuntimeControl> for ControlView {
 }
 
 /// A shard's failure state: what it waits for, never a sentinel date.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StateView {
     /// `backing_off` (it is tried again at `next_attempt`), `paused` (by
     /// an operator) or `quarantined` (after a permanent error: it waits
     /// for an operator).
+    #[schema(value_type = String, example = "backing_off")]
     pub status: outbox_core::ShardStatus,
     /// Its next attempt while it backs off; `null` while it waits for an
     /// operator.
@@ -228,7 +231,7 @@ impl From<&ShardState> for StateView {
 }
 
 /// A pending shard.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ShardView {
     /// Which.
     pub shard: ShardRef,
@@ -260,7 +263,7 @@ impl ShardView {
 }
 
 /// A shard with a failure state.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FailingView {
     /// Which.
     pub shard: ShardRef,
@@ -278,9 +281,10 @@ impl FailingView {
 }
 
 /// `GET /shards`: one snapshot (one transaction).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ShardsView {
     /// The table.
+    #[schema(value_type = String, example = "region")]
     pub kind: Kind,
     /// Rows pending.
     pub pending: u64,
@@ -297,7 +301,7 @@ pub struct ShardsView {
 }
 
 /// `POST /shards/retry`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryShards {
     /// Which (failing ones: unknown shards are refused).
@@ -306,7 +310,7 @@ pub struct RetryShards {
 
 /// `POST /shards/set-aside`: move a blocked shard's head message (its
 /// coalescing group) to the dead letters, so that the rest of it flows.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetAside {
     /// Which shard.
@@ -317,7 +321,7 @@ pub struct SetAside {
 }
 
 /// What `POST /shards/set-aside` did.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SetAsideDone {
     /// The shard.
     pub shard: ShardRef,
@@ -327,7 +331,7 @@ pub struct SetAsideDone {
 }
 
 /// `GET /shards/head`: a shard's head message, what blocks it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HeadView {
     /// The shard.
     pub shard: ShardRef,
@@ -400,8 +404,22 @@ impl ShardQuery {
     }
 }
 
+/// What `POST /dead-letters/replay` did.
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Replayed {
+    /// Dead letters put back in the outbox.
+    pub replayed: u64,
+}
+
+/// What `POST /dead-letters/discard` did.
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Discarded {
+    /// Dead letters deleted for good.
+    pub discarded: u64,
+}
+
 /// What `POST /shards/retry` did.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Retried {
     /// Made due at once.
     pub released: Vec<ShardRef>,
@@ -410,11 +428,12 @@ pub struct Retried {
 }
 
 /// A dead-lettered row.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DeadLetterView {
     /// Its id (kept when replayed).
     pub id: i64,
     /// Its message id (kept when replayed): what its receiver records.
+    #[schema(value_type = String, format = Uuid)]
     pub message_id: outbox_core::uuid::Uuid,
     /// Its shard.
     pub shard: ShardRef,
@@ -423,6 +442,7 @@ pub struct DeadLetterView {
     /// Its object.
     pub object_identifier: i64,
     /// Its payload.
+    #[schema(value_type = Option<Object>)]
     pub payload: Option<serde_json::Value>,
     /// Why it was dead-lettered.
     pub error: String,
@@ -449,19 +469,21 @@ impl From<&DeadLetterRow> for DeadLetterView {
 }
 
 /// `POST /dead-letters/replay` and `POST /dead-letters/discard`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayDeadLetters {
     /// The table.
+    #[schema(value_type = String, example = "region")]
     pub kind: Kind,
     /// The rows (1 to 10,000).
     pub ids: Vec<i64>,
 }
 
 /// One table's backlog.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BacklogView {
     /// The table.
+    #[schema(value_type = String, example = "region")]
     pub kind: Kind,
     /// Rows pending.
     pub depth: u64,
@@ -488,7 +510,7 @@ pub struct BacklogView {
 }
 
 /// What holds vacuum's horizon back ([`outbox_core::store::HorizonHolder`]).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HorizonHolderView {
     /// `session`, `prepared transaction` or `replication slot`.
     pub kind: String,
@@ -538,7 +560,7 @@ pub(crate) fn remedy(holder: &outbox_core::store::HorizonHolder) -> String {
 }
 
 /// One scope's backlog.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ScopeBacklogView {
     /// The scope's name.
     pub scope: String,
@@ -577,7 +599,7 @@ impl From<&Backlog> for BacklogView {
 }
 
 /// `GET /health`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HealthView {
     /// Per table.
     pub backlogs: Vec<BacklogView>,
@@ -586,7 +608,7 @@ pub struct HealthView {
 }
 
 /// `GET /backfills`: where a replicated table's backfill stands.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BackfillView {
     /// The table.
     pub table: String,
@@ -622,7 +644,7 @@ impl From<&BackfillStatus> for BackfillView {
 
 /// `GET /fences`: what the fenced receivers recorded, those that refused
 /// the most deliveries as superseded first.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FencesView {
     /// Deliveries refused as superseded, over every record.
     pub superseded: u64,
@@ -631,7 +653,7 @@ pub struct FencesView {
 }
 
 /// One consumer's record for one sender and shard.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FenceView {
     /// The consumer.
     pub consumer: String,
@@ -678,7 +700,7 @@ impl FencesQuery {
 }
 
 /// One record of the operators' audit log (`GET /audit`), newest first.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AuditView {
     /// Increasing with each record.
     pub id: i64,
@@ -719,9 +741,10 @@ impl From<&outbox_core::audit::AuditRecord> for AuditView {
 }
 
 /// `GET /history`: one table's merged history samples, oldest first.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HistoryView {
     /// The table.
+    #[schema(value_type = String, example = "region")]
     pub kind: Kind,
     /// How far back, in minutes.
     pub minutes: u32,
@@ -730,7 +753,7 @@ pub struct HistoryView {
 }
 
 /// One point of [`HistoryView`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PointView {
     /// When.
     pub at: DateTime<Utc>,

@@ -8,10 +8,10 @@ use outbox_core::{Category, OutboxKind, ShardKey};
 
 use super::error::{AdminError, AdminJson, AdminQuery};
 use super::model::{
-    AuditQuery, AuditView, BackfillView, BacklogView, ControlView, DeadLetterView, FailingView,
-    FenceView, FencesQuery, FencesView, HeadView, HealthView, HistoryQuery, HistoryView,
-    LiftControl, ListQuery, PointView, ReplayDeadLetters, Retried, RetryShards, SetAside,
-    SetAsideDone, SetControl, ShardQuery, ShardRef, ShardView, ShardsView,
+    AuditQuery, AuditView, BackfillView, BacklogView, ControlView, DeadLetterView, Discarded,
+    FailingView, FenceView, FencesQuery, FencesView, HeadView, HealthView, HistoryQuery,
+    HistoryView, LiftControl, ListQuery, PointView, ReplayDeadLetters, Replayed, Retried,
+    RetryShards, SetAside, SetAsideDone, SetControl, ShardQuery, ShardRef, ShardView, ShardsView,
 };
 use super::ops::Actor;
 use super::{ops, AdminState};
@@ -117,18 +117,18 @@ pub(super) async fn replay<C: Category>(
     State(state): State<AdminState<C>>,
     Actor(actor): Actor,
     AdminJson(request): AdminJson<ReplayDeadLetters>,
-) -> Result<Json<serde_json::Value>, AdminError> {
+) -> Result<Json<Replayed>, AdminError> {
     let replayed = ops::replay(&state, &actor, request.kind, &request.ids).await?;
-    Ok(Json(serde_json::json!({ "replayed": replayed })))
+    Ok(Json(Replayed { replayed }))
 }
 
 pub(super) async fn discard<C: Category>(
     State(state): State<AdminState<C>>,
     Actor(actor): Actor,
     AdminJson(request): AdminJson<ReplayDeadLetters>,
-) -> Result<Json<serde_json::Value>, AdminError> {
+) -> Result<Json<Discarded>, AdminError> {
     let discarded = ops::discard(&state, &actor, request.kind, &request.ids).await?;
-    Ok(Json(serde_json::json!({ "discarded": discarded })))
+    Ok(Json(Discarded { discarded }))
 }
 
 pub(super) async fn backfills<C: Category>(
