@@ -41,7 +41,7 @@ pub(crate) struct Engine<C: Category> {
     pub(super) recovery: Arc<Recovery>,
     pub(super) completer: Arc<Completer>,
     /// What the rounds did since the last history sample.
-    pub(crate) tally: Arc<crate::history::Tally>,
+    pub(crate) tally: Arc<super::tally::Tally>,
 }
 
 impl<C: Category> Clone for Engine<C> {

@@ -91,6 +91,7 @@ mod planner;
 mod recovery;
 mod report;
 mod round;
+mod tally;
 mod view;
 mod wave;
 
