@@ -107,6 +107,16 @@ impl<C: Category> DrainView<C> {
         self.admin.failing_shards(kind, limit).await
     }
 
+    /// How many dead letters `kind` holds, every one counted (for a tool
+    /// that pages through them all; the admin reads cap theirs).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn dead_letter_count(&self, kind: OutboxKind) -> Result<u64, StoreError> {
+        self.admin.dead_letter_count(kind).await
+    }
+
     /// Dead-lettered rows of `kind`, oldest first, at most `limit`.
     ///
     /// # Errors

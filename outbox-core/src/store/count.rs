@@ -21,9 +21,13 @@
 /// assert_eq!(Count::up_to(10_001, 10_000), Count::AtLeast(10_000));
 /// ```
 ///
+/// In JSON (serde) it is `{"precision": "exact", "value": 12}`, the
+/// precision one of `exact`, `at_least` and `estimated`.
+///
 /// [`DrainConfig::count_cap`]: crate::DrainConfig::count_cap
 /// [`DEFAULT_COUNT_CAP`]: crate::drain::DEFAULT_COUNT_CAP
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "precision", content = "value", rename_all = "snake_case")]
 pub enum Count {
     /// Exactly this many.
     Exact(u64),
@@ -150,5 +154,14 @@ mod tests {
             Count::Estimated(32)
         );
         assert_eq!(Count::AtLeast(7).precision(), "at_least");
+        assert_eq!(
+            serde_json::to_value(Count::Estimated(9)).unwrap(),
+            serde_json::json!({"precision": "estimated", "value": 9})
+        );
+        for count in [Count::Exact(1), Count::AtLeast(2), Count::Estimated(3)] {
+            let json = serde_json::to_value(count).unwrap();
+            assert_eq!(json["precision"], count.precision());
+            assert_eq!(serde_json::from_value::<Count>(json).unwrap(), count);
+        }
     }
 }
