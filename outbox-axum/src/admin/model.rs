@@ -7,7 +7,7 @@ use outbox_core::store::{DeadLetterRow, FailingShard, ShardDepth, ShardState};
 use outbox_seaorm::backfill::BackfillStatus;
 use outbox_seaorm::inbox::FenceRecord;
 
-use outbox_core::{Backlog, ControlAction, ControlTarget, RuntimeControl, ShardKey};
+use outbox_core::{Backlog, ControlAction, ControlTarget, Count, RuntimeControl, ShardKey};
 
 use super::error::AdminError;
 
@@ -232,8 +232,9 @@ impl From<&ShardState> for StateView {
 pub struct ShardView {
     /// Which.
     pub shard: ShardRef,
-    /// Rows pending.
-    pub depth: u64,
+    /// Rows pending: `{"precision": "exact" | "at_least" | "estimated",
+    /// "value": n}` (see [`Count`]).
+    pub depth: Count,
     /// When its oldest pending row was written.
     pub oldest_date_added: DateTime<Utc>,
     /// Its earliest `scheduled_for`.
@@ -271,10 +272,11 @@ pub struct FailingView {
 pub struct ShardsView {
     /// The table.
     pub kind: Kind,
-    /// Rows pending.
-    pub pending: u64,
-    /// Dead letters.
-    pub dead_letters: u64,
+    /// Rows pending: exact up to the count cap, above it estimated or at
+    /// least the cap (see [`Count`]).
+    pub pending: Count,
+    /// Dead letters: exact up to the count cap, else at least the cap.
+    pub dead_letters: Count,
     /// The deepest shards, deepest first (their failure state is that of
     /// the same snapshot).
     pub shards: Vec<ShardView>,
@@ -354,8 +356,9 @@ pub struct ReplayDeadLetters {
 pub struct BacklogView {
     /// The table.
     pub kind: Kind,
-    /// Rows pending.
-    pub depth: u64,
+    /// Rows pending: `{"precision": "exact" | "at_least" | "estimated",
+    /// "value": n}` (see [`Count`]).
+    pub depth: Count,
     /// Age of the oldest pending row, in seconds.
     pub oldest_age_seconds: Option<f64>,
     /// Shards backing off.
@@ -372,8 +375,9 @@ pub struct BacklogView {
     /// What holds vacuum back the furthest (PostgreSQL): end it when dead
     /// tuples pile up.
     pub horizon: Option<HorizonHolderView>,
-    /// Rows in the dead-letter table.
-    pub dead_letters: u64,
+    /// Rows in the dead-letter table: exact up to the count cap, else at
+    /// least the cap.
+    pub dead_letters: Count,
     /// Per scope: pending rows and the oldest's age.
     pub scopes: Vec<ScopeBacklogView>,
 }
@@ -433,8 +437,9 @@ pub(crate) fn remedy(holder: &outbox_core::store::HorizonHolder) -> String {
 pub struct ScopeBacklogView {
     /// The scope's name.
     pub scope: String,
-    /// Rows pending.
-    pub depth: u64,
+    /// Rows pending: `{"precision": "exact" | "at_least" | "estimated",
+    /// "value": n}` (see [`Count`]).
+    pub depth: Count,
     /// Age of its oldest pending row, in seconds.
     pub oldest_age_seconds: Option<f64>,
 }
