@@ -14,14 +14,18 @@
 //! `ANALYZE` (no `VACUUM`: the visibility map is as a busy queue's). Each
 //! read goes through the admin router (`tower::ServiceExt::oneshot`, no
 //! socket) or the view, twice to warm up, then `OUTBOX_BENCH_REPEAT` times
-//! (default 5); the median is printed, with the number of sequential scans
+//! (default 7); the median is printed, with the number of sequential scans
 //! of `region_outbox` the measured reads made (`pg_stat_user_tables`).
 //!
-//! The drain: two `drain_due` loops with a no-op receiver, for
-//! `OUTBOX_BENCH_DRAIN_SECS` seconds (default 15) each phase, three phases
-//! on the 10M backlog: without the dashboard, with a `GET /dashboard` every
-//! second (the next one right after a render that took longer), without
-//! again; the ratio is the rate with ÷ the mean of the two without.
+//! The two sizes live in two databases of one cluster, and their reads
+//! alternate, so that the load of a shared machine falls on both alike.
+//!
+//! The drain: two `drain_due` loops with a no-op receiver on the 10M
+//! backlog, in phases of `OUTBOX_BENCH_DRAIN_SECS` seconds (default 10)
+//! without (A) and with (B) a `GET /dashboard` every second (the next one
+//! right after a render that took longer), in the order ABBAAB: the drain
+//! slows down as the dead tuples it leaves pile up, and that order cancels a
+//! steady drift. The ratio is the rate with ÷ without.
 //!
 //! `OUTBOX_BENCH_ROWS=n` changes the large size (default 10,000,000).
 //! Uses `DATABASE_URL` when set; otherwise starts a throwaway cluster (with
@@ -58,8 +62,8 @@ outbox_core::registry! {
 const SMALL: i64 = 10_000;
 const DEFAULT_LARGE: i64 = 10_000_000;
 const SHARDS: i64 = 100_000;
-const DEFAULT_REPEAT: usize = 5;
-const DEFAULT_DRAIN_SECS: u64 = 15;
+const DEFAULT_REPEAT: usize = 7;
+const DEFAULT_DRAIN_SECS: u64 = 10;
 const DRAIN_LOOPS: usize = 2;
 
 /// The reads, in the order they are printed.
@@ -165,32 +169,52 @@ async fn read(which: usize, router: &Router, drainer: &Drainer<OutboxCategory>) 
 /// of its last flush).
 const STATS_FLUSH: Duration = Duration::from_secs(11);
 
-/// Each read's median time and the sequential scans the measured runs made.
-async fn measure(
-    db: &DatabaseConnection,
-    router: &Router,
-    drainer: &Drainer<OutboxCategory>,
-    repeat: usize,
-) -> Vec<(Duration, i64)> {
+/// One database with its admin router and drainer.
+struct Size {
+    rows: i64,
+    db: TestDatabase,
+    router: Router,
+    drainer: Drainer<OutboxCategory>,
+}
+
+/// Each read's median time and the sequential scans the measured runs made,
+/// per size: the sizes' reads alternate (small, large, then large, small),
+/// so that the load of a shared machine falls on both alike.
+async fn measure(sizes: &[Size], repeat: usize) -> Vec<Vec<(Duration, i64)>> {
     for which in 0..READS.len() {
-        for _ in 0..2 {
-            read(which, router, drainer).await;
+        for size in sizes {
+            for _ in 0..2 {
+                read(which, &size.router, &size.drainer).await;
+            }
         }
     }
     tokio::time::sleep(STATS_FLUSH).await;
-    let mut scans = seq_scans(db).await;
-    let mut results = Vec::new();
+    let mut scans = Vec::new();
+    for size in sizes {
+        scans.push(seq_scans(&size.db.db).await);
+    }
+    let mut results = vec![Vec::new(); sizes.len()];
     for which in 0..READS.len() {
-        let mut times = Vec::with_capacity(repeat);
-        for _ in 0..repeat {
-            let started = Instant::now();
-            read(which, router, drainer).await;
-            times.push(started.elapsed());
+        let mut times = vec![Vec::with_capacity(repeat); sizes.len()];
+        for round in 0..repeat {
+            for at in 0..sizes.len() {
+                let at = if round % 2 == 0 {
+                    at
+                } else {
+                    sizes.len() - 1 - at
+                };
+                let size = &sizes[at];
+                let started = Instant::now();
+                read(which, &size.router, &size.drainer).await;
+                times[at].push(started.elapsed());
+            }
         }
         tokio::time::sleep(STATS_FLUSH).await;
-        let now = seq_scans(db).await;
-        results.push((median(times), now - scans));
-        scans = now;
+        for (at, size) in sizes.iter().enumerate() {
+            let now = seq_scans(&size.db.db).await;
+            results[at].push((median(std::mem::take(&mut times[at])), now - scans[at]));
+            scans[at] = now;
+        }
     }
     results
 }
@@ -260,37 +284,44 @@ async fn main() {
         Ok(url) => url,
         Err(_) => start_cluster_at(&dir, true).unwrap(),
     };
-    let db = TestDatabase::postgres_on(&admin, "bench_admin_reads")
-        .await
-        .unwrap();
-    let receivers = Receivers::new()
-        .on(OutboxCategory::BenchUpdate, |_message| async {
-            Ok::<_, HandlerError>(())
-        })
-        .on(OutboxCategory::OtherUpdate, |_message| async {
-            Ok::<_, HandlerError>(())
+    let mut sizes = Vec::new();
+    for (rows, label) in [(SMALL, "bench_admin_small"), (large, "bench_admin_large")] {
+        let db = TestDatabase::postgres_on(&admin, label).await.unwrap();
+        let receivers = Receivers::new()
+            .on(OutboxCategory::BenchUpdate, |_message| async {
+                Ok::<_, HandlerError>(())
+            })
+            .on(OutboxCategory::OtherUpdate, |_message| async {
+                Ok::<_, HandlerError>(())
+            });
+        let drainer = Drainer::new(SeaOrmStore::new(db.db.clone()).unwrap(), receivers);
+        let router = Admin::new(drainer.clone()).router_behind(tower::layer::util::Identity::new());
+        sizes.push(Size {
+            rows,
+            db,
+            router,
+            drainer,
         });
-    let drainer = Drainer::new(SeaOrmStore::new(db.db.clone()).unwrap(), receivers);
-    let router = Admin::new(drainer.clone()).router_behind(tower::layer::util::Identity::new());
+    }
 
     println!(
-        "PostgreSQL: admin reads at {SMALL} and {large} pending rows (two scopes, row n in shard \
-         n % {SHARDS}; ANALYZE, no VACUUM), median of {repeat} after 2 warm-ups; through the admin \
-         router (oneshot) and DrainView::backlog"
+        "PostgreSQL: admin reads at {SMALL} and {large} pending rows, one database each on one \
+         cluster (two scopes, row n in shard n % {SHARDS}; ANALYZE, no VACUUM), median of \
+         {repeat}, the sizes' reads alternating, after 2 warm-ups; through the admin router \
+         (oneshot) and DrainView::backlog"
     );
-    let mut sizes = Vec::new();
-    for rows in [SMALL, large] {
-        let took = fill(&db.db, rows).await;
-        println!("  filled {rows} rows in {:.1} s", took.as_secs_f64());
-        sizes.push(measure(&db.db, &router, &drainer, repeat).await);
+    for size in &sizes {
+        let took = fill(&size.db.db, size.rows).await;
+        println!("  filled {} rows in {:.1} s", size.rows, took.as_secs_f64());
     }
+    let results = measure(&sizes, repeat).await;
     println!(
         "  {:<34} {:>12} {:>12} {:>8}  seq scans ({repeat} reads, small / large)",
         "read", "10k (ms)", "large (ms)", "ratio"
     );
     for (which, name) in READS.iter().enumerate() {
-        let (small, small_scans) = sizes[0][which];
-        let (big, big_scans) = sizes[1][which];
+        let (small, small_scans) = results[0][which];
+        let (big, big_scans) = results[1][which];
         println!(
             "  {name:<34} {:>12.2} {:>12.2} {:>7.2}x  {small_scans} / {big_scans}",
             ms(small),
@@ -299,19 +330,33 @@ async fn main() {
         );
     }
 
+    let Size {
+        db,
+        router,
+        drainer,
+        ..
+    } = sizes.pop().unwrap();
+    drop(sizes);
     println!(
         "drain over the {large}-row backlog, {DRAIN_LOOPS} drain_due loops, no-op receiver, \
-         {drain_secs} s per phase:"
+         phases of {drain_secs} s without (A) and with (B) the dashboard every second, in the \
+         order ABBAAB (the drain slows as dead tuples pile up: the order cancels a steady drift):"
     );
-    let (before, _) = drain_rate(&drainer, &router, drain_secs, false).await;
-    println!("  without the dashboard: {before:>9.0} rows/s");
-    let (with, pages) = drain_rate(&drainer, &router, drain_secs, true).await;
-    println!("  dashboard every 1 s:   {with:>9.0} rows/s ({pages} pages rendered)");
-    let (after, _) = drain_rate(&drainer, &router, drain_secs, false).await;
-    println!("  without the dashboard: {after:>9.0} rows/s");
+    let mut without = Vec::new();
+    let mut with = Vec::new();
+    for dashboard in [false, true, true, false, false, true] {
+        let (rate, pages) = drain_rate(&drainer, &router, drain_secs, dashboard).await;
+        if dashboard {
+            println!("  B  dashboard every 1 s: {rate:>9.0} rows/s ({pages} pages rendered)");
+            with.push(rate);
+        } else {
+            println!("  A  without:             {rate:>9.0} rows/s");
+            without.push(rate);
+        }
+    }
     println!(
-        "  with ÷ without (mean of both): {:.3}x",
-        with / ((before + after) / 2.0)
+        "  with ÷ without (sums of the phases): {:.3}x",
+        with.iter().sum::<f64>() / without.iter().sum::<f64>()
     );
 
     drop(router);
