@@ -25,7 +25,10 @@
 //! without (A) and with (B) a `GET /dashboard` every second (the next one
 //! right after a render that took longer), in the order ABBAAB: the drain
 //! slows down as the dead tuples it leaves pile up, and that order cancels a
-//! steady drift. The ratio is the rate with ÷ without.
+//! steady drift. Autovacuum is off on the outbox tables from the fill on
+//! (the reads see the table as filled); each drain phase starts after a
+//! `VACUUM` (not timed), so that each starts from the same state. The ratio
+//! is the rate with ÷ without.
 //!
 //! `OUTBOX_BENCH_ROWS=n` changes the large size (default 10,000,000).
 //! Uses `DATABASE_URL` when set; otherwise starts a throwaway cluster (with
@@ -113,6 +116,11 @@ async fn fill(db: &DatabaseConnection, rows: i64) -> Duration {
     .await
     .unwrap();
     db.execute_unprepared("ANALYZE region_outbox")
+        .await
+        .unwrap();
+    // The table stays as filled while it is measured: no autovacuum run
+    // in the middle (the drain phases vacuum before each).
+    db.execute_unprepared("ALTER TABLE region_outbox SET (autovacuum_enabled = off)")
         .await
         .unwrap();
     started.elapsed()
@@ -340,11 +348,15 @@ async fn main() {
     println!(
         "drain over the {large}-row backlog, {DRAIN_LOOPS} drain_due loops, no-op receiver, \
          phases of {drain_secs} s without (A) and with (B) the dashboard every second, in the \
-         order ABBAAB (the drain slows as dead tuples pile up: the order cancels a steady drift):"
+         order ABBAAB, each after a VACUUM:"
     );
     let mut without = Vec::new();
     let mut with = Vec::new();
     for dashboard in [false, true, true, false, false, true] {
+        db.db
+            .execute_unprepared("VACUUM region_outbox")
+            .await
+            .unwrap();
         let (rate, pages) = drain_rate(&drainer, &router, drain_secs, dashboard).await;
         if dashboard {
             println!("  B  dashboard every 1 s: {rate:>9.0} rows/s ({pages} pages rendered)");

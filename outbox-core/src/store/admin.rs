@@ -15,8 +15,9 @@ use crate::shard::{OutboxKind, ShardKey};
 pub struct ShardDepth {
     /// The shard.
     pub shard: ShardKey,
-    /// Rows pending: [`Exact`](Count::Exact) up to the read's cap, else
-    /// [`AtLeast`](Count::AtLeast) the cap.
+    /// Rows pending: [`Exact`](Count::Exact) up to the read's cap (from
+    /// [`StoreAdmin::snapshot`] on PostgreSQL: up to 10 rows), else an
+    /// estimate or at least that many.
     pub depth: Count,
     /// When its oldest pending row was written.
     pub oldest_date_added: DateTime<Utc>,
@@ -57,7 +58,9 @@ pub struct AdminSnapshot {
     pub pending: Count,
     /// The deepest shards, deepest first: of every shard when the table
     /// holds at most `cap` rows, else of the shards holding its oldest
-    /// `cap + 1` rows (by id), each counted up to the cap.
+    /// `cap + 1` rows (by id). A store may count each listed shard up to
+    /// fewer rows than the cap (PostgreSQL: 10, each costs a page read) and
+    /// estimate deeper ones.
     pub deepest: Vec<ShardDepth>,
     /// Shards with a failure state (backing off, paused, quarantined), next
     /// attempt first.

@@ -19,7 +19,8 @@ pub(super) enum SnapshotSql {
     Capped {
         /// `n` (at most `$1 + 1`) and `estimate` (nullable); `$1` cap.
         pending: &'static str,
-        /// `$1` limit, `$2` cap: depths counted up to `$2 + 1`.
+        /// `$1` limit, `$2` cap, `$3` rows counted per shard (up to `$3 +
+        /// 1`), with the planner's `estimate` of each shard's rows.
         shard_depths: &'static str,
         /// `$1` kind, `$2` limit.
         failing_shards: &'static str,
@@ -39,6 +40,12 @@ pub(super) enum SnapshotSql {
 const DEAD_LETTER_COUNT: &str = "SELECT count(*) AS n FROM outbox_dead_letter WHERE kind = $1";
 const DEAD_LETTER_COUNT_CAPPED: &str =
     "SELECT count(*) AS n FROM (SELECT 1 FROM outbox_dead_letter WHERE kind = $1 LIMIT $2 + 1) d";
+
+/// How many rows of each listed shard the capped snapshot counts at most
+/// (or the cap, if lower): the listed shards' rows are scattered over the
+/// table, so each costs a page read; a deeper shard shows the planner's
+/// estimate (or "at least" this many).
+pub(super) const SHARD_ROWS_COUNTED: u64 = 10;
 
 /// The cap as the statements take it (`$cap + 1` must fit a bigint).
 pub(super) fn cap_param(cap: u64) -> i64 {
@@ -61,21 +68,37 @@ pub(super) fn capped(counted: i64, estimate: Option<i64>, cap: u64) -> Count {
 
 const OP: &str = "read an admin snapshot";
 
-/// Decodes `shard_depths.sql` rows (`deepest_shards.sql` rows, whose
-/// depths stop after `cap + 1`, with `cap`).
+/// How a shard's depth was counted.
+#[derive(Clone, Copy)]
+pub(super) enum DepthCount {
+    /// Every row (`shard_depths.sql`).
+    Exact,
+    /// Every row, then capped.
+    UpTo(u64),
+    /// Up to this many + 1, with the planner's `estimate`
+    /// (`deepest_shards.sql`).
+    Estimated(u64),
+}
+
+/// Decodes `shard_depths.sql` and `deepest_shards.sql` rows.
 pub(super) fn shard_depths(
     rows: &[sea_orm::QueryResult],
     kind: OutboxKind,
     backend: DbBackend,
-    cap: Option<u64>,
+    count: DepthCount,
 ) -> Result<Vec<ShardDepth>, StoreError> {
+    const OP: &str = "measure shard depths";
     rows.iter()
         .map(|row| {
-            let depth: i64 = get(row, "depth", "measure shard depths")?;
-            let depth = u64::try_from(depth).unwrap_or(0);
+            let counted: i64 = get(row, "depth", OP)?;
+            let depth = match count {
+                DepthCount::Exact => Count::Exact(u64::try_from(counted).unwrap_or(0)),
+                DepthCount::UpTo(cap) => Count::up_to(u64::try_from(counted).unwrap_or(0), cap),
+                DepthCount::Estimated(cap) => capped(counted, get(row, "estimate", OP)?, cap),
+            };
             Ok(ShardDepth {
                 shard: codec::shard(row, kind)?,
-                depth: cap.map_or(Count::Exact(depth), |cap| Count::up_to(depth, cap)),
+                depth,
                 oldest_date_added: time::get(row, backend, "oldest_date_added")?,
                 next_scheduled_for: time::get(row, backend, "next_scheduled_for")?,
             })
@@ -137,7 +160,7 @@ async fn read_in<C: ConnectionTrait>(
     let all = |text: &'static str, values: Vec<Value>| {
         txn.query_all_raw(Statement::from_sql_and_values(backend, text, values))
     };
-    let (pending, depths, failing_shards, depth_cap) = match *sql {
+    let (pending, depths, failing_shards, depth_count) = match *sql {
         SnapshotSql::Capped {
             pending,
             shard_depths,
@@ -155,13 +178,23 @@ async fn read_in<C: ConnectionTrait>(
                 Some(row) => capped(get(&row, "n", OP)?, get(&row, "estimate", OP)?, cap),
                 None => Count::Exact(0),
             };
+            let per_shard = cap.min(SHARD_ROWS_COUNTED);
             let depths = all(
                 shard_depths,
-                vec![codec::limit(limit).into(), cap_param(cap).into()],
+                vec![
+                    codec::limit(limit).into(),
+                    cap_param(cap).into(),
+                    cap_param(per_shard).into(),
+                ],
             )
             .await
             .map_err(op(OP))?;
-            (pending, depths, failing_shards, Some(cap))
+            (
+                pending,
+                depths,
+                failing_shards,
+                DepthCount::Estimated(per_shard),
+            )
         }
         SnapshotSql::Exact {
             pending_count,
@@ -172,7 +205,7 @@ async fn read_in<C: ConnectionTrait>(
             let depths = all(shard_depths, vec![codec::limit(limit).into()])
                 .await
                 .map_err(op(OP))?;
-            (pending, depths, failing_shards, Some(cap))
+            (pending, depths, failing_shards, DepthCount::UpTo(cap))
         }
     };
     let failing = all(
@@ -190,7 +223,7 @@ async fn read_in<C: ConnectionTrait>(
     Ok(AdminSnapshot {
         kind,
         pending,
-        deepest: shard_depths(&depths, kind, backend, depth_cap)?,
+        deepest: shard_depths(&depths, kind, backend, depth_count)?,
         failing: codec::failing_shards(&failing, kind, backend)?,
         dead_letters: Count::up_to(dead_letters, cap),
     })

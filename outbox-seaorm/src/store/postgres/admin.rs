@@ -30,7 +30,12 @@ impl StoreAdmin for PgStore {
                 OP,
             )
             .await?;
-        crate::store::snapshot::shard_depths(&rows, kind, BACKEND, None)
+        crate::store::snapshot::shard_depths(
+            &rows,
+            kind,
+            BACKEND,
+            crate::store::snapshot::DepthCount::Exact,
+        )
     }
 
     async fn oldest_pending(&self, kind: OutboxKind) -> Result<Option<DateTime<Utc>>, StoreError> {
