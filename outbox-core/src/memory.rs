@@ -668,7 +668,7 @@ impl StoreAdmin for MemoryStore {
                 oldest_date_added: row.date_added,
                 next_scheduled_for: row.scheduled_for,
             });
-            depth.depth = depth.depth.add(Count::Exact(1));
+            depth.depth = depth.depth + Count::Exact(1);
             depth.oldest_date_added = depth.oldest_date_added.min(row.date_added);
             depth.next_scheduled_for = depth.next_scheduled_for.min(row.scheduled_for);
         }

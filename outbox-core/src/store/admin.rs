@@ -213,7 +213,7 @@ pub trait StoreAdmin: Send + Sync + 'static {
         for shard in self.shard_depths(kind, usize::MAX).await? {
             match scopes.iter_mut().find(|s| s.scope == shard.shard.scope()) {
                 Some(scope) => {
-                    scope.depth = scope.depth.add(shard.depth);
+                    scope.depth = scope.depth + shard.depth;
                     scope.oldest_date_added = scope.oldest_date_added.min(shard.oldest_date_added);
                 }
                 None => scopes.push(ScopeDepth {

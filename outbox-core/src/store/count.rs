@@ -70,10 +70,14 @@ impl Count {
             Count::Estimated(_) => "estimated",
         }
     }
+}
 
-    /// The sum of two counts: exact only when both are, an estimate when
-    /// either is.
-    pub fn add(self, other: Count) -> Count {
+/// The sum of two counts: exact only when both are, an estimate when either
+/// is, else at least the sum.
+impl std::ops::Add for Count {
+    type Output = Count;
+
+    fn add(self, other: Count) -> Count {
         let n = self.value().saturating_add(other.value());
         match (self, other) {
             (Count::Exact(_), Count::Exact(_)) => Count::Exact(n),
@@ -104,7 +108,7 @@ fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (at, digit) in digits.chars().enumerate() {
-        if at > 0 && (digits.len() - at) % 3 == 0 {
+        if at > 0 && (digits.len() - at).is_multiple_of(3) {
             out.push(',');
         }
         out.push(digit);
@@ -147,10 +151,10 @@ mod tests {
         assert_eq!(Count::Estimated(10_000_000).to_string(), "~10M");
         assert_eq!(Count::Estimated(999_960).to_string(), "~1M");
         assert_eq!(Count::Estimated(999).to_string(), "~999");
-        assert_eq!(Count::Exact(2).add(Count::Exact(3)), Count::Exact(5));
-        assert_eq!(Count::Exact(2).add(Count::AtLeast(3)), Count::AtLeast(5));
+        assert_eq!(Count::Exact(2) + Count::Exact(3), Count::Exact(5));
+        assert_eq!(Count::Exact(2) + Count::AtLeast(3), Count::AtLeast(5));
         assert_eq!(
-            Count::AtLeast(2).add(Count::Estimated(30)),
+            Count::AtLeast(2) + Count::Estimated(30),
             Count::Estimated(32)
         );
         assert_eq!(Count::AtLeast(7).precision(), "at_least");
