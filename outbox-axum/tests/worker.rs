@@ -80,10 +80,27 @@ async fn the_worker_refuses_to_start_without_the_migrations(backend: DbBackend) 
         .await
         .unwrap_err()
         .to_string();
+    // The later migrations the check can see missing (not the
+    // settings-only autovacuum one, nor an index drop whose index this
+    // early schema never had).
     assert!(
         text.contains("table `outbox_claim_bucket` does not exist")
             && text.contains("m20261123_000004_bucket_claims")
-            && text.contains("nor have the 7 after it"),
+            && text.contains("nor have the 9 after it"),
+        "{text}"
+    );
+    // The newest ones are checked too: one behind, the audit log's table.
+    outbox_migrations::OutboxMigrator::up(&db.db, Some(9))
+        .await
+        .unwrap();
+    let text = OutboxWorker::builder(db.db.clone(), receivers())
+        .spawn()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("m20261126_000013_operator_audit")
+            && text.contains("nor has the one after it"),
         "{text}"
     );
 

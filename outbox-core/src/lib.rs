@@ -102,9 +102,9 @@ pub use shard::{
 };
 pub use store::{
     BoxError, ClaimBeforeCommit, ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch,
-    CommitOutcome, DeadLetter, DeadLetterRow, DrainStore, DueClaim, FailingShard, ScopeDepth,
-    ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardState, ShardStatus, Store, StoreAdmin,
-    StoreError,
+    CommitOutcome, Count, DeadLetter, DeadLetterRow, DrainStore, DueClaim, FailingShard,
+    ScopeDepth, ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardState, ShardStatus, Store,
+    StoreAdmin, StoreError,
 };
 pub use trace::TraceParent;
 /// The UUID crate of [`Message::message_id`], for receivers that store it.

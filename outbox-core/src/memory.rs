@@ -19,7 +19,7 @@ use crate::message::StoredRow;
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey, MAX_BUCKETS_PER_CLAIM};
 use crate::store::{
-    ClaimBeforeCommit, ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome,
+    ClaimBeforeCommit, ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, Count,
     DeadLetterRow, DrainStore, DueClaim, FailingShard, ShardClaim, ShardDepth, ShardEnd,
     ShardState, StoreAdmin, StoreError,
 };
@@ -667,16 +667,21 @@ impl StoreAdmin for MemoryStore {
         for row in state.rows.get(&kind).into_iter().flat_map(|r| r.values()) {
             let depth = depths.entry(row.shard.clone()).or_insert(ShardDepth {
                 shard: row.shard.clone(),
-                depth: 0,
+                depth: Count::Exact(0),
                 oldest_date_added: row.date_added,
                 next_scheduled_for: row.scheduled_for,
             });
-            depth.depth += 1;
+            depth.depth = depth.depth + Count::Exact(1);
             depth.oldest_date_added = depth.oldest_date_added.min(row.date_added);
             depth.next_scheduled_for = depth.next_scheduled_for.min(row.scheduled_for);
         }
         let mut depths: Vec<ShardDepth> = depths.into_values().collect();
-        depths.sort_by(|a, b| b.depth.cmp(&a.depth).then_with(|| a.shard.cmp(&b.shard)));
+        depths.sort_by(|a, b| {
+            b.depth
+                .value()
+                .cmp(&a.depth.value())
+                .then_with(|| a.shard.cmp(&b.shard))
+        });
         depths.truncate(limit);
         Ok(depths)
     }
@@ -769,10 +774,13 @@ impl StoreAdmin for MemoryStore {
         Ok(moved)
     }
 
+    /// Every row counted, then capped as the SQL stores cap them: exact up
+    /// to `cap`, else at least `cap`.
     async fn snapshot(
         &self,
         kind: OutboxKind,
         limit: usize,
+        cap: u64,
     ) -> Result<crate::store::AdminSnapshot, StoreError> {
         // One point in time: the separate reads over a copy of the state
         // taken under one lock.
@@ -785,12 +793,16 @@ impl StoreAdmin for MemoryStore {
             .dead
             .get(&kind)
             .map_or(0, |dead| dead.len() as u64);
+        let mut deepest = copy.shard_depths(kind, limit).await?;
+        for shard in &mut deepest {
+            shard.depth = Count::up_to(shard.depth.value(), cap);
+        }
         Ok(crate::store::AdminSnapshot {
             kind,
-            pending: copy.pending_count(kind).await?,
-            deepest: copy.shard_depths(kind, limit).await?,
+            pending: Count::up_to(copy.pending_count(kind).await?, cap),
+            deepest,
             failing: copy.failing_shards(kind, limit).await?,
-            dead_letters,
+            dead_letters: Count::up_to(dead_letters, cap),
         })
     }
 

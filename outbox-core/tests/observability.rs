@@ -164,7 +164,7 @@ fn coalescing_retries_and_the_backlog_are_measured() {
                     backlog.failing_shards,
                     backlog.quarantined_shards
                 ),
-                (4, 1, 1)
+                (outbox_core::Count::Exact(4), 1, 1)
             );
             assert!(backlog.oldest_age.unwrap() >= Duration::from_secs(5));
             let report = drainer.drain_due(OutboxKind::Region).await.unwrap();

@@ -200,6 +200,25 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
         )],
         dropped_indexes: &[],
     },
+    MigrationSchema {
+        migration: "m20261126_000014_outbox_history",
+        tables: &[(
+            "outbox_history",
+            &[
+                "at",
+                "kind",
+                "scope",
+                "owner",
+                "depth",
+                "oldest_age_ms",
+                "delivered",
+                "failed",
+                "dead_lettered",
+                "dead_letters",
+            ],
+        )],
+        dropped_indexes: &[],
+    },
 ];
 
 /// How to run the migrations, for the error messages.

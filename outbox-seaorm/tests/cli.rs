@@ -13,7 +13,7 @@ use common::{OutboxCategory, Recorder};
 use outbox_core::{Drainer, DrainerBuilder, OutboxKind, ShardKey, StoreAdmin};
 use outbox_seaorm::backfill::Backfill;
 use outbox_seaorm::cli::output::{
-    AuditOutput, BackfillRunOutput, BackfillStatusOutput, ControlChange, ControlOutput,
+    AuditOutput, BackfillRunOutput, BackfillStatusOutput, ControlChange, ControlOutput, Count,
     DeadLetterAction, DeadLettersChanged, DeadLettersOutput, DrainOutput, RetryOutput,
     ShardsOutput,
 };
@@ -265,7 +265,7 @@ async fn shards_show_the_deepest_and_the_failing_with_their_last_error(backend: 
     let shards: ShardsOutput = t.json("shards").await;
     assert_eq!(
         (shards.kind, shards.pending, shards.dead_letters),
-        (Kind::Region, 4, 0)
+        (Kind::Region, Count::Exact(4), Count::Exact(0))
     );
     assert_eq!(shards.shards.len(), 2);
     assert_eq!(shards.shards[0].shard.identifier, Some(7));
@@ -273,7 +273,7 @@ async fn shards_show_the_deepest_and_the_failing_with_their_last_error(backend: 
         shards.shards[0].shard.scope_name.as_deref(),
         Some("OrganizationScope")
     );
-    assert_eq!(shards.shards[0].depth, 3);
+    assert_eq!(shards.shards[0].depth, Count::Exact(3));
     assert!(shards.shards[0].state.is_none());
     assert_eq!(shards.shards[1].shard.identifier, Some(8));
     assert_eq!(shards.failing.len(), 1);
@@ -289,7 +289,10 @@ async fn shards_show_the_deepest_and_the_failing_with_their_last_error(backend: 
     let limited: ShardsOutput = t.json("shards --limit 1").await;
     assert_eq!(limited.shards.len(), 1);
     let control: ShardsOutput = t.json("shards --kind control").await;
-    assert_eq!((control.kind, control.pending), (Kind::Control, 0));
+    assert_eq!(
+        (control.kind, control.pending),
+        (Kind::Control, Count::Exact(0))
+    );
 
     let text = t.text("shards").await;
     assert!(
@@ -597,7 +600,7 @@ async fn run_cli_exits_non_zero_on_errors(backend: DbBackend) {
     let code = run_cli_from(&t.cli, ["outbox", "shards", "--json"], &mut out, &mut err).await;
     assert_eq!(code, ExitCode::SUCCESS);
     let shards: ShardsOutput = serde_json::from_slice(&out).unwrap();
-    assert_eq!(shards.pending, 0);
+    assert_eq!(shards.pending, Count::Exact(0));
 
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = run_cli_from(

@@ -51,7 +51,7 @@ async fn settled(app: &Deployment) {
         app.eventually("the region outbox empties", || async {
             app.get(app.region_url(region, "/admin/outbox/shards"))
                 .await
-                .1["pending"]
+                .1["pending"]["value"]
                 == 0
         })
         .await;

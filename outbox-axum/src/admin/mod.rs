@@ -48,6 +48,14 @@
 //! from another origin are refused (`403`). With
 //! [`router_behind`](Admin::router_behind) your layer decides who sees it.
 //!
+//! Counts (pending rows, a shard's or a scope's depth, dead letters) are
+//! [`outbox_core::Count`]s, `{"precision": "exact" | "at_least" |
+//! "estimated", "value": n}`: exact up to the drainer's
+//! [`count_cap`](outbox_core::DrainConfig::count_cap) (10,000 by default),
+//! above it PostgreSQL's estimate or at least the cap, so that these reads
+//! cost the same on any backlog. The dashboard writes them `12`,
+//! `≥ 10,000`, `~2.4M`.
+//!
 //! A target is `{"kind": "region", "scope": 0, "identifier": 42}` (a shard)
 //! or without `identifier` (every shard of the scope, new ones too); the
 //! control outbox adds `"region": "us"`.

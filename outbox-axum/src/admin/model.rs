@@ -7,7 +7,7 @@ use outbox_core::store::{DeadLetterRow, FailingShard, ShardDepth, ShardState};
 use outbox_seaorm::backfill::BackfillStatus;
 use outbox_seaorm::inbox::FenceRecord;
 
-use outbox_core::{Backlog, ControlAction, ControlTarget, RuntimeControl, ShardKey};
+use outbox_core::{Backlog, ControlAction, ControlTarget, Count, RuntimeControl, ShardKey};
 
 use super::error::AdminError;
 
@@ -235,8 +235,10 @@ impl From<&ShardState> for StateView {
 pub struct ShardView {
     /// Which.
     pub shard: ShardRef,
-    /// Rows pending.
-    pub depth: u64,
+    /// Rows pending: `{"precision": "exact" | "at_least" | "estimated",
+    /// "value": n}` (see [`Count`]).
+    #[schema(value_type = CountSchema)]
+    pub depth: Count,
     /// When its oldest pending row was written.
     pub oldest_date_added: DateTime<Utc>,
     /// When its next row is due; `null` while it waits for an operator
@@ -286,10 +288,13 @@ pub struct ShardsView {
     /// The table.
     #[schema(value_type = String, example = "region")]
     pub kind: Kind,
-    /// Rows pending.
-    pub pending: u64,
-    /// Dead letters.
-    pub dead_letters: u64,
+    /// Rows pending: exact up to the count cap, above it estimated or at
+    /// least the cap (see [`Count`]).
+    #[schema(value_type = CountSchema)]
+    pub pending: Count,
+    /// Dead letters: exact up to the count cap, else at least the cap.
+    #[schema(value_type = CountSchema)]
+    pub dead_letters: Count,
     /// The deepest shards, deepest first (their failure state is that of
     /// the same snapshot).
     pub shards: Vec<ShardView>,
@@ -485,8 +490,10 @@ pub struct BacklogView {
     /// The table.
     #[schema(value_type = String, example = "region")]
     pub kind: Kind,
-    /// Rows pending.
-    pub depth: u64,
+    /// Rows pending: `{"precision": "exact" | "at_least" | "estimated",
+    /// "value": n}` (see [`Count`]).
+    #[schema(value_type = CountSchema)]
+    pub depth: Count,
     /// Age of the oldest pending row, in seconds.
     pub oldest_age_seconds: Option<f64>,
     /// Shards backing off.
@@ -503,8 +510,10 @@ pub struct BacklogView {
     /// What holds vacuum back the furthest (PostgreSQL): end it when dead
     /// tuples pile up.
     pub horizon: Option<HorizonHolderView>,
-    /// Rows in the dead-letter table.
-    pub dead_letters: u64,
+    /// Rows in the dead-letter table: exact up to the count cap, else at
+    /// least the cap.
+    #[schema(value_type = CountSchema)]
+    pub dead_letters: Count,
     /// Per scope: pending rows and the oldest's age.
     pub scopes: Vec<ScopeBacklogView>,
 }
@@ -564,8 +573,10 @@ pub(crate) fn remedy(holder: &outbox_core::store::HorizonHolder) -> String {
 pub struct ScopeBacklogView {
     /// The scope's name.
     pub scope: String,
-    /// Rows pending.
-    pub depth: u64,
+    /// Rows pending: `{"precision": "exact" | "at_least" | "estimated",
+    /// "value": n}` (see [`Count`]).
+    #[schema(value_type = CountSchema)]
+    pub depth: Count,
     /// Age of its oldest pending row, in seconds.
     pub oldest_age_seconds: Option<f64>,
 }
@@ -863,4 +874,15 @@ fn check_limit(limit: usize) -> Result<usize, AdminError> {
         )));
     }
     Ok(limit)
+}
+
+/// How the OpenAPI document shows a [`Count`]: `{"precision": "exact" |
+/// "at_least" | "estimated", "value": n}`.
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CountSchema {
+    /// `exact`, `at_least` (counted up to the cap) or `estimated` (from the
+    /// planner's statistics).
+    pub precision: String,
+    /// The number.
+    pub value: u64,
 }

@@ -22,6 +22,9 @@ pub const DEFAULT_COMMIT_INTERVAL: Duration = Duration::from_millis(50);
 /// Default time a round should take at the receivers' observed speed: 100 ms.
 pub const DEFAULT_ROUND_DURATION: Duration = Duration::from_millis(100);
 
+/// Default [`DrainConfig::count_cap`]: 10,000 rows.
+pub const DEFAULT_COUNT_CAP: u64 = 10_000;
+
 /// Tuning of a [`Drainer`](super::Drainer). Every setter states its default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DrainConfig {
@@ -35,6 +38,7 @@ pub struct DrainConfig {
     pub(crate) backoff: BackoffPolicy,
     pub(crate) recovery_batch: usize,
     pub(crate) controls_refresh: Duration,
+    pub(crate) count_cap: u64,
 }
 
 impl Default for DrainConfig {
@@ -50,6 +54,7 @@ impl Default for DrainConfig {
             backoff: BackoffPolicy::default(),
             recovery_batch: DEFAULT_RECOVERY_BATCH,
             controls_refresh: DEFAULT_CONTROLS_REFRESH,
+            count_cap: DEFAULT_COUNT_CAP,
         }
     }
 }
@@ -139,6 +144,21 @@ impl DrainConfig {
         self
     }
 
+    /// How many rows the admin reads ([`DrainView::backlog`], the worker's
+    /// gauges, [`DrainView::snapshot`], and so the admin API, the dashboard
+    /// and the CLI) count at most before they stop: a count up to it is
+    /// exact, one above it an estimate from the database's statistics or
+    /// "at least" the cap ([`Count`]), so that a huge backlog costs these
+    /// reads no more than this many rows (at least 1). Default: 10,000.
+    ///
+    /// [`DrainView::backlog`]: super::DrainView::backlog
+    /// [`DrainView::snapshot`]: super::DrainView::snapshot
+    /// [`Count`]: crate::store::Count
+    pub fn count_cap(mut self, rows: u64) -> Self {
+        self.count_cap = rows.max(1);
+        self
+    }
+
     /// The backoff policy.
     pub fn backoff_policy(&self) -> BackoffPolicy {
         self.backoff
@@ -170,6 +190,7 @@ mod tests {
     fn defaults_match_their_constants() {
         let config = DrainConfig::default();
         assert_eq!(config.batch_size, DEFAULT_BATCH_SIZE);
+        assert_eq!(config.count_cap, DEFAULT_COUNT_CAP);
         assert_eq!(config.concurrency, DEFAULT_CONCURRENCY);
         assert_eq!(config.lease, DEFAULT_LEASE);
         assert_eq!(config.delivery_timeout, DEFAULT_DELIVERY_TIMEOUT);

@@ -109,7 +109,11 @@ impl<C: Category> Drainer<C> {
 
     /// A read-only view of the store: the backlog and the inspection reads.
     pub fn view(&self) -> DrainView<C> {
-        DrainView::new(self.engine.admin.clone(), self.engine.clock.clone())
+        DrainView::new(
+            self.engine.admin.clone(),
+            self.engine.clock.clone(),
+            self.engine.config.count_cap,
+        )
     }
 
     pub(crate) fn engine(&self) -> &Engine<C> {

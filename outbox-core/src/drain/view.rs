@@ -15,7 +15,7 @@ use crate::metrics as names;
 use crate::registry::{Category, Scope};
 use crate::shard::{OutboxKind, ShardKey};
 use crate::store::{
-    AdminSnapshot, DeadLetterRow, FailingShard, HorizonHolder, ScopeDepth, ShardDepth, ShardState,
+    AdminSnapshot, Count, DeadLetterRow, FailingShard, HorizonHolder, ScopeDepth, ShardDepth,
     StoreAdmin, StoreError, TableHealth,
 };
 
@@ -26,6 +26,7 @@ use crate::store::{
 pub struct DrainView<C: Category> {
     admin: Arc<dyn StoreAdmin>,
     clock: Arc<dyn Clock>,
+    count_cap: u64,
     category: PhantomData<fn() -> C>,
 }
 
@@ -34,6 +35,7 @@ impl<C: Category> Clone for DrainView<C> {
         Self {
             admin: self.admin.clone(),
             clock: self.clock.clone(),
+            count_cap: self.count_cap,
             category: PhantomData,
         }
     }
@@ -46,12 +48,19 @@ impl<C: Category> std::fmt::Debug for DrainView<C> {
 }
 
 impl<C: Category> DrainView<C> {
-    pub(super) fn new(admin: Arc<dyn StoreAdmin>, clock: Arc<dyn Clock>) -> Self {
+    pub(super) fn new(admin: Arc<dyn StoreAdmin>, clock: Arc<dyn Clock>, count_cap: u64) -> Self {
         Self {
             admin,
             clock,
+            count_cap,
             category: PhantomData,
         }
+    }
+
+    /// How many rows its counts count at most
+    /// ([`DrainConfig::count_cap`](super::DrainConfig::count_cap)).
+    pub fn count_cap(&self) -> u64 {
+        self.count_cap
     }
 
     /// The current time of the drain's clock.
@@ -59,7 +68,9 @@ impl<C: Category> DrainView<C> {
         self.clock.now()
     }
 
-    /// Rows pending in `kind`.
+    /// Rows pending in `kind`, every one counted (its cost grows with the
+    /// backlog: the admin reads use [`snapshot`](Self::snapshot) and
+    /// [`backlog`](Self::backlog), whose counts are capped).
     ///
     /// # Errors
     ///
@@ -68,7 +79,9 @@ impl<C: Category> DrainView<C> {
         self.admin.pending_count(kind).await
     }
 
-    /// The deepest pending shards first, at most `limit`.
+    /// The deepest pending shards first, at most `limit`, every row counted
+    /// (its cost grows with the backlog; [`snapshot`](Self::snapshot) reads
+    /// them capped).
     ///
     /// # Errors
     ///
@@ -95,6 +108,16 @@ impl<C: Category> DrainView<C> {
         self.admin.failing_shards(kind, limit).await
     }
 
+    /// How many dead letters `kind` holds, every one counted (for a tool
+    /// that pages through them all; the admin reads cap theirs).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn dead_letter_count(&self, kind: OutboxKind) -> Result<u64, StoreError> {
+        self.admin.dead_letter_count(kind).await
+    }
+
     /// Dead-lettered rows of `kind`, oldest first, at most `limit`.
     ///
     /// # Errors
@@ -109,7 +132,9 @@ impl<C: Category> DrainView<C> {
     }
 
     /// Pending rows, the deepest and the failing shards (up to `limit`
-    /// each) and the dead letters of `kind`, read in one transaction.
+    /// each) and the dead letters of `kind`, read in one transaction, every
+    /// count capped at [`count_cap`](Self::count_cap) (see
+    /// [`AdminSnapshot`]).
     ///
     /// # Errors
     ///
@@ -119,7 +144,7 @@ impl<C: Category> DrainView<C> {
         kind: OutboxKind,
         limit: usize,
     ) -> Result<AdminSnapshot, StoreError> {
-        self.admin.snapshot(kind, limit).await
+        self.admin.snapshot(kind, limit, self.count_cap).await
     }
 
     /// Dead tuples of `kind`'s table and the age of the oldest open
@@ -229,48 +254,38 @@ impl<C: Category> DrainView<C> {
     }
 
     /// The backlog of `kind` as operators watch it: pending rows, the age of
-    /// the oldest, the shards that fail (at most the first 10,000 are
-    /// counted), and the table's dead tuples and the age of the oldest open
-    /// transaction (PostgreSQL), the dead letters, and each scope's depth and
-    /// oldest age. A few reads; the worker publishes them as gauges (see
+    /// the oldest, the shards that fail, and the table's dead tuples and
+    /// what holds vacuum back (PostgreSQL), the dead letters, and each
+    /// scope's depth and oldest age. One read
+    /// ([`StoreAdmin::read_backlog`]: one statement on PostgreSQL), its
+    /// counts capped at [`count_cap`](Self::count_cap) so that it costs the
+    /// same on any backlog; the worker publishes it as gauges (see
     /// [`crate::metrics`]).
     ///
     /// # Errors
     ///
     /// [`StoreError`] when the database fails.
     pub async fn backlog(&self, kind: OutboxKind) -> Result<Backlog, StoreError> {
-        const COUNTED: usize = 10_000;
-        let depth = self.admin.pending_count(kind).await?;
-        let oldest_age = self.oldest_pending_age(kind).await?;
-        let failing = self.admin.failing_shards(kind, COUNTED).await?;
-        let count = |which: fn(&ShardState) -> bool| {
-            failing.iter().filter(|shard| which(&shard.state)).count() as u64
-        };
-        let quarantined_shards = count(ShardState::is_quarantined);
-        let paused_shards = count(ShardState::is_paused);
-        let health = self.admin.table_health(kind).await?;
-        let dead_letters = self.admin.dead_letter_count(kind).await?;
-        let scopes = self.scopes(kind).await?;
+        let reading = self.admin.read_backlog(kind, self.count_cap).await?;
+        let now = self.now();
         Ok(Backlog {
             kind,
-            depth,
-            oldest_age,
-            failing_shards: failing.len() as u64 - quarantined_shards - paused_shards,
-            quarantined_shards,
-            paused_shards,
-            dead_tuples: health.dead_tuples,
-            oldest_transaction_age: health.oldest_transaction_age,
-            horizon: health.horizon,
-            dead_letters,
-            scopes,
+            depth: reading.pending,
+            oldest_age: reading.oldest_date_added.map(|oldest| age(now, oldest)),
+            failing_shards: reading.failing_shards,
+            quarantined_shards: reading.quarantined_shards,
+            paused_shards: reading.paused_shards,
+            dead_tuples: reading.health.dead_tuples,
+            oldest_transaction_age: reading.health.oldest_transaction_age,
+            horizon: reading.health.horizon,
+            dead_letters: reading.dead_letters,
+            scopes: Self::scopes(reading.scopes, now),
         })
     }
 
     /// Every declared scope's backlog (0 when nothing is pending), then any
     /// scope this binary does not declare.
-    async fn scopes(&self, kind: OutboxKind) -> Result<Vec<ScopeBacklog>, StoreError> {
-        let now = self.now();
-        let mut measured = self.admin.scope_depths(kind).await?;
+    fn scopes(mut measured: Vec<ScopeDepth>, now: DateTime<Utc>) -> Vec<ScopeBacklog> {
         let mut scopes: Vec<ScopeBacklog> = C::Scope::ALL
             .iter()
             .map(|scope| {
@@ -286,8 +301,13 @@ impl<C: Category> DrainView<C> {
                 .iter()
                 .map(|depth| ScopeBacklog::of(depth.scope.to_string(), Some(depth), now)),
         );
-        Ok(scopes)
+        scopes
     }
+}
+
+/// How long since `then`, by `now` (0 when `then` is later).
+fn age(now: DateTime<Utc>, then: DateTime<Utc>) -> Duration {
+    (now - then).to_std().unwrap_or(Duration::ZERO)
 }
 
 /// What [`DrainView::backlog`] measured.
@@ -295,11 +315,14 @@ impl<C: Category> DrainView<C> {
 pub struct Backlog {
     /// The outbox table.
     pub kind: OutboxKind,
-    /// Rows pending (not yet delivered).
-    pub depth: u64,
+    /// Rows pending (not yet delivered): exact up to the view's
+    /// [`count_cap`](DrainView::count_cap), above it estimated or at least
+    /// the cap.
+    pub depth: Count,
     /// How long the oldest pending row has waited; `None` when none is.
     pub oldest_age: Option<Duration>,
-    /// Shards backing off after a failure (not quarantined, not paused).
+    /// Shards backing off after a failure (not quarantined, not paused), of
+    /// the first `count_cap` shard states.
     pub failing_shards: u64,
     /// Shards quarantined after a permanent error.
     pub quarantined_shards: u64,
@@ -314,8 +337,9 @@ pub struct Backlog {
     /// (PostgreSQL): the session (or prepared transaction, or replication
     /// slot) to end when dead tuples pile up.
     pub horizon: Option<HorizonHolder>,
-    /// Rows in the dead-letter table for this outbox table.
-    pub dead_letters: u64,
+    /// Rows in the dead-letter table for this outbox table: exact up to the
+    /// cap, else at least the cap.
+    pub dead_letters: Count,
     /// Per declared scope (and any unknown scope with pending rows), in
     /// scope order: every declared scope is listed, with 0 when nothing of
     /// it is pending, so that its gauges fall back to 0.
@@ -328,9 +352,11 @@ pub struct ScopeBacklog {
     /// The scope's declared name (its value, for a scope this binary does
     /// not declare).
     pub scope: String,
-    /// Rows pending.
-    pub depth: u64,
-    /// How long its oldest pending row has waited; `None` when none is.
+    /// Rows pending: exact up to the cap, above it estimated or at least
+    /// what was counted.
+    pub depth: Count,
+    /// How long its oldest pending row has waited; `None` when none is (see
+    /// [`ScopeDepth::oldest_date_added`] above the cap).
     pub oldest_age: Option<Duration>,
 }
 
@@ -338,12 +364,8 @@ impl ScopeBacklog {
     fn of(scope: String, depth: Option<&ScopeDepth>, now: DateTime<Utc>) -> Self {
         Self {
             scope,
-            depth: depth.map_or(0, |depth| depth.depth),
-            oldest_age: depth.map(|depth| {
-                (now - depth.oldest_date_added)
-                    .to_std()
-                    .unwrap_or(Duration::ZERO)
-            }),
+            depth: depth.map_or(Count::Exact(0), |depth| depth.depth),
+            oldest_age: depth.map(|depth| age(now, depth.oldest_date_added)),
         }
     }
 }
@@ -353,7 +375,7 @@ impl Backlog {
     pub(crate) fn publish(&self) {
         let kind = self.kind.as_str();
         let seconds = |age: Option<Duration>| age.map_or(0.0, |age| age.as_secs_f64());
-        metrics::gauge!(names::BACKLOG_DEPTH, "kind" => kind).set(self.depth as f64);
+        metrics::gauge!(names::BACKLOG_DEPTH, "kind" => kind).set(self.depth.value() as f64);
         metrics::gauge!(names::BACKLOG_OLDEST_AGE, "kind" => kind).set(seconds(self.oldest_age));
         metrics::gauge!(names::FAILING_SHARDS, "kind" => kind).set(self.failing_shards as f64);
         metrics::gauge!(names::QUARANTINED_SHARDS, "kind" => kind)
@@ -364,11 +386,11 @@ impl Backlog {
         }
         metrics::gauge!(names::OLDEST_TRANSACTION_AGE, "kind" => kind)
             .set(seconds(self.oldest_transaction_age));
-        metrics::gauge!(names::DEAD_LETTERS, "kind" => kind).set(self.dead_letters as f64);
+        metrics::gauge!(names::DEAD_LETTERS, "kind" => kind).set(self.dead_letters.value() as f64);
         for scope in &self.scopes {
             let name = scope.scope.clone();
             metrics::gauge!(names::SCOPE_BACKLOG_DEPTH, "kind" => kind, "scope" => name.clone())
-                .set(scope.depth as f64);
+                .set(scope.depth.value() as f64);
             metrics::gauge!(names::SCOPE_BACKLOG_OLDEST_AGE, "kind" => kind, "scope" => name)
                 .set(seconds(scope.oldest_age));
         }

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use super::count::Count;
 use super::drain::ShardState;
 use super::error::StoreError;
 use crate::audit::{AuditEntry, AuditRecord};
@@ -16,11 +17,14 @@ use crate::shard::{OutboxKind, ShardKey};
 pub struct ShardDepth {
     /// The shard.
     pub shard: ShardKey,
-    /// Rows pending.
-    pub depth: u64,
+    /// Rows pending: [`Exact`](Count::Exact) up to the read's cap (from
+    /// [`StoreAdmin::snapshot`] on PostgreSQL: up to 10 rows), else an
+    /// estimate or at least that many.
+    pub depth: Count,
     /// When its oldest pending row was written.
     pub oldest_date_added: DateTime<Utc>,
-    /// The earliest `scheduled_for` of its rows.
+    /// The earliest `scheduled_for` of its rows (of the first `cap + 1` by
+    /// id, when its depth is not exact).
     pub next_scheduled_for: DateTime<Utc>,
 }
 
@@ -45,20 +49,52 @@ pub struct DeadLetterRow {
 }
 
 /// One table's pending and failing shards and dead letters, read at one
-/// point in time (one transaction).
+/// point in time (one transaction), with counts capped
+/// ([`StoreAdmin::snapshot`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AdminSnapshot {
     /// The table.
     pub kind: OutboxKind,
-    /// Rows pending.
-    pub pending: u64,
-    /// The deepest shards, deepest first.
+    /// Rows pending: exact up to the cap, above it estimated or at least
+    /// the cap.
+    pub pending: Count,
+    /// The deepest shards, deepest first: of every shard when the table
+    /// holds at most `cap` rows, else of the shards holding its oldest
+    /// `cap + 1` rows (by id). A store may count each listed shard up to
+    /// fewer rows than the cap (PostgreSQL: 10, each costs a page read) and
+    /// estimate deeper ones.
     pub deepest: Vec<ShardDepth>,
     /// Shards with a failure state (backing off, paused, quarantined), next
     /// attempt first.
     pub failing: Vec<FailingShard>,
-    /// Dead letters.
-    pub dead_letters: u64,
+    /// Dead letters: exact up to the cap, else at least the cap.
+    pub dead_letters: Count,
+}
+
+/// What the backlog gauges show of one table, read at once
+/// ([`StoreAdmin::read_backlog`]; one statement on PostgreSQL), its counts
+/// capped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BacklogReading {
+    /// Rows pending: exact up to the cap, above it estimated or at least
+    /// the cap.
+    pub pending: Count,
+    /// When the oldest pending row was written (of the oldest `cap + 1` by
+    /// id, when there are more); `None` when nothing is pending.
+    pub oldest_date_added: Option<DateTime<Utc>>,
+    /// Shards backing off after a failure (neither quarantined nor paused),
+    /// of the first `cap` shard states.
+    pub failing_shards: u64,
+    /// Shards quarantined after a permanent error, of the first `cap`.
+    pub quarantined_shards: u64,
+    /// Shards parked by an operator's pause, of the first `cap`.
+    pub paused_shards: u64,
+    /// The table's upkeep (PostgreSQL).
+    pub health: TableHealth,
+    /// Dead letters of the table: exact up to the cap, else at least it.
+    pub dead_letters: Count,
+    /// Each scope with pending rows, in scope order.
+    pub scopes: Vec<ScopeDepth>,
 }
 
 /// What the database says of an outbox table's upkeep (PostgreSQL; `None`
@@ -142,9 +178,14 @@ impl HorizonHolderKind {
 pub struct ScopeDepth {
     /// The scope's stored value.
     pub scope: i32,
-    /// Rows pending.
-    pub depth: u64,
-    /// When its oldest pending row was written.
+    /// Rows pending: exact from [`StoreAdmin::scope_depths`]; from
+    /// [`StoreAdmin::read_backlog`] exact up to the cap, above it estimated
+    /// or at least what was counted.
+    pub depth: Count,
+    /// When its oldest pending row was written (from
+    /// [`StoreAdmin::read_backlog`] when the table holds more than the cap:
+    /// exact if the scope has a row among the table's oldest `cap + 1`, else
+    /// the `date_added` of one of its rows, so its age may be less).
     pub oldest_date_added: DateTime<Utc>,
 }
 
@@ -153,11 +194,13 @@ pub struct ScopeDepth {
 /// transaction.
 #[async_trait]
 pub trait StoreAdmin: Send + Sync + 'static {
-    /// Rows pending in `kind`.
+    /// Rows pending in `kind`, every one counted: for tests and small
+    /// tables (the admin reads use [`snapshot`](Self::snapshot) and
+    /// [`read_backlog`](Self::read_backlog), whose counts are capped).
     async fn pending_count(&self, kind: OutboxKind) -> Result<u64, StoreError>;
 
     /// The deepest pending shards first, at most `limit` (Sentry's
-    /// `get_shard_depths_descending`).
+    /// `get_shard_depths_descending`): every row counted, depths exact.
     async fn shard_depths(
         &self,
         kind: OutboxKind,
@@ -172,7 +215,7 @@ pub trait StoreAdmin: Send + Sync + 'static {
         for shard in self.shard_depths(kind, usize::MAX).await? {
             match scopes.iter_mut().find(|s| s.scope == shard.shard.scope()) {
                 Some(scope) => {
-                    scope.depth += shard.depth;
+                    scope.depth = scope.depth + shard.depth;
                     scope.oldest_date_added = scope.oldest_date_added.min(shard.oldest_date_added);
                 }
                 None => scopes.push(ScopeDepth {
@@ -186,9 +229,47 @@ pub trait StoreAdmin: Send + Sync + 'static {
         Ok(scopes)
     }
 
-    /// How many dead letters `kind` holds. The default reads a snapshot.
+    /// How many dead letters `kind` holds, all counted. The default reads a
+    /// snapshot without a cap.
     async fn dead_letter_count(&self, kind: OutboxKind) -> Result<u64, StoreError> {
-        Ok(self.snapshot(kind, 1).await?.dead_letters)
+        Ok(self.snapshot(kind, 1, u64::MAX).await?.dead_letters.value())
+    }
+
+    /// What the backlog gauges show of `kind` ([`BacklogReading`]), each
+    /// count capped at `cap`: what [`DrainView::backlog`] and the worker's
+    /// gauges read every interval, so its cost must not grow with the
+    /// backlog. The default composes the other reads (exact counts, then
+    /// capped); the PostgreSQL store answers with one statement whose cost
+    /// is bounded by the cap.
+    ///
+    /// [`DrainView::backlog`]: crate::DrainView::backlog
+    async fn read_backlog(&self, kind: OutboxKind, cap: u64) -> Result<BacklogReading, StoreError> {
+        let pending = Count::up_to(self.pending_count(kind).await?, cap);
+        let oldest_date_added = self.oldest_pending(kind).await?;
+        let failing = self
+            .failing_shards(kind, usize::try_from(cap).unwrap_or(usize::MAX))
+            .await?;
+        let count = |which: fn(&ShardState) -> bool| {
+            failing.iter().filter(|shard| which(&shard.state)).count() as u64
+        };
+        let quarantined_shards = count(ShardState::is_quarantined);
+        let paused_shards = count(ShardState::is_paused);
+        let health = self.table_health(kind).await?;
+        let dead_letters = Count::up_to(self.dead_letter_count(kind).await?, cap);
+        let mut scopes = self.scope_depths(kind).await?;
+        for scope in &mut scopes {
+            scope.depth = Count::up_to(scope.depth.value(), cap);
+        }
+        Ok(BacklogReading {
+            pending,
+            oldest_date_added,
+            failing_shards: failing.len() as u64 - quarantined_shards - paused_shards,
+            quarantined_shards,
+            paused_shards,
+            health,
+            dead_letters,
+            scopes,
+        })
     }
 
     /// When the oldest pending row of `kind` was written.
@@ -240,10 +321,17 @@ pub trait StoreAdmin: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<Vec<ShardKey>, StoreError>;
 
-    /// `pending_count`, `shard_depths` and `failing_shards` (up to `limit`
-    /// each) and the number of dead letters of `kind`, read in one
-    /// transaction: the parts agree with each other.
-    async fn snapshot(&self, kind: OutboxKind, limit: usize) -> Result<AdminSnapshot, StoreError>;
+    /// The pending rows, the deepest and the failing shards (up to `limit`
+    /// each) and the dead letters of `kind`, read in one transaction (the
+    /// parts agree with each other), every count capped at `cap`: exact up
+    /// to it, above it estimated or at least `cap` (see [`AdminSnapshot`]),
+    /// so that its cost does not grow with the backlog.
+    async fn snapshot(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+        cap: u64,
+    ) -> Result<AdminSnapshot, StoreError>;
 
     /// Dead tuples of `kind`'s table and the age of the oldest open
     /// transaction (see [`TableHealth`]).

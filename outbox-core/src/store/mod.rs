@@ -34,13 +34,15 @@
 //! reaches it: a background round, or a synchronous flush.
 
 mod admin;
+mod count;
 mod drain;
 mod error;
 
 pub use admin::{
-    AdminSnapshot, DeadLetterRow, FailingShard, HorizonHolder, HorizonHolderKind, ScopeDepth,
-    ShardDepth, StoreAdmin, TableHealth,
+    AdminSnapshot, BacklogReading, DeadLetterRow, FailingShard, HorizonHolder, HorizonHolderKind,
+    ScopeDepth, ShardDepth, StoreAdmin, TableHealth,
 };
+pub use count::Count;
 pub use drain::{
     ClaimBeforeCommit, ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome,
     DeadLetter, DrainStore, DueClaim, ShardClaim, ShardCommit, ShardEnd, ShardState, ShardStatus,

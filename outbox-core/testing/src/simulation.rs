@@ -395,8 +395,9 @@ impl StoreAdmin for SimStore {
         &self,
         kind: OutboxKind,
         limit: usize,
+        cap: u64,
     ) -> Result<outbox_core::store::AdminSnapshot, StoreError> {
-        self.inner.snapshot(kind, limit).await
+        self.inner.snapshot(kind, limit, cap).await
     }
 
     async fn table_health(

@@ -241,7 +241,7 @@ impl<C: Category> OutboxCli<C> {
     }
 
     async fn dead_letter_count(&self, kind: OutboxKind) -> Result<u64, CliError> {
-        Ok(self.drainer.view().snapshot(kind, 1).await?.dead_letters)
+        Ok(self.drainer.view().dead_letter_count(kind).await?)
     }
 
     async fn dead_letters(&self, list: ListArgs) -> Result<DeadLettersOutput, CliError> {

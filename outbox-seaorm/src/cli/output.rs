@@ -10,6 +10,11 @@ use serde::{Deserialize, Serialize};
 /// `FromStr`).
 pub use outbox_core::OutboxKind as Kind;
 
+/// A count that says whether it is exact, at least, or estimated (the core
+/// type: `12`, `≥ 10,000`, `~2.4M` as text; in JSON
+/// `{"precision": "exact", "value": 12}`).
+pub use outbox_core::Count;
+
 /// A shard, or every shard of a scope when `identifier` is `None`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TargetView {
@@ -83,8 +88,9 @@ impl fmt::Display for StateView {
 pub struct ShardView {
     /// Which.
     pub shard: TargetView,
-    /// Rows pending.
-    pub depth: u64,
+    /// Rows pending: exact up to the drainer's count cap, else at least the
+    /// cap.
+    pub depth: Count,
     /// When its oldest pending row was written.
     pub oldest_date_added: DateTime<Utc>,
     /// When its next row is due; `null` while it waits for an operator.
@@ -107,11 +113,13 @@ pub struct FailingView {
 pub struct ShardsOutput {
     /// The table.
     pub kind: Kind,
-    /// Rows pending.
-    pub pending: u64,
-    /// Dead letters.
-    pub dead_letters: u64,
-    /// The deepest shards, deepest first.
+    /// Rows pending: exact up to the drainer's count cap
+    /// (`DrainConfig::count_cap`), above it estimated or at least the cap.
+    pub pending: Count,
+    /// Dead letters: exact up to the cap, else at least the cap.
+    pub dead_letters: Count,
+    /// The deepest shards, deepest first (of the shards holding the oldest
+    /// rows, when there are more than the cap).
     pub shards: Vec<ShardView>,
     /// Shards that failed (backing off or quarantined), next attempt
     /// first.

@@ -219,8 +219,17 @@ impl StoreAdmin for SeaOrmStore {
         &self,
         kind: OutboxKind,
         limit: usize,
+        cap: u64,
     ) -> Result<outbox_core::store::AdminSnapshot, StoreError> {
-        self.admin().snapshot(kind, limit).await
+        self.admin().snapshot(kind, limit, cap).await
+    }
+
+    async fn read_backlog(
+        &self,
+        kind: OutboxKind,
+        cap: u64,
+    ) -> Result<outbox_core::store::BacklogReading, StoreError> {
+        self.admin().read_backlog(kind, cap).await
     }
 
     async fn table_health(

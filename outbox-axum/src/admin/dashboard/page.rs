@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use outbox_core::store::{AdminSnapshot, DeadLetterRow, FailingShard};
-use outbox_core::{Backlog, Category, OutboxKind, RuntimeControl, Scope, ShardKey};
+use outbox_core::{Backlog, Category, Count, OutboxKind, RuntimeControl, Scope, ShardKey};
 use outbox_seaorm::backfill::BackfillStatus;
 use outbox_seaorm::inbox::FenceRecord;
 
@@ -372,9 +372,9 @@ fn health(data: &Data) -> Markup {
                     @for backlog in &data.backlogs {
                         tr {
                             td { (kind_value(backlog.kind)) "_outbox" }
-                            td.num { (backlog.depth) }
+                            td.num { (count(backlog.depth)) }
                             td { (backlog.oldest_age.map_or_else(|| "–".to_owned(), |age| span(i64::try_from(age.as_secs()).unwrap_or(i64::MAX)))) }
-                            td.num { (backlog.dead_letters) }
+                            td.num { (count(backlog.dead_letters)) }
                             td.num.(if backlog.failing_shards > 0 { "bad" } else { "" }) { (backlog.failing_shards) }
                             td.num.(if backlog.quarantined_shards > 0 { "bad" } else { "" }) { (backlog.quarantined_shards) }
                             td.num { (backlog.paused_shards) }
@@ -508,7 +508,7 @@ fn failing(data: &Data, now: DateTime<Utc>, paused: bool) -> Markup {
 fn shards(data: &Data, now: DateTime<Utc>) -> Markup {
     html! {
         section #shards {
-            h2 { "Backlog: " (data.snapshot.pending) " pending in " (kind_value(data.kind)) "_outbox" }
+            h2 { "Backlog: " (count(data.snapshot.pending)) " pending in " (kind_value(data.kind)) "_outbox" }
             @if data.snapshot.deepest.is_empty() {
                 p.quiet { "Nothing pending." }
             } @else {
@@ -521,7 +521,7 @@ fn shards(data: &Data, now: DateTime<Utc>) -> Markup {
                             @let failing = data.snapshot.failing.iter().find(|f| f.shard == depth.shard);
                             tr {
                                 td { (data.shard_label(&depth.shard)) }
-                                td.num { (depth.depth) }
+                                td.num { (count(depth.depth)) }
                                 td { (time(now, depth.oldest_date_added, span((now - depth.oldest_date_added).num_seconds()))) }
                                 td { (time(now, depth.next_scheduled_for, until(now, depth.next_scheduled_for))) }
                                 td {
@@ -554,7 +554,7 @@ fn scopes(data: &Data) -> Markup {
                         @let controls: Vec<&RuntimeControl> = data.controls.iter().filter(|c| matches!(&c.target, outbox_core::ControlTarget::Scope { kind: k, scope, .. } if *k == kind && scope == value)).collect();
                         tr {
                             td { (name) " (" (value) ")" }
-                            td.num { (backlog.map_or(0, |b| b.depth)) }
+                            td.num { (count(backlog.map_or(Count::Exact(0), |b| b.depth))) }
                             td { (backlog.and_then(|b| b.oldest_age).map_or_else(|| "–".to_owned(), |age| span(i64::try_from(age.as_secs()).unwrap_or(i64::MAX)))) }
                             td {
                                 @for control in &controls {
@@ -617,11 +617,24 @@ fn controls(data: &Data, now: DateTime<Utc>) -> Markup {
     }
 }
 
+/// A count as `12`, `≥ 10,000` or `~2.4M`, with a tooltip that says which.
+fn count(count: Count) -> Markup {
+    match count {
+        Count::Exact(_) => html! { (count) },
+        Count::AtLeast(_) => html! {
+            span title="at least: the count stopped at its cap (DrainConfig::count_cap)" { (count) }
+        },
+        Count::Estimated(_) => html! {
+            span title="estimated from PostgreSQL's statistics: above the count cap" { (count) }
+        },
+    }
+}
+
 fn dead_letters(data: &Data, now: DateTime<Utc>) -> Markup {
     let kind = kind_value(data.kind);
     html! {
         section #dead-letters {
-            h2 { "Dead letters (" (data.snapshot.dead_letters) ")" }
+            h2 { "Dead letters (" (count(data.snapshot.dead_letters)) ")" }
             @if data.dead_letters.is_empty() {
                 p.quiet { "No dead letters in " (kind) "_outbox." }
             } @else {

@@ -12,10 +12,10 @@ use super::{
 use crate::Recorder;
 use outbox_core::clock::{Clock, ManualClock};
 use outbox_core::control::ControlTarget;
-use outbox_core::drain::{DrainConfig, FlushError};
+use outbox_core::drain::{DrainConfig, FlushError, DEFAULT_COUNT_CAP};
 use outbox_core::registry::Scope;
 use outbox_core::shard::OutboxKind;
-use outbox_core::store::StoreAdmin;
+use outbox_core::store::{Count, StoreAdmin};
 
 /// A shard paused through one process is neither delivered by another's
 /// drain nor by its synchronous flush, its rows stay (new ones too), and
@@ -215,18 +215,21 @@ pub async fn an_admin_snapshot_agrees_with_the_separate_reads<B: Backend>(backen
     let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
     assert_eq!((report.deliveries, report.dead_lettered), (1, 1));
 
-    let snapshot = store.snapshot(OutboxKind::Region, 10).await.unwrap();
+    let snapshot = store
+        .snapshot(OutboxKind::Region, 10, DEFAULT_COUNT_CAP)
+        .await
+        .unwrap();
     assert_eq!(snapshot.kind, OutboxKind::Region);
-    assert_eq!(snapshot.pending, 2);
+    assert_eq!(snapshot.pending, Count::Exact(2));
     assert_eq!(snapshot.deepest.len(), 1);
     assert_eq!(
         (&snapshot.deepest[0].shard, snapshot.deepest[0].depth),
-        (&org(1), 2)
+        (&org(1), Count::Exact(2))
     );
     assert_eq!(snapshot.failing.len(), 1);
     assert_eq!(snapshot.failing[0].shard, org(1));
     assert_eq!(snapshot.failing[0].state.attempts, 1);
-    assert_eq!(snapshot.dead_letters, 1);
+    assert_eq!(snapshot.dead_letters, Count::Exact(1));
     assert_eq!(
         snapshot.deepest,
         store.shard_depths(OutboxKind::Region, 10).await.unwrap()
@@ -235,8 +238,14 @@ pub async fn an_admin_snapshot_agrees_with_the_separate_reads<B: Backend>(backen
         snapshot.failing,
         store.failing_shards(OutboxKind::Region, 10).await.unwrap()
     );
-    let control = store.snapshot(OutboxKind::Control, 10).await.unwrap();
-    assert_eq!((control.pending, control.dead_letters), (0, 0));
+    let control = store
+        .snapshot(OutboxKind::Control, 10, DEFAULT_COUNT_CAP)
+        .await
+        .unwrap();
+    assert_eq!(
+        (control.pending, control.dead_letters),
+        (Count::Exact(0), Count::Exact(0))
+    );
     assert!(control.deepest.is_empty() && control.failing.is_empty());
 
     // The per-scope depths and the dead-letter count (the gauges' reads).
@@ -249,8 +258,8 @@ pub async fn an_admin_snapshot_agrees_with_the_separate_reads<B: Backend>(backen
         0
     );
     let scopes = store.scope_depths(OutboxKind::Region).await.unwrap();
-    let depths: Vec<(i32, u64)> = scopes.iter().map(|s| (s.scope, s.depth)).collect();
-    assert_eq!(depths, vec![(0, 2)]);
+    let depths: Vec<(i32, Count)> = scopes.iter().map(|s| (s.scope, s.depth)).collect();
+    assert_eq!(depths, vec![(0, Count::Exact(2))]);
     assert_eq!(
         scopes[0].oldest_date_added,
         snapshot.deepest[0].oldest_date_added
@@ -261,15 +270,19 @@ pub async fn an_admin_snapshot_agrees_with_the_separate_reads<B: Backend>(backen
         .unwrap()
         .is_empty());
     let backlog = drainer.view().backlog(OutboxKind::Region).await.unwrap();
-    assert_eq!(backlog.dead_letters, 1);
-    let by_scope: Vec<(&str, u64, bool)> = backlog
+    assert_eq!(backlog.dead_letters, Count::Exact(1));
+    assert_eq!(backlog.depth, Count::Exact(2));
+    let by_scope: Vec<(&str, Count, bool)> = backlog
         .scopes
         .iter()
         .map(|s| (s.scope.as_str(), s.depth, s.oldest_age.is_some()))
         .collect();
     assert_eq!(
         by_scope,
-        vec![("OrganizationScope", 2, true), ("AuditLogScope", 0, false)],
+        vec![
+            ("OrganizationScope", Count::Exact(2), true),
+            ("AuditLogScope", Count::Exact(0), false)
+        ],
         "every declared scope, 0 where nothing is pending"
     );
 }

@@ -10,6 +10,7 @@
 //! | [`coalescing`] | 4. the newest payload of a group, rows written meanwhile stay; `(no_coalesce)` categories deliver every row |
 //! | [`backoff`] | 5. a failing shard waits as a whole, whoever asks; dead letters; permanent errors quarantine |
 //! | [`control`] | 2. an operator's pause or cull holds in every process; lifted, the kept rows flow; the operators' audit log |
+//! | [`admin_counts`] | 10. the admin reads' counts: exact up to the cap, above it estimated or "at least", and say which |
 //! | [`at_least_once`] | 6. a delivery whose commit was lost is made again |
 //! | [`fencing`] | 7. no transaction across a receiver; an expired claim writes nothing |
 //! | [`fencing_tokens`] | 12. tokens grow with every claim of a shard; a worker paused past its lease is refused by a fenced receiver, and calls nothing once its lease ended by its own clock |
@@ -84,6 +85,7 @@
 // These are tests: a failed expectation is a panic, with the value in it.
 #![allow(clippy::unwrap_used)]
 
+pub mod admin_counts;
 pub mod at_least_once;
 pub mod atomic_write;
 pub mod backoff;
@@ -308,6 +310,7 @@ macro_rules! conformance_tests {
             control::a_blocked_shards_head_set_aside_lets_the_rest_flow,
             control::a_head_is_not_set_aside_while_a_worker_holds_its_shard,
             history::the_history_keeps_every_workers_samples_for_its_retention,
+            admin_counts::admin_counts_are_exact_up_to_the_cap_and_capped_above,
             at_least_once::a_delivery_whose_lease_ended_before_its_commit_is_made_again,
             fencing::a_worker_whose_lease_ended_writes_nothing,
             fencing::receivers_run_outside_any_transaction,

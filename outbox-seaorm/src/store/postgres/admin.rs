@@ -30,7 +30,12 @@ impl StoreAdmin for PgStore {
                 OP,
             )
             .await?;
-        crate::store::snapshot::shard_depths(&rows, kind, BACKEND)
+        crate::store::snapshot::shard_depths(
+            &rows,
+            kind,
+            BACKEND,
+            crate::store::snapshot::DepthCount::Exact,
+        )
     }
 
     async fn oldest_pending(&self, kind: OutboxKind) -> Result<Option<DateTime<Utc>>, StoreError> {
@@ -183,13 +188,35 @@ impl StoreAdmin for PgStore {
         &self,
         kind: OutboxKind,
         limit: usize,
+        cap: u64,
     ) -> Result<outbox_core::store::AdminSnapshot, StoreError> {
-        let sql = crate::store::snapshot::SnapshotSql {
-            pending_count: table(kind).pending_count,
-            shard_depths: table(kind).shard_depths,
+        let sql = crate::store::snapshot::SnapshotSql::Capped {
+            pending: table(kind).count_pending,
+            shard_depths: table(kind).deepest_shards,
             failing_shards: FAILING_SHARDS,
         };
-        crate::store::snapshot::read(&self.db, &sql, kind, limit).await
+        crate::store::snapshot::read(&self.db, &sql, kind, limit, cap).await
+    }
+
+    async fn read_backlog(
+        &self,
+        kind: OutboxKind,
+        cap: u64,
+    ) -> Result<outbox_core::store::BacklogReading, StoreError> {
+        const OP: &str = "read the backlog";
+        let rows = self
+            .query_all(
+                table(kind).backlog,
+                vec![
+                    crate::store::snapshot::cap_param(cap).into(),
+                    kind.as_i16().into(),
+                    outbox_core::paused_until().into(),
+                    outbox_core::quarantined_until().into(),
+                ],
+                OP,
+            )
+            .await?;
+        backlog::decode(&rows, cap, OP)
     }
 
     async fn scope_depths(

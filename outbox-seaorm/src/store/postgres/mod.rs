@@ -39,6 +39,7 @@ use outbox_core::{
 use super::codec::{self, get, op};
 
 mod admin;
+mod backlog;
 mod due;
 mod health;
 mod shard_claim;
@@ -85,6 +86,9 @@ struct TableSql {
     reset_schedule: &'static str,
     replay_dead_letters: &'static str,
     shard_depths: &'static str,
+    deepest_shards: &'static str,
+    count_pending: &'static str,
+    backlog: &'static str,
     has_due: &'static str,
     pending_count: &'static str,
     oldest_pending: &'static str,
@@ -105,6 +109,9 @@ const REGION: TableSql = TableSql {
     reset_schedule: include_str!("sql/region/reset_schedule.sql"),
     replay_dead_letters: include_str!("sql/region/replay_dead_letters.sql"),
     shard_depths: include_str!("sql/region/shard_depths.sql"),
+    deepest_shards: include_str!("sql/region/deepest_shards.sql"),
+    count_pending: include_str!("sql/region/count_pending.sql"),
+    backlog: include_str!("sql/region/backlog.sql"),
     has_due: include_str!("sql/region/has_due.sql"),
     pending_count: "SELECT count(*) AS n FROM region_outbox",
     oldest_pending: "SELECT min(date_added) AS oldest FROM region_outbox",
@@ -125,6 +132,9 @@ const CONTROL: TableSql = TableSql {
     reset_schedule: include_str!("sql/control/reset_schedule.sql"),
     replay_dead_letters: include_str!("sql/control/replay_dead_letters.sql"),
     shard_depths: include_str!("sql/control/shard_depths.sql"),
+    deepest_shards: include_str!("sql/control/deepest_shards.sql"),
+    count_pending: include_str!("sql/control/count_pending.sql"),
+    backlog: include_str!("sql/control/backlog.sql"),
     has_due: include_str!("sql/control/has_due.sql"),
     pending_count: "SELECT count(*) AS n FROM control_outbox",
     oldest_pending: "SELECT min(date_added) AS oldest FROM control_outbox",

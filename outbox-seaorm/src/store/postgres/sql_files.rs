@@ -49,7 +49,7 @@ pub fn sql_files() -> Vec<(String, &'static str)> {
 
 impl TableSql {
     /// The statements of one table that come from files, by file name.
-    fn files(&self) -> [(&'static str, &'static str); 14] {
+    fn files(&self) -> [(&'static str, &'static str); 17] {
         [
             ("claim_due_oldest.sql", self.claim_due_oldest),
             ("claim_due_newest.sql", self.claim_due_newest),
@@ -64,6 +64,9 @@ impl TableSql {
             ("reset_schedule.sql", self.reset_schedule),
             ("replay_dead_letters.sql", self.replay_dead_letters),
             ("shard_depths.sql", self.shard_depths),
+            ("deepest_shards.sql", self.deepest_shards),
+            ("count_pending.sql", self.count_pending),
+            ("backlog.sql", self.backlog),
             ("has_due.sql", self.has_due),
         ]
     }

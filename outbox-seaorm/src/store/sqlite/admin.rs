@@ -30,7 +30,12 @@ impl StoreAdmin for SqliteStore {
                 OP,
             )
             .await?;
-        crate::store::snapshot::shard_depths(&rows, kind, BACKEND)
+        crate::store::snapshot::shard_depths(
+            &rows,
+            kind,
+            BACKEND,
+            crate::store::snapshot::DepthCount::Exact,
+        )
     }
 
     async fn oldest_pending(&self, kind: OutboxKind) -> Result<Option<DateTime<Utc>>, StoreError> {
@@ -159,17 +164,20 @@ impl StoreAdmin for SqliteStore {
         Ok(released)
     }
 
+    /// Every row counted, then capped: the simplest reads, for a store
+    /// that serves one process.
     async fn snapshot(
         &self,
         kind: OutboxKind,
         limit: usize,
+        cap: u64,
     ) -> Result<outbox_core::store::AdminSnapshot, StoreError> {
-        let sql = crate::store::snapshot::SnapshotSql {
+        let sql = crate::store::snapshot::SnapshotSql::Exact {
             pending_count: table(kind).pending_count,
             shard_depths: table(kind).shard_depths,
             failing_shards: FAILING_SHARDS,
         };
-        crate::store::snapshot::read(&self.db, &sql, kind, limit).await
+        crate::store::snapshot::read(&self.db, &sql, kind, limit, cap).await
     }
 
     async fn scope_depths(

@@ -1,0 +1,46 @@
+-- The deepest shards first, at a cost bounded by the cap: of the shards
+-- holding the oldest $2 + 1 rows (by id; every shard when the table holds no
+-- more), the $1 with most rows there, each counted up to $3 + 1 rows along
+-- the shard index, with the planner's estimate of its rows (pg_stats on
+-- shard_identifier: its most common values' frequencies, else the rest
+-- spread over the other distinct values) for a deeper one.
+-- $1 limit, $2 cap, $3 rows counted per shard.
+WITH oldest AS (
+    SELECT shard_scope, shard_identifier FROM region_outbox ORDER BY id LIMIT $2 + 1
+), shards AS (
+    SELECT shard_scope, shard_identifier, count(*) AS seen
+    FROM oldest
+    GROUP BY shard_scope, shard_identifier
+    ORDER BY seen DESC, shard_scope, shard_identifier
+    LIMIT $1
+), total AS (
+    SELECT (SELECT CASE WHEN s.n_live_tup > 0 THEN s.n_live_tup
+                     ELSE GREATEST(c.reltuples, 0)::bigint END
+         FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+         WHERE c.oid = 'region_outbox'::regclass)::float8 AS n
+), stats AS (
+    SELECT p.most_common_vals::text::bigint[] AS vals, p.most_common_freqs AS freqs,
+           COALESCE((SELECT sum(f) FROM unnest(p.most_common_freqs) f), 0) AS common,
+           CASE WHEN p.n_distinct < 0 THEN -p.n_distinct * t.n ELSE p.n_distinct END AS distinct_values
+    FROM pg_stats p, total t
+    WHERE p.schemaname = current_schema() AND p.tablename = 'region_outbox'
+      AND p.attname = 'shard_identifier' AND NOT p.inherited
+)
+SELECT ''::text AS region_name, s.shard_scope, s.shard_identifier, d.depth, d.oldest_date_added,
+       d.next_scheduled_for,
+       (SELECT round(CASE
+                   WHEN array_position(st.vals, s.shard_identifier) IS NOT NULL
+                   THEN st.freqs[array_position(st.vals, s.shard_identifier)] * t.n
+                   ELSE (1 - st.common) * t.n
+                        / GREATEST(st.distinct_values - COALESCE(array_length(st.vals, 1), 0), 1)
+               END)::bigint
+        FROM stats st, total t) AS estimate
+FROM shards s
+CROSS JOIN LATERAL (
+    SELECT count(*) AS depth, min(r.date_added) AS oldest_date_added,
+           min(r.scheduled_for) AS next_scheduled_for
+    FROM (SELECT o.date_added, o.scheduled_for FROM region_outbox o
+          WHERE o.shard_scope = s.shard_scope AND o.shard_identifier = s.shard_identifier
+          ORDER BY o.id LIMIT $3 + 1) r
+) d
+ORDER BY d.depth DESC, 1, 2, 3
