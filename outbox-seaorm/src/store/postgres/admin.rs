@@ -133,27 +133,7 @@ impl StoreAdmin for PgStore {
             }
             let buckets = codec::buckets(wanted.iter().copied());
             let txn = self.db.begin().await.map_err(op(OP))?;
-            txn.execute_raw(statement(
-                CREATE_BUCKETS,
-                vec![
-                    kind.as_i16().into(),
-                    buckets.clone().into(),
-                    outbox_core::the_past().into(),
-                ],
-            ))
-            .await
-            .map_err(op(OP))?;
-            let locked = txn
-                .query_all_raw(statement(
-                    LOCK_FREE_BUCKETS,
-                    vec![kind.as_i16().into(), buckets.into(), now.into()],
-                ))
-                .await
-                .map_err(op(OP))?;
-            let free = locked
-                .iter()
-                .map(|row| get::<i32>(row, "bucket", OP))
-                .collect::<Result<Vec<_>, _>>()?;
+            let free = lock_free_buckets(&txn, kind, buckets, now, OP).await?;
             wanted.retain(|shard| free.contains(&shard.bucket()));
             if !wanted.is_empty() {
                 let [regions, scopes, identifiers] = key_arrays(wanted.iter().copied());
@@ -167,16 +147,8 @@ impl StoreAdmin for PgStore {
                 txn.execute_raw(statement(RETRY_STATES, retried))
                     .await
                     .map_err(op(OP))?;
-                let schedule = vec![
-                    now.into(),
-                    regions,
-                    scopes,
-                    identifiers,
-                    outbox_core::the_past().into(),
-                ];
-                txn.execute_raw(statement(table(kind).reset_schedule, schedule))
-                    .await
-                    .map_err(op(OP))?;
+                let key = [regions, scopes, identifiers];
+                reset_schedule(&txn, kind, key, now, OP).await?;
             }
             txn.commit().await.map_err(op(OP))?;
             released.extend(wanted.into_iter().cloned());
@@ -304,22 +276,11 @@ impl StoreAdmin for PgStore {
     ) -> Result<Option<u64>, StoreError> {
         const OP: &str = "set a shard's head aside";
         let kind = shard.kind();
-        let buckets = vec![shard.bucket()];
         let txn = self.db.begin().await.map_err(op(OP))?;
-        let create = vec![
-            kind.as_i16().into(),
-            buckets.clone().into(),
-            outbox_core::the_past().into(),
-        ];
-        txn.execute_raw(statement(CREATE_BUCKETS, create))
-            .await
-            .map_err(op(OP))?;
-        let lock = vec![kind.as_i16().into(), buckets.into(), now.into()];
-        let locked = txn
-            .query_all_raw(statement(LOCK_FREE_BUCKETS, lock))
-            .await
-            .map_err(op(OP))?;
-        if locked.is_empty() {
+        if lock_free_buckets(&txn, kind, vec![shard.bucket()], now, OP)
+            .await?
+            .is_empty()
+        {
             txn.rollback().await.map_err(op(OP))?;
             return Ok(None);
         }
@@ -346,16 +307,7 @@ impl StoreAdmin for PgStore {
         txn.execute_raw(statement(DELETE_STATES, key))
             .await
             .map_err(op(OP))?;
-        let schedule = vec![
-            now.into(),
-            regions,
-            scopes,
-            identifiers,
-            outbox_core::the_past().into(),
-        ];
-        txn.execute_raw(statement(table(kind).reset_schedule, schedule))
-            .await
-            .map_err(op(OP))?;
+        reset_schedule(&txn, kind, [regions, scopes, identifiers], now, OP).await?;
         txn.commit().await.map_err(op(OP))?;
         Ok(Some(moved))
     }
@@ -375,4 +327,54 @@ impl StoreAdmin for PgStore {
     ) -> Result<Vec<outbox_core::history::Sample>, StoreError> {
         crate::store::history::list(&self.db, kind, since).await
     }
+}
+
+/// Locks, in `txn`, the buckets of `buckets` that no lease holds at `now`
+/// (their rows made first if need be): a change of shard states outside a
+/// claim (`retry_now`, `set_aside`). Returns the buckets it locked.
+async fn lock_free_buckets(
+    txn: &sea_orm::DatabaseTransaction,
+    kind: OutboxKind,
+    buckets: Vec<i32>,
+    now: DateTime<Utc>,
+    operation: &'static str,
+) -> Result<Vec<i32>, StoreError> {
+    let create = vec![
+        kind.as_i16().into(),
+        buckets.clone().into(),
+        outbox_core::the_past().into(),
+    ];
+    txn.execute_raw(statement(CREATE_BUCKETS, create))
+        .await
+        .map_err(op(operation))?;
+    let lock = vec![kind.as_i16().into(), buckets.into(), now.into()];
+    txn.query_all_raw(statement(LOCK_FREE_BUCKETS, lock))
+        .await
+        .map_err(op(operation))?
+        .iter()
+        .map(|row| get::<i32>(row, "bucket", operation))
+        .collect()
+}
+
+/// Makes the rows of the shards `key` (regions, scopes, identifiers) due
+/// at once again.
+async fn reset_schedule(
+    txn: &sea_orm::DatabaseTransaction,
+    kind: OutboxKind,
+    key: [Value; 3],
+    now: DateTime<Utc>,
+    operation: &'static str,
+) -> Result<(), StoreError> {
+    let [regions, scopes, identifiers] = key;
+    let schedule = vec![
+        now.into(),
+        regions,
+        scopes,
+        identifiers,
+        outbox_core::the_past().into(),
+    ];
+    txn.execute_raw(statement(table(kind).reset_schedule, schedule))
+        .await
+        .map_err(op(operation))?;
+    Ok(())
 }
