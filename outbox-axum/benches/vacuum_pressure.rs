@@ -31,6 +31,12 @@
 //!   minutes); `OUTBOX_BENCH_SECS=60` for a short run (about 6 minutes in all).
 //! - `OUTBOX_BENCH_RATE`: offered writes per second (default 2,000), over
 //!   1,000 shards, from 8 connections.
+//! - `OUTBOX_BENCH_RUNS`: which runs, comma-separated, of `unpinned`,
+//!   `pinned`, `half`, `floor`, `floor-pinned` (default: all five; the
+//!   summary's ratios need the pairs they compare).
+//! - `OUTBOX_BENCH_STATEMENTS=1`: after each run, the statements that took
+//!   the most time (`pg_stat_statements`: calls, mean and total time, buffers
+//!   touched per call), to see which one the pin slows down.
 //!
 //! Uses `DATABASE_URL` when set; otherwise starts a throwaway cluster with
 //! PostgreSQL's default durability (fsync on) and removes it afterwards.
@@ -212,6 +218,39 @@ struct Run {
     dead: Vec<i64>,
 }
 
+/// The statements that took the most time since the last reset.
+async fn top_statements(db: &DatabaseConnection) {
+    let rows = db
+        .query_all_raw(stmt(
+            "SELECT calls, mean_exec_time, total_exec_time,
+                    (shared_blks_hit + shared_blks_read + local_blks_hit + local_blks_read)::float8
+                        / GREATEST(calls, 1) AS blocks,
+                    rows::float8 / GREATEST(calls, 1) AS rows_per_call,
+                    left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS query
+             FROM pg_stat_statements
+             WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+             ORDER BY total_exec_time DESC LIMIT 10",
+        ))
+        .await
+        .unwrap();
+    println!(
+        "    {:>8} {:>9} {:>10} {:>9} {:>7}  statement",
+        "calls", "mean ms", "total s", "blocks", "rows"
+    );
+    for row in rows {
+        let calls: i64 = row.try_get("", "calls").unwrap();
+        let mean: f64 = row.try_get("", "mean_exec_time").unwrap();
+        let total: f64 = row.try_get("", "total_exec_time").unwrap();
+        let blocks: f64 = row.try_get("", "blocks").unwrap();
+        let rows_per_call: f64 = row.try_get("", "rows_per_call").unwrap();
+        let query: String = row.try_get("", "query").unwrap();
+        println!(
+            "    {calls:>8} {mean:>9.3} {:>10.2} {blocks:>9.0} {rows_per_call:>7.1}  {query}",
+            total / 1e3
+        );
+    }
+}
+
 async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, every: u64) -> Run {
     db.db
         .execute_unprepared(
@@ -223,6 +262,13 @@ async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, ev
         .execute_unprepared("VACUUM ANALYZE region_outbox")
         .await
         .unwrap();
+    let statements = env_number("OUTBOX_BENCH_STATEMENTS", 0_u8) == 1;
+    if statements {
+        db.db
+            .execute_unprepared("SELECT pg_stat_statements_reset()")
+            .await
+            .unwrap();
+    }
     let log = Arc::new(Log::default());
 
     let pinned = match pin {
@@ -350,6 +396,9 @@ async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, ev
     }
     let elapsed = started.elapsed();
     let end = sample(&db.db).await;
+    if statements {
+        top_statements(&db.db).await;
+    }
     stop.store(true, Ordering::Relaxed);
     writers.await.unwrap();
     if let Some(worker) = worker {
@@ -417,11 +466,38 @@ async fn main() {
          {every} s"
     );
 
-    let unpinned = run(&db, Drain::Outbox, Pin::None, secs, rate, every).await;
-    let pinned = run(&db, Drain::Outbox, Pin::Whole, secs, rate, every).await;
-    let half = run(&db, Drain::Outbox, Pin::Half, secs, rate, every).await;
-    let floor_unpinned = run(&db, Drain::Floor, Pin::None, secs, rate, every).await;
-    let floor_pinned = run(&db, Drain::Floor, Pin::Whole, secs, rate, every).await;
+    if env_number("OUTBOX_BENCH_STATEMENTS", 0_u8) == 1 {
+        db.db
+            .execute_unprepared("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .await
+            .unwrap();
+    }
+    let runs = std::env::var("OUTBOX_BENCH_RUNS")
+        .unwrap_or_else(|_| "unpinned,pinned,half,floor,floor-pinned".to_owned());
+    let wanted = |name: &str| runs.split(',').any(|run| run.trim() == name);
+    let mut results = HashMap::new();
+    for (name, drain, pin) in [
+        ("unpinned", Drain::Outbox, Pin::None),
+        ("pinned", Drain::Outbox, Pin::Whole),
+        ("half", Drain::Outbox, Pin::Half),
+        ("floor", Drain::Floor, Pin::None),
+        ("floor-pinned", Drain::Floor, Pin::Whole),
+    ] {
+        if wanted(name) {
+            results.insert(name, run(&db, drain, pin, secs, rate, every).await);
+        }
+    }
+    let (Some(unpinned), Some(pinned), Some(half), Some(floor_unpinned), Some(floor_pinned)) = (
+        results.remove("unpinned"),
+        results.remove("pinned"),
+        results.remove("half"),
+        results.remove("floor"),
+        results.remove("floor-pinned"),
+    ) else {
+        println!("summary: left out (it needs all five runs)");
+        finish(db, own_cluster, &dir).await;
+        return;
+    };
 
     println!("summary:");
     println!(
@@ -458,10 +534,14 @@ async fn main() {
         ),
     }
 
+    finish(db, own_cluster, &dir).await;
+}
+
+async fn finish(db: TestDatabase, own_cluster: bool, dir: &std::path::Path) {
     db.db.clone().close().await.unwrap();
     drop(db);
     if own_cluster {
-        stop_cluster_at(&dir).unwrap();
-        std::fs::remove_dir_all(&dir).ok();
+        stop_cluster_at(dir).unwrap();
+        std::fs::remove_dir_all(dir).ok();
     }
 }

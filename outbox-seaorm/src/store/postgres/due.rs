@@ -22,6 +22,7 @@ use outbox_core::{
     ClaimedShard, DueClaim, FencingToken, OutboxKind, ShardKey, ShardState, StoreError, StoredRow,
 };
 
+use super::watermark::Marks;
 use crate::store::codec;
 
 /// The columns of the claims' results, by position.
@@ -47,6 +48,10 @@ mod column {
     pub(super) const LAST_ERROR: usize = 18;
     pub(super) const FAILED_AT: usize = 19;
     pub(super) const FENCE: usize = 20;
+    pub(super) const HEAD: usize = 21;
+    pub(super) const SNAPSHOT_XMIN: usize = 22;
+    pub(super) const SNAPSHOT_XMAX: usize = 23;
+    pub(super) const SCANNED_ALL: usize = 24;
 }
 
 const OP: &str = "claim due shards";
@@ -65,6 +70,10 @@ pub(super) struct Decoder {
     index: HashMap<ShardKey, usize>,
     /// The shard of the last row.
     current: Option<usize>,
+    /// What the statement tells the watermark (read from its first row).
+    marks: Option<Marks>,
+    /// The highest row id returned.
+    max_id: Option<i64>,
 }
 
 impl Decoder {
@@ -75,10 +84,20 @@ impl Decoder {
             firsts: Vec::new(),
             index: HashMap::new(),
             current: None,
+            marks: None,
+            max_id: None,
         }
     }
 
     pub(super) fn push(&mut self, row: &QueryResult) -> Result<(), StoreError> {
+        if self.marks.is_none() {
+            self.marks = Some(Marks {
+                head: at(row, column::HEAD)?,
+                xmin: at(row, column::SNAPSHOT_XMIN)?,
+                xmax: at(row, column::SNAPSHOT_XMAX)?,
+                scanned_all: at::<Option<bool>>(row, column::SCANNED_ALL)?.unwrap_or(false),
+            });
+        }
         let Some(scope) = at::<Option<i32>>(row, column::SHARD_SCOPE)? else {
             // No shard was leased: the one row carries the counts only.
             self.count(row)?;
@@ -123,6 +142,7 @@ impl Decoder {
         if let Some(at) = self.current {
             let shard = &mut self.claim.shards[at];
             if let Some(stored) = stored_row(row, &shard.shard)? {
+                self.max_id = Some(self.max_id.map_or(stored.id, |max| max.max(stored.id)));
                 shard.rows.push(stored);
             }
         }
@@ -135,6 +155,12 @@ impl Decoder {
         self.claim.window = count(column::WINDOW_ROWS)?;
         self.claim.scanned = count(column::SCANNED_ROWS)?;
         Ok(())
+    }
+
+    /// What the watermark learns: the statement's marks and the highest id
+    /// returned.
+    pub(super) fn marks(&self) -> (Marks, Option<i64>) {
+        (self.marks.unwrap_or_default(), self.max_id)
     }
 
     /// The claim: shards in window order, each one's rows in id order.

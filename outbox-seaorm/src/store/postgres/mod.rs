@@ -44,10 +44,12 @@ mod due;
 mod health;
 mod shard_claim;
 mod sql_files;
+mod watermark;
 
 pub(crate) use shard_claim::claim_before_commit;
 use shard_claim::decode_shard_claim;
 pub use sql_files::sql_files;
+use watermark::Scan;
 
 /// A claim's stream failed: the database, or a row that does not decode.
 enum DecodeOrDb {
@@ -75,6 +77,7 @@ const BACKEND: DbBackend = DbBackend::Postgres;
 struct TableSql {
     claim_due_oldest: &'static str,
     claim_due_newest: &'static str,
+    claim_due_above: &'static str,
     claim_shard: &'static str,
     claim_before_commit: &'static str,
     claim_one_before_commit: &'static str,
@@ -98,6 +101,7 @@ struct TableSql {
 const REGION: TableSql = TableSql {
     claim_due_oldest: include_str!("sql/region/claim_due_oldest.sql"),
     claim_due_newest: include_str!("sql/region/claim_due_newest.sql"),
+    claim_due_above: include_str!("sql/region/claim_due_above.sql"),
     claim_shard: include_str!("sql/region/claim_shard.sql"),
     claim_before_commit: include_str!("sql/region/claim_before_commit.sql"),
     claim_one_before_commit: include_str!("sql/region/claim_one_before_commit.sql"),
@@ -121,6 +125,7 @@ const REGION: TableSql = TableSql {
 const CONTROL: TableSql = TableSql {
     claim_due_oldest: include_str!("sql/control/claim_due_oldest.sql"),
     claim_due_newest: include_str!("sql/control/claim_due_newest.sql"),
+    claim_due_above: include_str!("sql/control/claim_due_above.sql"),
     claim_shard: include_str!("sql/control/claim_shard.sql"),
     claim_before_commit: include_str!("sql/control/claim_before_commit.sql"),
     claim_one_before_commit: include_str!("sql/control/claim_one_before_commit.sql"),
@@ -187,6 +192,8 @@ fn key_arrays<'a>(shards: impl IntoIterator<Item = &'a ShardKey>) -> [Value; 3] 
 #[derive(Clone, Debug)]
 pub struct PgStore {
     db: DatabaseConnection,
+    /// Where background claims scan from (shared by the clones).
+    watermarks: std::sync::Arc<watermark::Watermarks>,
 }
 
 impl PgStore {
@@ -197,7 +204,10 @@ impl PgStore {
     /// [`UnsupportedBackend`] when `db` is not PostgreSQL.
     pub fn new(db: DatabaseConnection) -> Result<Self, UnsupportedBackend> {
         match db.get_database_backend() {
-            DbBackend::Postgres => Ok(Self { db }),
+            DbBackend::Postgres => Ok(Self {
+                db,
+                watermarks: std::sync::Arc::default(),
+            }),
             other => Err(UnsupportedBackend(other)),
         }
     }
@@ -205,6 +215,16 @@ impl PgStore {
     /// The connection.
     pub fn connection(&self) -> &DatabaseConnection {
         &self.db
+    }
+
+    /// Where this store's background claims of `kind` scan the due index
+    /// from: rows due since they were written with ids below it are found
+    /// only by the oldest-end claim that scans from the very start, at most
+    /// once a second (or with a newer row of their shard); `None` until the
+    /// store has proved one (see `claim_due_above.sql`). For operators and
+    /// tests: the claims keep it themselves.
+    pub fn scan_watermark(&self, kind: OutboxKind) -> Option<i64> {
+        self.watermarks.low(kind)
     }
 
     async fn query_all(
@@ -527,12 +547,18 @@ async fn forget_states(
     Ok(())
 }
 
+/// Where a claim from the very start starts: before any `scheduled_for`
+/// the store writes (`the_past()` and later).
+fn scan_start() -> DateTime<Utc> {
+    DateTime::<Utc>::UNIX_EPOCH
+}
+
 #[async_trait]
 impl DrainStore for PgStore {
     async fn claim_due(&self, request: &ClaimRequest) -> Result<DueClaim, StoreError> {
         const OP: &str = "claim due shards";
         let kind = request.kind;
-        let values = vec![
+        let mut values = vec![
             kind.as_i16().into(),
             request.now.into(),
             request.up_to_id.unwrap_or(i64::MAX).into(),
@@ -544,9 +570,20 @@ impl DrainStore for PgStore {
             codec::limit(request.beyond).into(),
             codec::limit(request.shard_rows).into(),
         ];
-        let sql = match request.order {
-            ClaimOrder::Oldest => table(kind).claim_due_oldest,
-            ClaimOrder::Newest => table(kind).claim_due_newest,
+        let sent = self.watermarks.scan(kind, request.order, request.now);
+        let (from_at, from_id) = match sent.scan {
+            Scan::Full => (scan_start(), i64::MIN),
+            Scan::Above(id) => (outbox_core::the_past(), id),
+        };
+        values.extend([
+            from_at.into(),
+            from_id.into(),
+            outbox_core::the_past().into(),
+        ]);
+        let sql = match (request.order, sent.scan) {
+            (ClaimOrder::Oldest, Scan::Full) => table(kind).claim_due_oldest,
+            (ClaimOrder::Oldest, Scan::Above(_)) => table(kind).claim_due_above,
+            (ClaimOrder::Newest, _) => table(kind).claim_due_newest,
         };
         // Decoded as they arrive, while the server still sends the rest.
         let mut decoder = due::Decoder::new(kind);
@@ -559,7 +596,12 @@ impl DrainStore for PgStore {
         }
         .await;
         match result {
-            Ok(()) => Ok(decoder.finish()),
+            Ok(()) => {
+                let (marks, max_id) = decoder.marks();
+                self.watermarks
+                    .observe(kind, sent, marks, max_id, request.now);
+                Ok(decoder.finish())
+            }
             // Two claims creating the same missing buckets in the same
             // instant: the victim claims nothing this time.
             Err(DecodeOrDb::Db(error)) if codec::is_deadlock(&error) => Ok(DueClaim::default()),

@@ -49,10 +49,11 @@ pub fn sql_files() -> Vec<(String, &'static str)> {
 
 impl TableSql {
     /// The statements of one table that come from files, by file name.
-    fn files(&self) -> [(&'static str, &'static str); 17] {
+    fn files(&self) -> [(&'static str, &'static str); 18] {
         [
             ("claim_due_oldest.sql", self.claim_due_oldest),
             ("claim_due_newest.sql", self.claim_due_newest),
+            ("claim_due_above.sql", self.claim_due_above),
             ("claim_shard.sql", self.claim_shard),
             ("claim_before_commit.sql", self.claim_before_commit),
             ("claim_one_before_commit.sql", self.claim_one_before_commit),

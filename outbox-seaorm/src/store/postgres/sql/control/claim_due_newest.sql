@@ -3,7 +3,9 @@
 -- of the due rows (claim_due_oldest.sql takes the oldest end).
 -- $1 kind, $2 now, $3 highest id, $4 window rows, $5 buckets at most,
 -- $6 token, $7 owner, $8 lease end, $9 rows read beyond the window, $10
--- rows of one shard at most.
+-- rows of one shard at most, $11 and $12 the watermark: rows before
+-- ($11 scheduled_for, $12 id) are not scanned (see claim_due_above.sql),
+-- $13 the `scheduled_for` of rows due since they were written.
 --
 -- The window: the first $4 due rows of free buckets in the due index, from
 -- its newest end (the engine looks at both ends, see outbox_core's
@@ -40,11 +42,16 @@ WITH scanned AS MATERIALIZED (
     SELECT o.id, o.region_name, o.shard_scope, o.shard_identifier,
            ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int AS bucket
     FROM control_outbox o
-    WHERE o.scheduled_for <= $2 AND o.id <= $3
+    WHERE o.scheduled_for <= $2 AND o.id <= $3 AND (o.scheduled_for, o.id) >= ($11, $12)
     ORDER BY o.scheduled_for DESC, o.id DESC
     LIMIT $4 + $4 / 4
 ), held AS MATERIALIZED (
-    SELECT bucket FROM outbox_claim_bucket WHERE kind = $1 AND lease_until > $2
+    -- The leased buckets among the scanned rows', through the key: a scan
+    -- of the whole bucket table would read every dead version of its rows,
+    -- which pile up while vacuum's horizon is held back.
+    SELECT b.bucket FROM outbox_claim_bucket b
+    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT DISTINCT bucket FROM scanned))
+      AND b.lease_until > $2
 ), win AS MATERIALIZED (
     SELECT s.* FROM scanned s
     WHERE (s.bucket = ANY (SELECT bucket FROM held)) IS NOT TRUE
@@ -115,7 +122,9 @@ SELECT sh.first, (SELECT count(*) FROM win) AS window_rows, (SELECT count(*) FRO
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
        o.traceparent, o.message_id,
        st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
-       (SELECT value FROM fence) AS fence
+       (SELECT value FROM fence) AS fence,
+       NULL::bigint AS head, NULL::bigint AS snapshot_xmin, NULL::bigint AS snapshot_xmax,
+       NULL::bool AS scanned_all
 FROM (SELECT 1) AS one
 -- One row with null columns when no shard was leased: the counts still
 -- tell the planner whether the scan was blocked.

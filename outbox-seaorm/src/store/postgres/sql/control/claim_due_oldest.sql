@@ -3,7 +3,10 @@
 -- of the due rows (claim_due_newest.sql takes the newest end).
 -- $1 kind, $2 now, $3 highest id, $4 window rows, $5 buckets at most,
 -- $6 token, $7 owner, $8 lease end, $9 rows read beyond the window, $10
--- rows of one shard at most.
+-- rows of one shard at most, $11 and $12 the watermark: rows before
+-- ($11 scheduled_for, $12 id) are not scanned (the store passes the
+-- earliest possible: this claim looks from the very start), $13 the
+-- `scheduled_for` of rows due since they were written.
 --
 -- The window: the first $4 due rows of free buckets, oldest first, whole
 -- rows. The scan is bounded, at a quarter more than the window
@@ -28,26 +31,34 @@
 -- which the reads use (see claim_due_newest.sql), through their key and
 -- hashed subplans, never joins a generic plan could turn into nested loops
 -- over CTEs.
-WITH held AS MATERIALIZED (
-    SELECT bucket FROM outbox_claim_bucket WHERE kind = $1 AND lease_until > $2
+WITH scanned AS MATERIALIZED (
+    SELECT o.*, ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int AS bucket
+    FROM control_outbox o
+    WHERE o.scheduled_for <= $2 AND o.id <= $3 AND (o.scheduled_for, o.id) >= ($11, $12)
+    ORDER BY o.scheduled_for, o.id
+    LIMIT $4 + $4 / 4
+), held AS MATERIALIZED (
+    -- The leased buckets among the scanned rows', through the key: a scan
+    -- of the whole bucket table would read every dead version of its rows,
+    -- which pile up while vacuum's horizon is held back.
+    SELECT b.bucket FROM outbox_claim_bucket b
+    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT DISTINCT bucket FROM scanned))
+      AND b.lease_until > $2
+), marks AS MATERIALIZED (
+    -- The watermark's candidate and this statement's snapshot (see
+    -- claim_due_above.sql).
+    SELECT (SELECT min(id) FROM scanned WHERE scheduled_for = $13) AS head,
+           pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snapshot_xmin,
+           pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax,
+           (SELECT count(*) FROM scanned) < $4 + $4 / 4 AS scanned_all
 ), win AS MATERIALIZED (
-    SELECT s.* FROM (
-        SELECT o.*, ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int AS bucket
-        FROM control_outbox o
-        WHERE o.scheduled_for <= $2 AND o.id <= $3
-        ORDER BY o.scheduled_for, o.id
-        LIMIT $4 + $4 / 4
-    ) s
+    -- In scan order (a CTE is read back as it was written).
+    SELECT s.* FROM scanned s
     WHERE (s.bucket = ANY (SELECT bucket FROM held)) IS NOT TRUE
     LIMIT $4
 ), counted AS MATERIALIZED (
     SELECT count(*) AS window_rows,
-           CASE WHEN count(*) * 2 < $4 THEN (
-               SELECT count(*) FROM (
-                   SELECT 1 FROM control_outbox o
-                   WHERE o.scheduled_for <= $2 AND o.id <= $3
-                   ORDER BY o.scheduled_for, o.id
-                   LIMIT $4 + $4 / 4) x)
+           CASE WHEN count(*) * 2 < $4 THEN (SELECT count(*) FROM scanned)
            ELSE count(*) END AS scanned_rows
     FROM win
 ), wanted AS MATERIALIZED (
@@ -118,8 +129,9 @@ SELECT w.id AS first, c.window_rows, c.scanned_rows,
        w.traceparent, w.message_id,
        NULL::int AS attempts, NULL::bigint AS last_backoff_ms, NULL::timestamptz AS retry_at,
        NULL::text AS last_error, NULL::timestamptz AS failed_at,
-       (SELECT value FROM fence) AS fence
-FROM taken w, counted c
+       (SELECT value FROM fence) AS fence,
+       m.head, m.snapshot_xmin, m.snapshot_xmax, m.scanned_all
+FROM taken w, counted c, marks m
 WHERE ((w.region_name, w.shard_scope, w.shard_identifier) = ANY (
       SELECT region_name, shard_scope, shard_identifier FROM states)) IS NOT TRUE
 UNION ALL
@@ -129,9 +141,10 @@ SELECT sh.first, c.window_rows, c.scanned_rows,
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
        o.traceparent, o.message_id,
        NULL::int, NULL::bigint, NULL::timestamptz, NULL::text, NULL::timestamptz,
-       (SELECT value FROM fence)
+       (SELECT value FROM fence), m.head, m.snapshot_xmin, m.snapshot_xmax, m.scanned_all
 FROM shards sh
 CROSS JOIN counted c
+CROSS JOIN marks m
 CROSS JOIN LATERAL (
     SELECT * FROM control_outbox o
     WHERE o.region_name = sh.region_name AND o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
@@ -150,12 +163,13 @@ SELECT sh.first, c.window_rows, c.scanned_rows,
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
        o.traceparent, o.message_id,
        st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
-       (SELECT value FROM fence)
+       (SELECT value FROM fence), m.head, m.snapshot_xmin, m.snapshot_xmax, m.scanned_all
 FROM shards sh
 JOIN states st
   ON st.region_name = sh.region_name AND st.shard_scope = sh.shard_scope
  AND st.shard_identifier = sh.shard_identifier
 CROSS JOIN counted c
+CROSS JOIN marks m
 LEFT JOIN LATERAL (
     SELECT * FROM control_outbox o
     WHERE st.retry_at <= $2
@@ -168,6 +182,8 @@ UNION ALL
 -- Nothing leased: the counts alone, for the planner.
 SELECT NULL, c.window_rows, c.scanned_rows,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL::bigint
+       NULL, NULL, NULL, NULL, NULL, NULL::bigint,
+       m.head, m.snapshot_xmin, m.snapshot_xmax, m.scanned_all
 FROM counted c
+CROSS JOIN marks m
 WHERE NOT EXISTS (SELECT 1 FROM shards)

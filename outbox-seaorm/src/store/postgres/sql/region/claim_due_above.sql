@@ -1,0 +1,143 @@
+-- Leases free buckets that hold due rows and returns the rows of their
+-- shards, in one statement: a background round's claim from the oldest end
+-- of the due rows *above the watermark* ($11, $12), so that the scan does
+-- not step over the index entries of rows delivered long ago (while a
+-- long transaction pins vacuum's horizon, those entries cannot be removed,
+-- and claim_due_oldest.sql, which scans from the very start, reads every
+-- one of them each time).
+-- $1 kind, $2 now, $3 highest id, $4 window rows, $5 buckets at most,
+-- $6 token, $7 owner, $8 lease end, $9 rows read beyond the window, $10
+-- rows of one shard at most, $11 and $12 the watermark: rows before
+-- ($11 scheduled_for, $12 id) are not scanned, $13 the `scheduled_for` of
+-- rows due since they were written.
+--
+-- The watermark only limits which shards a claim finds, never what it
+-- reads of them: each leased shard is read by range from its oldest
+-- pending row (the shard index), as claim_due_newest.sql does, so a
+-- pending row below the watermark (a late commit, a shard made due again
+-- by a retry or a replay) is delivered in order with its shard, and found
+-- by the next claim from the very start (claim_due_oldest.sql) if its
+-- shard has nothing above it. How the store moves the watermark:
+-- `store::postgres::watermark`.
+--
+-- `head` (every result row): the lowest id scanned among rows due since
+-- they were written, the watermark's next candidate; `snapshot_xmin` and
+-- `snapshot_xmax`: this statement's snapshot, which tells the store when
+-- every transaction that could still write below a candidate has ended.
+--
+-- The window, the rows, the leases and the plans: as claim_due_newest.sql,
+-- from the other end.
+WITH scanned AS MATERIALIZED (
+    SELECT o.id, o.scheduled_for, o.shard_scope, o.shard_identifier,
+           ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int AS bucket
+    FROM region_outbox o
+    WHERE o.scheduled_for <= $2 AND o.id <= $3 AND (o.scheduled_for, o.id) >= ($11, $12)
+    ORDER BY o.scheduled_for, o.id
+    LIMIT $4 + $4 / 4
+), marks AS MATERIALIZED (
+    -- The watermark's next candidate (see the header) and the snapshot's
+    -- horizon, which tells the caller when a candidate holds.
+    SELECT (SELECT min(id) FROM scanned WHERE scheduled_for = $13) AS head,
+           pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snapshot_xmin,
+           pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax,
+           (SELECT count(*) FROM scanned) < $4 + $4 / 4 AS scanned_all
+), held AS MATERIALIZED (
+    -- The leased buckets among the scanned rows', through the key: a scan
+    -- of the whole bucket table would read every dead version of its rows,
+    -- which pile up while vacuum's horizon is held back.
+    SELECT b.bucket FROM outbox_claim_bucket b
+    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT DISTINCT bucket FROM scanned))
+      AND b.lease_until > $2
+), win AS MATERIALIZED (
+    SELECT s.* FROM scanned s
+    WHERE (s.bucket = ANY (SELECT bucket FROM held)) IS NOT TRUE
+    -- In scan order (a CTE is read back as it was written); which rows make
+    -- the window changes only which shards go first.
+    LIMIT $4
+), wanted AS MATERIALIZED (
+    SELECT bucket FROM win
+    GROUP BY bucket ORDER BY min(id) LIMIT $5
+), snapshot AS MATERIALIZED (
+    SELECT b.bucket, b.version FROM outbox_claim_bucket b
+    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM wanted))
+      AND b.lease_until <= $2
+), locked AS MATERIALIZED (
+    SELECT b.bucket FROM outbox_claim_bucket b
+    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM snapshot))
+      AND ((b.bucket, b.version) = ANY (SELECT bucket, version FROM snapshot)) IS TRUE
+    ORDER BY b.bucket
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE outbox_claim_bucket b
+    SET token = $6, owner = $7, lease_until = $8, version = b.version + 1
+    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM locked))
+    RETURNING b.bucket
+), created AS (
+    -- A bucket's row is created with the tables, and again here after a
+    -- crash emptied the unlogged table.
+    INSERT INTO outbox_claim_bucket (kind, bucket, token, owner, lease_until, version)
+    SELECT $1, w.bucket, $6, $7, $8, 1 FROM wanted w
+    WHERE (w.bucket = ANY (
+        SELECT b.bucket FROM outbox_claim_bucket b
+        WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM wanted)))) IS NOT TRUE
+    ORDER BY w.bucket
+    ON CONFLICT DO NOTHING
+    RETURNING bucket
+), mine AS MATERIALIZED (
+    SELECT bucket FROM claimed UNION ALL SELECT bucket FROM created
+), fence AS MATERIALIZED (
+    -- The claim's fencing token (outbox_core::fence), drawn once a bucket
+    -- is leased. Creating a bucket row again (a crash emptied the unlogged
+    -- table) first moves the sequence a million forward: past any value
+    -- handed out before the crash that the sequence had not written to disk.
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM created)
+                THEN setval('outbox_fence', nextval('outbox_fence') + 1048576)
+                ELSE nextval('outbox_fence') END AS value
+    WHERE EXISTS (SELECT 1 FROM mine)
+), shards AS MATERIALIZED (
+    SELECT w.shard_scope, w.shard_identifier, count(*) AS seen, min(w.id) AS first
+    FROM win w
+    WHERE (w.bucket = ANY (SELECT bucket FROM mine)) IS TRUE
+    GROUP BY w.shard_scope, w.shard_identifier
+), beyond AS MATERIALIZED (
+    -- Rows each deep shard may read: its share of the window and beyond,
+    -- when the window was full.
+    SELECT CASE WHEN (SELECT count(*) FROM win) >= $4
+                THEN ($4 + $9) / GREATEST(1, (SELECT count(*) FROM shards WHERE seen > 1))
+                ELSE 0 END AS rows
+), states AS MATERIALIZED (
+    SELECT s.region_name, s.shard_scope, s.shard_identifier, s.attempts, s.last_backoff_ms,
+           s.retry_at, s.last_error, s.failed_at
+    FROM outbox_shard_state s
+    WHERE s.kind = $1
+      AND ((s.region_name, s.shard_scope, s.shard_identifier) = ANY (
+          SELECT ''::text, shard_scope, shard_identifier FROM shards)) IS TRUE
+)
+SELECT sh.first, (SELECT count(*) FROM win) AS window_rows, (SELECT count(*) FROM scanned) AS scanned_rows,
+       o.id, ''::text AS region_name, sh.shard_scope, sh.shard_identifier, o.category,
+       o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
+       o.traceparent, o.message_id,
+       st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
+       (SELECT value FROM fence) AS fence,
+       m.head, m.snapshot_xmin, m.snapshot_xmax, m.scanned_all
+FROM (SELECT 1) AS one
+CROSS JOIN marks m
+-- One row with null columns when no shard was leased: the counts still
+-- tell the planner whether the scan was blocked.
+LEFT JOIN shards sh ON true
+LEFT JOIN states st
+  ON st.region_name = '' AND st.shard_scope = sh.shard_scope
+ AND st.shard_identifier = sh.shard_identifier
+LEFT JOIN LATERAL (
+    -- In id order: a shard that backs off, once it may be tried again, as
+    -- far as a window (its rescheduled rows sort after newer due ones);
+    -- any other shard, its rows in the window and, when deep, beyond.
+    SELECT * FROM region_outbox o
+    WHERE o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
+      AND o.id <= $3
+      AND (st.retry_at IS NULL OR st.retry_at <= $2)
+    ORDER BY o.id
+    LIMIT LEAST($10, CASE WHEN st.attempts IS NOT NULL THEN $4
+                          WHEN sh.seen > 1 THEN GREATEST(sh.seen, (SELECT rows FROM beyond))
+                          ELSE sh.seen END)
+) o ON true
