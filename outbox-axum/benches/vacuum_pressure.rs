@@ -32,8 +32,10 @@
 //! - `OUTBOX_BENCH_RATE`: offered writes per second (default 2,000), over
 //!   1,000 shards, from 8 connections.
 //! - `OUTBOX_BENCH_RUNS`: which runs, comma-separated, of `unpinned`,
-//!   `pinned`, `half`, `floor`, `floor-pinned` (default: all five; the
-//!   summary's ratios need the pairs they compare).
+//!   `pinned`, `half`, `floor`, `floor-pinned`, and the partitioned
+//!   prototype's `rotating`, `rotating-pinned`, `rotating-half`
+//!   (`vacuum_pressure/rotating.rs`; default: all eight; a summary line
+//!   needs the runs it compares).
 //! - `OUTBOX_BENCH_STATEMENTS=1`: after each run, the statements that took
 //!   the most time (`pg_stat_statements`: calls, mean and total time, buffers
 //!   touched per call), to see which one the pin slows down.
@@ -89,10 +91,15 @@ fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
+#[path = "vacuum_pressure/rotating.rs"]
+mod rotating;
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Drain {
     Outbox,
     Floor,
+    /// The floor's loop on the partitioned prototype (`rotating.rs`).
+    Rotating,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -143,7 +150,10 @@ struct Sample {
     buckets: i64,
 }
 
-async fn sample(db: &DatabaseConnection) -> Sample {
+async fn sample(db: &DatabaseConnection, drain: Drain) -> Sample {
+    if drain == Drain::Rotating {
+        return rotating::sample(db).await;
+    }
     let row = db
         .query_one_raw(stmt(
             "SELECT (SELECT n_dead_tup FROM pg_stat_user_tables
@@ -194,11 +204,13 @@ async fn write(writer: &DatabaseConnection, n: i64, log: &Log) {
 }
 
 /// The floor's loop until `stop`.
-async fn floor(db: DatabaseConnection, log: Arc<Log>, stop: Arc<AtomicBool>) {
-    let sql = "DELETE FROM region_outbox WHERE id IN (SELECT id FROM region_outbox ORDER BY id \
-               LIMIT 500 FOR UPDATE SKIP LOCKED) RETURNING id";
+async fn floor(db: DatabaseConnection, table: &str, log: Arc<Log>, stop: Arc<AtomicBool>) {
+    let sql = format!(
+        "DELETE FROM {table} WHERE id IN (SELECT id FROM {table} ORDER BY id LIMIT 500 FOR \
+         UPDATE SKIP LOCKED) RETURNING id"
+    );
     while !stop.load(Ordering::Relaxed) {
-        let rows = db.query_all_raw(stmt(sql)).await.unwrap();
+        let rows = db.query_all_raw(stmt(&sql)).await.unwrap();
         let at = Instant::now();
         for row in &rows {
             log.received(row.try_get("", "id").unwrap(), at);
@@ -254,12 +266,13 @@ async fn top_statements(db: &DatabaseConnection) {
 async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, every: u64) -> Run {
     db.db
         .execute_unprepared(
-            "TRUNCATE region_outbox, outbox_claim_bucket, outbox_shard_state, widgets",
+            "TRUNCATE region_outbox, rotating_outbox, outbox_claim_bucket, outbox_shard_state, \
+             widgets",
         )
         .await
         .unwrap();
     db.db
-        .execute_unprepared("VACUUM ANALYZE region_outbox")
+        .execute_unprepared("VACUUM ANALYZE region_outbox, rotating_outbox")
         .await
         .unwrap();
     let statements = env_number("OUTBOX_BENCH_STATEMENTS", 0_u8) == 1;
@@ -288,6 +301,8 @@ async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, ev
     let stop = Arc::new(AtomicBool::new(false));
     let mut worker = None;
     let mut floor_task = None;
+    let mut rotator = None;
+    let rotations = Arc::new(rotating::Rotations::default());
     match drain {
         Drain::Outbox => {
             let receivers = Receivers::new().on(OutboxCategory::BenchUpdate, {
@@ -305,12 +320,26 @@ async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, ev
             handle.ready().await;
             worker = Some(handle);
         }
-        Drain::Floor => {
-            floor_task = Some(tokio::spawn(floor(
+        Drain::Floor | Drain::Rotating => {
+            let table = match drain {
+                Drain::Rotating => "rotating_outbox",
+                _ => "region_outbox",
+            };
+            let (conn, log, floor_stop) = (
                 db.connect_again(2).await.unwrap(),
                 log.clone(),
                 stop.clone(),
-            )));
+            );
+            floor_task = Some(tokio::spawn(async move {
+                floor(conn, table, log, floor_stop).await;
+            }));
+            if drain == Drain::Rotating {
+                rotator = Some(tokio::spawn(rotating::rotator(
+                    db.connect_again(1).await.unwrap(),
+                    rotations.clone(),
+                    stop.clone(),
+                )));
+            }
         }
     }
 
@@ -333,7 +362,10 @@ async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, ev
                     let permit = slots.clone().acquire_owned().await.unwrap();
                     let (writer, log) = (writer.clone(), log.clone());
                     tokio::spawn(async move {
-                        write(&writer, n, &log).await;
+                        match drain {
+                            Drain::Rotating => rotating::write(&writer, n, SHARDS, &log).await,
+                            _ => write(&writer, n, &log).await,
+                        }
                         drop(permit);
                     });
                 }
@@ -376,7 +408,7 @@ async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, ev
         let written = log.written.load(Ordering::Relaxed);
         let mut latencies = std::mem::take(&mut *log.latencies.lock().unwrap());
         latencies.sort();
-        let s = sample(&db.db).await;
+        let s = sample(&db.db, drain).await;
         first_size.get_or_insert(s.table + s.indexes);
         println!(
             "    {:>5} {:>10.0} {:>9.2} {:>9.2} {:>10.0} {:>10} {:>10.1} {:>10.1} {:>10.2}",
@@ -395,7 +427,7 @@ async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, ev
         last = (delivered, written);
     }
     let elapsed = started.elapsed();
-    let end = sample(&db.db).await;
+    let end = sample(&db.db, drain).await;
     if statements {
         top_statements(&db.db).await;
     }
@@ -406,6 +438,14 @@ async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, ev
     }
     if let Some(task) = floor_task {
         task.await.unwrap();
+    }
+    if let Some(task) = rotator {
+        task.await.unwrap();
+        println!(
+            "    partitions truncated: {}, lock attempts timed out: {}",
+            rotations.truncated.load(Ordering::Relaxed),
+            rotations.lock_timeouts.load(Ordering::Relaxed)
+        );
     }
     if let Some(conn) = pinned {
         if !released {
@@ -435,6 +475,7 @@ fn drain_name(drain: Drain) -> &'static str {
     match drain {
         Drain::Outbox => "OutboxWorker",
         Drain::Floor => "floor (DELETE … SKIP LOCKED loop)",
+        Drain::Rotating => "floor on the partitioned prototype (TRUNCATE of drained partitions)",
     }
 }
 
@@ -460,6 +501,7 @@ async fn main() {
         )
         .await
         .unwrap();
+    rotating::create(&db.db).await;
     println!(
         "PostgreSQL: {rate} writes/s offered (a model row and an outbox row each, write_region \
          + NOTIFY, {WRITERS} connections, {SHARDS} shards), {secs} s per run, a report every \
@@ -472,8 +514,9 @@ async fn main() {
             .await
             .unwrap();
     }
-    let runs = std::env::var("OUTBOX_BENCH_RUNS")
-        .unwrap_or_else(|_| "unpinned,pinned,half,floor,floor-pinned".to_owned());
+    let runs = std::env::var("OUTBOX_BENCH_RUNS").unwrap_or_else(|_| {
+        "unpinned,pinned,half,floor,floor-pinned,rotating,rotating-pinned,rotating-half".to_owned()
+    });
     let wanted = |name: &str| runs.split(',').any(|run| run.trim() == name);
     let mut results = HashMap::new();
     for (name, drain, pin) in [
@@ -482,10 +525,30 @@ async fn main() {
         ("half", Drain::Outbox, Pin::Half),
         ("floor", Drain::Floor, Pin::None),
         ("floor-pinned", Drain::Floor, Pin::Whole),
+        ("rotating", Drain::Rotating, Pin::None),
+        ("rotating-pinned", Drain::Rotating, Pin::Whole),
+        ("rotating-half", Drain::Rotating, Pin::Half),
     ] {
         if wanted(name) {
             results.insert(name, run(&db, drain, pin, secs, rate, every).await);
         }
+    }
+    if let (Some(unpinned), Some(pinned), Some(half)) = (
+        results.get("rotating"),
+        results.get("rotating-pinned"),
+        results.get("rotating-half"),
+    ) {
+        println!(
+            "partitioned prototype: delivered/s pinned ÷ unpinned {:.3}x; p99 unpinned {:.2} \
+             ms, pinned {:.2} ms; table + indexes, end ÷ first report: unpinned {:.2}x, pinned \
+             {:.2}x, released half-way {:.2}x",
+            pinned.rate / unpinned.rate,
+            ms(unpinned.p99),
+            ms(pinned.p99),
+            unpinned.growth,
+            pinned.growth,
+            half.growth
+        );
     }
     let (Some(unpinned), Some(pinned), Some(half), Some(floor_unpinned), Some(floor_pinned)) = (
         results.remove("unpinned"),
