@@ -30,6 +30,10 @@ const VIEWER_TOKEN: &str = "the admin test's viewer token!!!!";
 mod head;
 #[path = "admin/history.rs"]
 mod history;
+#[path = "admin/horizon.rs"]
+mod horizon;
+#[path = "admin/names.rs"]
+mod names;
 #[path = "admin/openapi.rs"]
 mod openapi;
 use head::a_blocked_shards_head_is_shown_and_set_aside;
@@ -37,6 +41,7 @@ use openapi::the_openapi_document_covers_every_route;
 #[path = "admin/roles.rs"]
 mod roles;
 use history::the_history_route_merges_every_workers_samples;
+use names::scopes_and_categories_are_named_beside_their_numbers;
 use roles::{
     a_viewer_reads_and_every_change_is_refused_and_recorded,
     operators_actions_are_recorded_with_who_why_and_how_they_ended,
@@ -635,75 +640,6 @@ async fn dead_letters_are_listed_replayed_and_discarded(backend: DbBackend) {
     );
 }
 
-/// PostgreSQL: while another session sits idle in a transaction that holds
-/// a snapshot, `/health` and the dashboard name it (pid, application name,
-/// state) and the statement that ends it; once it ends, nothing is named.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn health_names_the_session_that_holds_vacuum_back() {
-    use sea_orm::ConnectionTrait;
-    let setup = setup(DbBackend::Postgres, "admin_horizon", &[1]).await;
-    let (status, health) = call(&setup.router, Method::GET, "/health", Some(TOKEN), None).await;
-    assert_eq!(status, StatusCode::OK, "{health}");
-    assert_eq!(health["backlogs"][0]["horizon"], Value::Null, "{health}");
-
-    let report = setup.db.connect_again(1).await.unwrap();
-    report
-        .execute_unprepared("SET application_name = 'nightly-report'")
-        .await
-        .unwrap();
-    report
-        .execute_unprepared("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        .await
-        .unwrap();
-    let pid: i32 = report
-        .query_one_raw(sea_orm::Statement::from_string(
-            sea_orm::DbBackend::Postgres,
-            "SELECT pg_backend_pid() AS pid, (SELECT count(*) FROM region_outbox) AS n",
-        ))
-        .await
-        .unwrap()
-        .unwrap()
-        .try_get("", "pid")
-        .unwrap();
-    let (status, health) = call(&setup.router, Method::GET, "/health", Some(TOKEN), None).await;
-    assert_eq!(status, StatusCode::OK, "{health}");
-    let holder = &health["backlogs"][0]["horizon"];
-    assert_eq!(holder["kind"], "session", "{health}");
-    assert_eq!(holder["pid"], pid, "{health}");
-    assert_eq!(holder["name"], "nightly-report", "{health}");
-    assert_eq!(holder["state"], "idle in transaction", "{health}");
-    assert_eq!(
-        holder["remedy"],
-        format!("SELECT pg_terminate_backend({pid})"),
-        "{health}"
-    );
-    let page = setup
-        .router
-        .clone()
-        .oneshot(
-            Request::get("/dashboard")
-                .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(page.status(), StatusCode::OK);
-    let page = page.into_body().collect().await.unwrap().to_bytes();
-    let page = String::from_utf8_lossy(&page);
-    assert!(
-        page.contains(&format!(
-            "Vacuum is held back by session {pid} (nightly-report"
-        )) && page.contains(&format!("SELECT pg_terminate_backend({pid})")),
-        "{page}"
-    );
-
-    report.execute_unprepared("ROLLBACK").await.unwrap();
-    let (_, health) = call(&setup.router, Method::GET, "/health", Some(TOKEN), None).await;
-    assert_eq!(health["backlogs"][0]["horizon"], Value::Null, "{health}");
-    report.close().await.unwrap();
-}
-
 outbox_testing::on_both_backends!(
     dead_letters_are_listed_replayed_and_discarded,
     unauthorised_requests_get_401_and_change_nothing,
@@ -716,4 +652,5 @@ outbox_testing::on_both_backends!(
     the_history_route_merges_every_workers_samples,
     a_blocked_shards_head_is_shown_and_set_aside,
     the_openapi_document_covers_every_route,
+    scopes_and_categories_are_named_beside_their_numbers,
 );

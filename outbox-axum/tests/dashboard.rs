@@ -673,16 +673,28 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
 
     // The failing shard, with its last error.
     let row = text_of(&browser, "#failing-0-1").await;
-    assert!(row.contains("OrganizationScope 1"), "{row}");
+    assert!(row.contains("OrganizationScope (0) 1"), "{row}");
     assert!(row.contains(&error), "{row} lacks {error}");
     assert!(row.contains("backing off"), "{row}");
     let head = text_of(&browser, "#failing-0-1 td.head").await;
     assert!(
-        head.contains(&format!("#{org_head} OrganizationUpdate object 1")),
+        head.contains(&format!("#{org_head} OrganizationUpdate (1) object 1")),
         "{head}"
     );
     let dead = text_of(&browser, &format!("#dead-letter-{dead_id}")).await;
-    assert!(dead.contains("WebhookDelivery"), "{dead}");
+    assert!(dead.contains("WebhookDelivery (2)"), "{dead}");
+    assert!(dead.contains("WebhookScope (1)"), "{dead}");
+    // Each scope's backlog, by name and number (the failing organization's
+    // row is still pending).
+    for (row, scope, pending) in [
+        (1, "OrganizationScope (0)", "1"),
+        (2, "WebhookScope (1)", "0"),
+    ] {
+        let cell =
+            |column: usize| format!("#scopes tbody tr:nth-child({row}) td:nth-child({column})");
+        assert_eq!(text_of(&browser, &cell(1)).await, scope);
+        assert_eq!(text_of(&browser, &cell(2)).await, pending);
+    }
     std::fs::write(
         screenshot_path(&format!("dashboard-{backend:?}.png")),
         browser.screenshot().await.unwrap(),
@@ -697,7 +709,11 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
         .click()
         .await
         .unwrap();
-    notice(&browser, "Paused region-outbox shard OrganizationScope 1.").await;
+    notice(
+        &browser,
+        "Paused region-outbox shard OrganizationScope (0) 1.",
+    )
+    .await;
     let controls = db.store().controls().await.unwrap();
     assert_eq!(controls.len(), 1, "{controls:?}");
     assert!(text_of(&browser, "#controls").await.contains("paused"));
@@ -736,7 +752,8 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
         "{audit}"
     );
     assert!(
-        rows[1].contains("pause") && rows[1].contains("region-outbox shard OrganizationScope 1"),
+        rows[1].contains("pause")
+            && rows[1].contains("region-outbox shard OrganizationScope (0) 1"),
         "{audit}"
     );
 

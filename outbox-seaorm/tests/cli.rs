@@ -574,6 +574,31 @@ async fn drain_empties_both_outboxes(backend: DbBackend) {
     assert!(text.contains("outboxes empty"), "{text}");
 }
 
+/// A delivery that fails during `drain` is listed with its category by
+/// number and by name (here dead-lettered by its scope's policy, so the
+/// drain still ends).
+async fn drain_names_the_category_of_a_failed_delivery(backend: DbBackend) {
+    let t = Setup::with(backend, "cli_drain_failure", |drainer| {
+        drainer.dead_letter(common::OutboxScope::AuditLogScope, 1)
+    })
+    .await;
+    t.write(OutboxCategory::AuditLogEvent, 4, 4).await;
+    t.recorder.fail_when(|_| true);
+
+    let drained: DrainOutput = t.json("drain --timeout 30").await;
+    assert_eq!((drained.failed, drained.dead_lettered), (1, 1));
+    let failure = &drained.failures[0];
+    assert_eq!(
+        (failure.category, failure.category_name.as_deref()),
+        (
+            outbox_core::Category::value(OutboxCategory::AuditLogEvent),
+            Some("AuditLogEvent")
+        )
+    );
+    assert_eq!(failure.shard.scope_name.as_deref(), Some("AuditLogScope"));
+    assert!(failure.dead_lettered);
+}
+
 /// `drain` fails with `DrainTimedOut` when a paused shard keeps rows
 /// pending, and says so.
 async fn drain_fails_when_time_runs_out(backend: DbBackend) {
@@ -770,12 +795,22 @@ async fn changes_are_recorded_in_the_audit_log(backend: DbBackend) {
     assert_eq!(
         lines,
         [
-            ("cli:tester", "resume", "region scope 0 shard 7", "error"),
-            ("cli:tester", "resume", "region scope 0 shard 7", "ok"),
+            (
+                "cli:tester",
+                "resume",
+                "region scope OrganizationScope (0) shard 7",
+                "error"
+            ),
+            (
+                "cli:tester",
+                "resume",
+                "region scope OrganizationScope (0) shard 7",
+                "ok"
+            ),
             (
                 "cli:tester",
                 "pause",
-                "region scope OrganizationScope shard 7",
+                "region scope OrganizationScope (0) shard 7",
                 "ok"
             ),
         ]
@@ -789,7 +824,7 @@ async fn changes_are_recorded_in_the_audit_log(backend: DbBackend) {
         .contains("no pause or cull"));
     let text = t.text("audit --limit 1").await;
     assert!(
-        text.contains("cli:tester (cli) resume region scope 0 shard 7: error"),
+        text.contains("cli:tester (cli) resume region scope OrganizationScope (0) shard 7: error"),
         "{text}"
     );
     assert_eq!(text.lines().count(), 1, "{text}");
@@ -797,6 +832,7 @@ async fn changes_are_recorded_in_the_audit_log(backend: DbBackend) {
 
 outbox_testing::on_both_backends!(
     changes_are_recorded_in_the_audit_log,
+    drain_names_the_category_of_a_failed_delivery,
     shards_show_the_deepest_and_the_failing_with_their_last_error,
     a_paused_shard_is_delivered_only_after_resume,
     a_culled_scope_is_dropped_without_delivery,

@@ -16,7 +16,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /health` | per table: depth, oldest age, failing, quarantined and paused shards, dead tuples, the oldest open transaction's age and what holds vacuum back (`horizon`: pid, name, state, and the statement that ends it) (PostgreSQL); controls in force |
+//! | `GET /health` | per table: depth, oldest age, failing, quarantined and paused shards, dead tuples, the oldest open transaction's age and what holds vacuum back (`horizon`: its `holder`, a session, prepared transaction or replication slot, with pid, name, state, and the statement that ends it) (PostgreSQL); each scope's depth; controls in force |
 //! | `GET /shards?kind=region&limit=100` | one snapshot (one transaction): pending rows, dead letters, the deepest shards (with their failure state), the failing shards (attempts, next attempt, last error and when, paused, quarantined) |
 //! | `POST /shards/retry` `{"shards": [...]}` | makes failing, paused or quarantined shards due at once |
 //! | `GET /shards/head?kind=region&scope=0&identifier=65` | a shard's head message: id, category, object, payload size, the ids delivered with it, attempts and last error |
@@ -58,7 +58,12 @@
 //!
 //! A target is `{"kind": "region", "scope": 0, "identifier": 42}` (a shard)
 //! or without `identifier` (every shard of the scope, new ones too); the
-//! control outbox adds `"region": "us"`.
+//! control outbox adds `"region": "us"`. Answers name the scope beside its
+//! number (`"scope_name": "OrganizationScope"`, `null` for a scope this
+//! binary does not declare), and a category likewise (`category_name`); a
+//! request may send `scope_name` back as it read it, and it must then be
+//! the name of `scope` (else `400`). `kind` is always the outbox table.
+//! See [`model`].
 //!
 //! ```no_run
 //! # fn app<C: outbox_core::Category>(drainer: outbox_core::Drainer<C>) -> axum::Router {

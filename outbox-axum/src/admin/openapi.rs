@@ -56,7 +56,8 @@ fn retry() {}
 
 #[utoipa::path(get, path = "/shards/head", tag = "shards",
     params(("kind" = Option<String>, Query), ("scope" = i32, Query), ("identifier" = i64, Query),
-           ("region" = Option<String>, Query, description = "the control outbox's region")),
+           ("region" = Option<String>, Query, description = "the control outbox's region"),
+           ("scope_name" = Option<String>, Query, description = "optional; if given, the name of `scope` (else 400)")),
     responses((status = 200, body = HeadView), (status = 404, body = ErrorBody)))]
 fn head() {}
 

@@ -82,7 +82,7 @@ fn shards_label<C: Category>(shards: &[ShardKey]) -> String {
 
 /// A target as the dashboard names it.
 fn target_label<C: Category>(target: &ControlTarget) -> String {
-    super::dashboard::target_label::<C>(&TargetRef::of(target))
+    super::dashboard::target_label::<C>(&TargetRef::of::<C>(target))
 }
 
 /// `region dead letters 4, 7` (the first 20 ids, then `… (n ids)`).
@@ -162,9 +162,9 @@ async fn retry_shards<C: Category>(
         held: shards
             .iter()
             .filter(|shard| !released.contains(shard))
-            .map(ShardRef::of)
+            .map(ShardRef::of::<C>)
             .collect(),
-        released: released.iter().map(ShardRef::of).collect(),
+        released: released.iter().map(ShardRef::of::<C>).collect(),
     })
 }
 
@@ -213,7 +213,7 @@ async fn control<C: Category>(
                 "the control was lifted by another request meanwhile",
             )
         })?;
-    Ok(ControlView::from(control))
+    Ok(ControlView::of::<C>(control))
 }
 
 /// Lifts the control on `target`; its paused shards are due at once.

@@ -41,19 +41,19 @@ pub(super) async fn shards<C: Category>(
         shards: snapshot
             .deepest
             .iter()
-            .map(|depth| ShardView::of(depth, &snapshot.failing))
+            .map(|depth| ShardView::of::<C>(depth, &snapshot.failing))
             .collect(),
         failing: snapshot
             .failing
             .iter()
             .filter(|f| !f.state.is_paused())
-            .map(FailingView::of)
+            .map(FailingView::of::<C>)
             .collect(),
         paused: snapshot
             .failing
             .iter()
             .filter(|f| f.state.is_paused())
-            .map(FailingView::of)
+            .map(FailingView::of::<C>)
             .collect(),
     }))
 }
@@ -66,7 +66,7 @@ pub(super) async fn retry<C: Category>(
     let shards = request
         .shards
         .iter()
-        .map(ShardRef::key)
+        .map(ShardRef::key::<C>)
         .collect::<Result<Vec<ShardKey>, _>>()?;
     Ok(Json(ops::retry(&state, &actor, shards).await?))
 }
@@ -75,7 +75,7 @@ pub(super) async fn controls<C: Category>(
     State(state): State<AdminState<C>>,
 ) -> Result<Json<Vec<ControlView>>, AdminError> {
     let controls = state.view.controls().await?;
-    Ok(Json(controls.iter().map(ControlView::from).collect()))
+    Ok(Json(controls.iter().map(ControlView::of::<C>).collect()))
 }
 
 pub(super) async fn set_control<C: Category>(
@@ -83,7 +83,7 @@ pub(super) async fn set_control<C: Category>(
     Actor(actor): Actor,
     AdminJson(request): AdminJson<SetControl>,
 ) -> Result<Json<ControlView>, AdminError> {
-    let target = request.target.target()?;
+    let target = request.target.target::<C>()?;
     let control = ops::set_control(
         &state,
         &actor,
@@ -100,7 +100,7 @@ pub(super) async fn lift_control<C: Category>(
     Actor(actor): Actor,
     AdminJson(request): AdminJson<LiftControl>,
 ) -> Result<StatusCode, AdminError> {
-    ops::lift_control(&state, &actor, &request.target.target()?).await?;
+    ops::lift_control(&state, &actor, &request.target.target::<C>()?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -110,7 +110,7 @@ pub(super) async fn dead_letters<C: Category>(
 ) -> Result<Json<Vec<DeadLetterView>>, AdminError> {
     let query = query.checked()?;
     let rows = state.view.dead_letters(query.kind, query.limit).await?;
-    Ok(Json(rows.iter().map(DeadLetterView::from).collect()))
+    Ok(Json(rows.iter().map(DeadLetterView::of::<C>).collect()))
 }
 
 pub(super) async fn replay<C: Category>(
@@ -208,7 +208,7 @@ pub(super) async fn head<C: Category>(
     State(state): State<AdminState<C>>,
     AdminQuery(query): AdminQuery<ShardQuery>,
 ) -> Result<Json<HeadView>, AdminError> {
-    let shard = query.key()?;
+    let shard = query.key::<C>()?;
     match state.view.head(&shard).await? {
         Some(head) => Ok(Json(HeadView::of::<C>(&head))),
         None => Err(AdminError::not_found(
@@ -223,10 +223,10 @@ pub(super) async fn set_aside<C: Category>(
     Actor(actor): Actor,
     AdminJson(request): AdminJson<SetAside>,
 ) -> Result<Json<SetAsideDone>, AdminError> {
-    let shard = request.shard.key()?;
-    let ids = ops::set_aside(&state, &actor, shard, request.reason).await?;
+    let shard = request.shard.key::<C>()?;
+    let ids = ops::set_aside(&state, &actor, shard.clone(), request.reason).await?;
     Ok(Json(SetAsideDone {
-        shard: request.shard,
+        shard: ShardRef::of::<C>(&shard),
         ids,
     }))
 }

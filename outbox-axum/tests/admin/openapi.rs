@@ -85,6 +85,39 @@ pub(super) async fn the_openapi_document_covers_every_route(backend: DbBackend) 
             "{reference} names no schema"
         );
     }
+    // Scopes and categories by number and name; `kind` is the table only.
+    let schemas = &doc["components"]["schemas"];
+    for (schema, field) in [
+        ("ShardRef", "scope_name"),
+        ("TargetRef", "scope_name"),
+        ("ScopeBacklogView", "scope_name"),
+        ("DeadLetterView", "category_name"),
+        ("HeadView", "category_name"),
+        ("HorizonHolderView", "holder"),
+    ] {
+        assert!(
+            schemas[schema]["properties"][field].is_object(),
+            "{schema}.{field}: {}",
+            schemas[schema]
+        );
+    }
+    assert!(
+        schemas["HorizonHolderView"]["properties"]["kind"].is_null(),
+        "{}",
+        schemas["HorizonHolderView"]
+    );
+    assert!(
+        schemas["ScopeBacklogView"]["properties"]["scope"]["type"]
+            .to_string()
+            .contains("integer"),
+        "{}",
+        schemas["ScopeBacklogView"]
+    );
+    let required = |schema: &str| schemas[schema]["required"].to_string();
+    assert!(
+        !required("ShardRef").contains("scope_name"),
+        "optional on input"
+    );
     let (status, _) = call(&setup.router, Method::GET, "/openapi.json", None, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }

@@ -116,19 +116,19 @@ pub(super) async fn operators_actions_are_recorded_with_who_why_and_how_they_end
             (
                 "admin",
                 "retry",
-                "region-outbox shard OrganizationScope 1",
+                "region-outbox shard OrganizationScope (0) 1",
                 "unknown_shard"
             ),
             (
                 "admin",
                 "resume",
-                "region-outbox shard OrganizationScope 1",
+                "region-outbox shard OrganizationScope (0) 1",
                 "ok"
             ),
             (
                 "admin",
                 "pause",
-                "region-outbox shard OrganizationScope 1",
+                "region-outbox shard OrganizationScope (0) 1",
                 "ok"
             ),
         ]

@@ -68,7 +68,7 @@ impl Tally {
         samples.extend(backlog.scopes.iter().map(|scope| Sample {
             at,
             kind: backlog.kind,
-            scope: Some(scope.scope.clone()),
+            scope: Some(scope.label()),
             owner: owner.to_owned(),
             depth: scope.depth.value(),
             oldest_age: millis(scope.oldest_age),

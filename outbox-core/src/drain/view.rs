@@ -293,13 +293,13 @@ impl<C: Category> DrainView<C> {
                     .iter()
                     .position(|depth| depth.scope == scope.value())
                     .map(|at| measured.swap_remove(at));
-                ScopeBacklog::of(scope.name().to_owned(), found.as_ref(), now)
+                ScopeBacklog::of(scope.value(), Some(scope.name()), found.as_ref(), now)
             })
             .collect();
         scopes.extend(
             measured
                 .iter()
-                .map(|depth| ScopeBacklog::of(depth.scope.to_string(), Some(depth), now)),
+                .map(|depth| ScopeBacklog::of(depth.scope, None, Some(depth), now)),
         );
         scopes
     }
@@ -349,9 +349,11 @@ pub struct Backlog {
 /// One scope's part of a [`Backlog`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScopeBacklog {
-    /// The scope's declared name (its value, for a scope this binary does
-    /// not declare).
-    pub scope: String,
+    /// The scope's stored value.
+    pub scope: i32,
+    /// The scope's declared name; `None` for a scope this binary does not
+    /// declare.
+    pub scope_name: Option<&'static str>,
     /// Rows pending: exact up to the cap, above it estimated or at least
     /// what was counted.
     pub depth: Count,
@@ -361,12 +363,25 @@ pub struct ScopeBacklog {
 }
 
 impl ScopeBacklog {
-    fn of(scope: String, depth: Option<&ScopeDepth>, now: DateTime<Utc>) -> Self {
+    fn of(
+        scope: i32,
+        scope_name: Option<&'static str>,
+        depth: Option<&ScopeDepth>,
+        now: DateTime<Utc>,
+    ) -> Self {
         Self {
             scope,
+            scope_name,
             depth: depth.map_or(Count::Exact(0), |depth| depth.depth),
             oldest_age: depth.map(|depth| age(now, depth.oldest_date_added)),
         }
+    }
+
+    /// Its declared name, or its value for a scope this binary does not
+    /// declare: the `scope` label of its gauges and history samples.
+    pub fn label(&self) -> String {
+        self.scope_name
+            .map_or_else(|| self.scope.to_string(), str::to_owned)
     }
 }
 
@@ -388,11 +403,57 @@ impl Backlog {
             .set(seconds(self.oldest_transaction_age));
         metrics::gauge!(names::DEAD_LETTERS, "kind" => kind).set(self.dead_letters.value() as f64);
         for scope in &self.scopes {
-            let name = scope.scope.clone();
+            let name = scope.label();
             metrics::gauge!(names::SCOPE_BACKLOG_DEPTH, "kind" => kind, "scope" => name.clone())
                 .set(scope.depth.value() as f64);
             metrics::gauge!(names::SCOPE_BACKLOG_OLDEST_AGE, "kind" => kind, "scope" => name)
                 .set(seconds(scope.oldest_age));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    crate::registry! {
+        OrgScope = 0 {
+            OrgUpdate = 1,
+        }
+        AuditScope = 2 {
+            AuditEvent = 20,
+        }
+    }
+
+    /// Every declared scope by number and name (0 when nothing is
+    /// pending), then a scope this binary does not declare, by number
+    /// only; gauges and history samples are labelled with the name, else
+    /// the number.
+    #[test]
+    fn scopes_carry_their_number_and_declared_name() {
+        let now = Utc::now();
+        let depth = |scope: i32| ScopeDepth {
+            scope,
+            depth: Count::Exact(3),
+            oldest_date_added: now,
+        };
+        let scopes = DrainView::<OutboxCategory>::scopes(vec![depth(7), depth(0)], now);
+        let seen: Vec<(i32, Option<&str>, Count, String)> = scopes
+            .iter()
+            .map(|scope| (scope.scope, scope.scope_name, scope.depth, scope.label()))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (0, Some("OrgScope"), Count::Exact(3), "OrgScope".to_owned()),
+                (
+                    2,
+                    Some("AuditScope"),
+                    Count::Exact(0),
+                    "AuditScope".to_owned()
+                ),
+                (7, None, Count::Exact(3), "7".to_owned()),
+            ]
+        );
     }
 }

@@ -3,11 +3,12 @@
 //! backfill run), as `cli:<user>`, with its outcome.
 
 use outbox_core::audit::AuditEntry;
-use outbox_core::{Category, Drainer};
+use outbox_core::{Category, Drainer, OutboxKind};
 
 use super::command::{BackfillCommand, DeadLetterCommand, OutboxCommand, TargetArgs};
 use super::error::CliError;
 use super::output::CommandOutput;
+use super::target::{scope_name, scope_value};
 
 /// How long the audit log keeps a record (the admin API's default).
 const RETENTION: std::time::Duration = outbox_core::audit::DEFAULT_RETENTION;
@@ -21,19 +22,41 @@ pub(super) fn default_actor() -> String {
     format!("cli:{user}")
 }
 
-fn target_label(target: &TargetArgs) -> String {
-    let mut label = format!("{} scope {}", target.kind, target.scope);
-    if let Some(shard) = target.shard {
+/// `region scope OrganizationScope (0) shard 7 → us`: the scope by name and
+/// number however it was given (as given when `C` does not declare it).
+fn target_label<C: Category>(
+    kind: OutboxKind,
+    scope: &str,
+    shard: Option<i64>,
+    region: Option<&str>,
+) -> String {
+    let scope = scope_value::<C>(scope)
+        .ok()
+        .and_then(|value| Some(format!("{} ({value})", scope_name::<C>(value)?)))
+        .unwrap_or_else(|| scope.to_owned());
+    let mut label = format!("{kind} scope {scope}");
+    if let Some(shard) = shard {
         label.push_str(&format!(" shard {shard}"));
     }
-    if let Some(region) = &target.region {
+    if let Some(region) = region {
         label.push_str(&format!(" → {region}"));
     }
     label
 }
 
+fn control_label<C: Category>(target: &TargetArgs) -> String {
+    target_label::<C>(
+        target.kind,
+        &target.scope,
+        target.shard,
+        target.region.as_deref(),
+    )
+}
+
 /// What `command` changes, for its record: `None` for a read.
-fn described(command: &OutboxCommand) -> Option<(&'static str, Option<String>, Option<String>)> {
+fn described<C: Category>(
+    command: &OutboxCommand,
+) -> Option<(&'static str, Option<String>, Option<String>)> {
     Some(match command {
         OutboxCommand::Shards(_)
         | OutboxCommand::DeadLetters(DeadLetterCommand::List(_))
@@ -65,22 +88,25 @@ fn described(command: &OutboxCommand) -> Option<(&'static str, Option<String>, O
         }
         OutboxCommand::Pause(args) => (
             "pause",
-            Some(target_label(&args.target)),
+            Some(control_label::<C>(&args.target)),
             args.reason.clone(),
         ),
         OutboxCommand::Cull(args) => (
             "cull",
-            Some(target_label(&args.target)),
+            Some(control_label::<C>(&args.target)),
             args.reason.clone(),
         ),
-        OutboxCommand::Resume(target) => ("resume", Some(target_label(target)), None),
-        OutboxCommand::Retry(shard) => {
-            let mut label = format!("{} scope {} shard {}", shard.kind, shard.scope, shard.shard);
-            if let Some(region) = &shard.region {
-                label.push_str(&format!(" → {region}"));
-            }
-            ("retry", Some(label), None)
-        }
+        OutboxCommand::Resume(target) => ("resume", Some(control_label::<C>(target)), None),
+        OutboxCommand::Retry(shard) => (
+            "retry",
+            Some(target_label::<C>(
+                shard.kind,
+                &shard.scope,
+                Some(shard.shard),
+                shard.region.as_deref(),
+            )),
+            None,
+        ),
         OutboxCommand::Drain(_) => ("drain", None, None),
         OutboxCommand::Backfill(BackfillCommand::Run(_)) => ("backfill run", None, None),
     })
@@ -94,7 +120,7 @@ pub(super) async fn record<C: Category>(
     command: &OutboxCommand,
     outcome: &Result<CommandOutput, CliError>,
 ) {
-    let Some((action, target, reason)) = described(command) else {
+    let Some((action, target, reason)) = described::<C>(command) else {
         return;
     };
     let mut entry = AuditEntry::new(drainer.clock().now(), actor, "cli", action);

@@ -106,7 +106,8 @@ fn absorb<C: Category>(output: &mut DrainOutput, report: DrainReport) {
             .map(|failure| FailureView {
                 shard: shard_view::<C>(&failure.shard),
                 id: failure.id,
-                category: failure.category_label(),
+                category: failure.category,
+                category_name: failure.category_name.map(str::to_owned),
                 dead_lettered: failure.dead_lettered,
                 error: failure.error.to_string(),
             }),

@@ -25,8 +25,9 @@ pub struct TargetView {
     pub region: Option<String>,
     /// The scope's value.
     pub scope: i32,
-    /// The scope's name, when this binary's registry declares it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The scope's declared name (`null` for a scope this binary's
+    /// registry does not declare).
+    #[serde(default)]
     pub scope_name: Option<String>,
     /// The shard's identifier; `None`: every shard of the scope.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -178,8 +179,9 @@ pub struct DeadLetterView {
     pub shard: TargetView,
     /// Its category's value.
     pub category: i32,
-    /// Its category's name, when this binary's registry declares it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its category's declared name (`null` for a category this binary's
+    /// registry does not declare).
+    #[serde(default)]
     pub category_name: Option<String>,
     /// Its object.
     pub object_identifier: i64,
@@ -218,10 +220,7 @@ impl fmt::Display for DeadLettersOutput {
             }
         )?;
         for dead in &self.dead_letters {
-            let category = match &dead.category_name {
-                Some(name) => name.clone(),
-                None => format!("category {}", dead.category),
-            };
+            let category = category_label(dead.category, dead.category_name.as_deref());
             writeln!(
                 f,
                 "  #{} (message {}) {} {category} object {}, dead since {}: {}",
@@ -339,8 +338,12 @@ pub struct FailureView {
     pub shard: TargetView,
     /// The row.
     pub id: i64,
-    /// The category's name, or its value.
-    pub category: String,
+    /// The category's value.
+    pub category: i32,
+    /// The category's declared name (`null` for a category this binary's
+    /// registry does not declare).
+    #[serde(default)]
+    pub category_name: Option<String>,
     /// Moved to the dead-letter table by its scope's policy.
     pub dead_lettered: bool,
     /// What failed.
@@ -383,7 +386,7 @@ impl fmt::Display for DrainOutput {
                 "  failed: {} row {} ({}){}: {}",
                 failure.shard,
                 failure.id,
-                failure.category,
+                category_label(failure.category, failure.category_name.as_deref()),
                 if failure.dead_lettered {
                     ", dead-lettered"
                 } else {
@@ -623,6 +626,15 @@ impl fmt::Display for CommandOutput {
             CommandOutput::BackfillRun(output) => output.fmt(f),
             CommandOutput::Audit(output) => output.fmt(f),
         }
+    }
+}
+
+/// `OrganizationUpdate(1)`, as [`TargetView`] writes a scope, or
+/// `category 9` for one the registry does not declare.
+fn category_label(value: i32, name: Option<&str>) -> String {
+    match name {
+        Some(name) => format!("{name}({value})"),
+        None => format!("category {value}"),
     }
 }
 

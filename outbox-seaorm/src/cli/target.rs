@@ -67,7 +67,8 @@ pub(crate) fn shard_key<C: Category>(args: &ShardArgs) -> Result<ShardKey, CliEr
     Ok(ShardKey::from_raw(args.kind, scope, args.shard, region))
 }
 
-fn scope_name<C: Category>(value: i32) -> Option<String> {
+/// The name of the scope with this stored value, if `C` declares it.
+pub(crate) fn scope_name<C: Category>(value: i32) -> Option<String> {
     <C::Scope as TryFrom<i32>>::try_from(value)
         .ok()
         .map(|scope| scope.name().to_owned())

@@ -126,8 +126,15 @@ impl Fields {
             scope: self
                 .number("scope")?
                 .ok_or_else(|| AdminError::bad_request("`scope` is required"))?,
+            scope_name: None,
             identifier: self.number("identifier")?,
         })
+    }
+
+    fn shard(&self) -> Result<ShardRef, AdminError> {
+        self.target()?
+            .shard()
+            .ok_or_else(|| AdminError::bad_request("`identifier` is required"))
     }
 
     fn ids(&self) -> Result<Vec<i64>, AdminError> {
@@ -182,17 +189,8 @@ async fn perform<C: Category>(
             Ok(format!("Discarded {discarded} dead letter(s)."))
         }
         "retry" => {
-            let target = fields.target()?;
-            let identifier = target
-                .identifier
-                .ok_or_else(|| AdminError::bad_request("`identifier` is required"))?;
-            let shard = ShardRef {
-                kind: target.kind,
-                region: target.region,
-                scope: target.scope,
-                identifier,
-            };
-            let retried = ops::retry(state, actor, vec![shard.key()?]).await?;
+            let shard = fields.shard()?;
+            let retried = ops::retry(state, actor, vec![shard.key::<C>()?]).await?;
             Ok(if retried.held.is_empty() {
                 "The shard is due now.".to_owned()
             } else {
@@ -205,7 +203,7 @@ async fn perform<C: Category>(
             } else {
                 ControlAction::Cull
             };
-            let target = fields.target()?.target()?;
+            let target = fields.target()?.target::<C>()?;
             let reason = fields.get("reason").map(str::to_owned);
             let control = ops::set_control(state, actor, target, action, reason).await?;
             Ok(format!(
@@ -219,18 +217,9 @@ async fn perform<C: Category>(
             ))
         }
         "set-aside" => {
-            let target = fields.target()?;
-            let identifier = target
-                .identifier
-                .ok_or_else(|| AdminError::bad_request("`identifier` is required"))?;
-            let shard = ShardRef {
-                kind: target.kind,
-                region: target.region,
-                scope: target.scope,
-                identifier,
-            };
+            let shard = fields.shard()?;
             let reason = fields.get("reason").map(str::to_owned);
-            let ids = ops::set_aside(state, actor, shard.key()?, reason).await?;
+            let ids = ops::set_aside(state, actor, shard.key::<C>()?, reason).await?;
             Ok(format!(
                 "Set aside {} row(s) as dead letters: {}.",
                 ids.len(),
@@ -242,7 +231,7 @@ async fn perform<C: Category>(
         }
         "resume" => {
             let target = fields.target()?;
-            ops::lift_control(state, actor, &target.target()?).await?;
+            ops::lift_control(state, actor, &target.target::<C>()?).await?;
             Ok(format!("Resumed {}.", page::target_label::<C>(&target)))
         }
         _ => Err(AdminError::not_found(

@@ -4,7 +4,9 @@ use chrono::{DateTime, Utc};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use outbox_core::store::{AdminSnapshot, DeadLetterRow, FailingShard};
-use outbox_core::{Backlog, Category, Count, OutboxKind, RuntimeControl, Scope, ShardKey};
+use outbox_core::{
+    Backlog, Category, ControlTarget, Count, OutboxKind, RuntimeControl, Scope, ShardKey,
+};
 use outbox_seaorm::backfill::BackfillStatus;
 use outbox_seaorm::inbox::FenceRecord;
 
@@ -152,21 +154,14 @@ impl Data {
         self.actor.role().can_act()
     }
 
-    fn scope_name(&self, value: i32) -> String {
-        self.scopes
-            .iter()
-            .find(|(v, _)| *v == value)
-            .map_or_else(|| format!("scope {value}"), |(_, name)| (*name).to_owned())
+    fn scope_label(&self, value: i32) -> String {
+        let name = self.scopes.iter().find(|(v, _)| *v == value);
+        scope_label(value, name.map(|(_, name)| *name))
     }
 
-    fn category_name(&self, value: i32) -> String {
-        self.categories
-            .iter()
-            .find(|(v, _)| *v == value)
-            .map_or_else(
-                || format!("category {value}"),
-                |(_, name)| (*name).to_owned(),
-            )
+    fn category_label(&self, value: i32) -> String {
+        let name = self.categories.iter().find(|(v, _)| *v == value);
+        category_label(value, name.map(|(_, name)| *name))
     }
 
     fn shard_label(&self, shard: &ShardKey) -> String {
@@ -176,7 +171,7 @@ impl Data {
             .unwrap_or_default();
         format!(
             "{} {}{region}",
-            self.scope_name(shard.scope()),
+            self.scope_label(shard.scope()),
             shard.identifier()
         )
     }
@@ -189,16 +184,37 @@ impl Data {
     }
 }
 
-/// "region-outbox shard organization 42" or "region-outbox scope
-/// organization" (with the region of a control-outbox target).
+/// A scope by name and number, as the page and the audit log show it:
+/// `OrganizationScope (0)`, or `scope 7` for one this binary does not
+/// declare.
+fn scope_label(value: i32, name: Option<&str>) -> String {
+    match name {
+        Some(name) => format!("{name} ({value})"),
+        None => format!("scope {value}"),
+    }
+}
+
+/// A category likewise: `OrganizationUpdate (1)`, or `category 9`.
+fn category_label(value: i32, name: Option<&str>) -> String {
+    match name {
+        Some(name) => format!("{name} ({value})"),
+        None => format!("category {value}"),
+    }
+}
+
+/// "region-outbox shard OrganizationScope (0) 42" or "region-outbox scope
+/// OrganizationScope (0)" (with the region of a control-outbox target).
 pub(crate) fn target_label<C: Category>(target: &TargetRef) -> String {
     describe(target, |value| {
-        C::Scope::try_from(value).map_or_else(|_| format!("scope {value}"), |s| s.name().to_owned())
+        scope_label(
+            value,
+            C::Scope::try_from(value).ok().map(|scope| scope.name()),
+        )
     })
 }
 
-fn describe(target: &TargetRef, scope_name: impl Fn(i32) -> String) -> String {
-    let scope = scope_name(target.scope);
+fn describe(target: &TargetRef, scope_label: impl Fn(i32) -> String) -> String {
+    let scope = scope_label(target.scope);
     let region = target
         .region
         .as_ref()
@@ -287,12 +303,33 @@ fn kind_name_value(kind: Kind) -> &'static str {
     kind_value(kind)
 }
 
+/// A shard as its forms' hidden fields name it (by number: the page's
+/// labels name it).
 fn shard_target(shard: &ShardKey) -> TargetRef {
     TargetRef {
         kind: shard.kind(),
         region: shard.region_name().map(str::to_owned),
         scope: shard.scope(),
+        scope_name: None,
         identifier: Some(shard.identifier()),
+    }
+}
+
+/// A control's target likewise.
+fn control_target(target: &ControlTarget) -> TargetRef {
+    match target {
+        ControlTarget::Shard(shard) => shard_target(shard),
+        ControlTarget::Scope {
+            kind,
+            region,
+            scope,
+        } => TargetRef {
+            kind: *kind,
+            region: region.clone(),
+            scope: *scope,
+            scope_name: None,
+            identifier: None,
+        },
     }
 }
 
@@ -479,7 +516,7 @@ fn failing(data: &Data, now: DateTime<Utc>, paused: bool) -> Markup {
                                 @let head = data.heads.iter().find(|head| head.row.shard == failing.shard);
                                 td.head {
                                     @if let Some(head) = head {
-                                        "#" (head.row.id) " " (data.category_name(head.row.category))
+                                        "#" (head.row.id) " " (data.category_label(head.row.category))
                                         " object " (head.row.object_identifier) ", " (head.payload_size()) " bytes"
                                         @if head.group.len() > 1 { " (+" (head.group.len() - 1) " coalesced)" }
                                     }
@@ -550,10 +587,10 @@ fn scopes(data: &Data) -> Markup {
                 thead { tr { th { "scope" } th { "pending" } th { "oldest" } th { "control" } th { "" } } }
                 tbody {
                     @for (value, name) in &data.scopes {
-                        @let backlog = data.backlogs.iter().find(|b| b.kind == kind).and_then(|b| b.scopes.iter().find(|s| s.scope == *name));
+                        @let backlog = data.backlogs.iter().find(|b| b.kind == kind).and_then(|b| b.scopes.iter().find(|s| s.scope == *value));
                         @let controls: Vec<&RuntimeControl> = data.controls.iter().filter(|c| matches!(&c.target, outbox_core::ControlTarget::Scope { kind: k, scope, .. } if *k == kind && scope == value)).collect();
                         tr {
-                            td { (name) " (" (value) ")" }
+                            td { (scope_label(*value, Some(name))) }
                             td.num { (count(backlog.map_or(Count::Exact(0), |b| b.depth))) }
                             td { (backlog.and_then(|b| b.oldest_age).map_or_else(|| "–".to_owned(), |age| span(i64::try_from(age.as_secs()).unwrap_or(i64::MAX)))) }
                             td {
@@ -564,7 +601,7 @@ fn scopes(data: &Data) -> Markup {
                             }
                             td.actions { @if data.can_act() {
                                 @for control in &controls {
-                                    (button("resume", &TargetRef::of(&control.target), "Resume", "resume"))
+                                    (button("resume", &control_target(&control.target), "Resume", "resume"))
                                 }
                                 form method="post" action="actions/pause" {
                                     input type="hidden" name="kind" value=(kind_value(kind));
@@ -601,9 +638,9 @@ fn controls(data: &Data, now: DateTime<Utc>) -> Markup {
                     thead { tr { th { "target" } th { "action" } th { "reason" } th { "since" } th { "" } } }
                     tbody {
                         @for control in &data.controls {
-                            @let target = TargetRef::of(&control.target);
+                            @let target = control_target(&control.target);
                             tr {
-                                td { (describe(&target, |value| data.scope_name(value))) }
+                                td { (describe(&target, |value| data.scope_label(value))) }
                                 td { span.badge.paused { (action_name(control.action.into())) } }
                                 td { (control.reason.as_deref().unwrap_or("")) }
                                 td { (time(now, control.created_at, ago(now, control.created_at))) }
@@ -655,7 +692,7 @@ fn dead_letters(data: &Data, now: DateTime<Utc>) -> Markup {
                                 td { @if data.can_act() { input type="checkbox" name="ids" value=(dead.row.id) form="bulk" aria-label=(format!("select dead letter {}", dead.row.id)); } }
                                 td.num { (dead.row.id) }
                                 td { (data.shard_label(&dead.row.shard)) }
-                                td { (data.category_name(dead.row.category)) }
+                                td { (data.category_label(dead.row.category)) }
                                 td.num { (dead.row.object_identifier) }
                                 td { code.error-text { (dead.error) } }
                                 td { (time(now, dead.dead_lettered_at, ago(now, dead.dead_lettered_at))) }

@@ -272,16 +272,16 @@ pub async fn an_admin_snapshot_agrees_with_the_separate_reads<B: Backend>(backen
     let backlog = drainer.view().backlog(OutboxKind::Region).await.unwrap();
     assert_eq!(backlog.dead_letters, Count::Exact(1));
     assert_eq!(backlog.depth, Count::Exact(2));
-    let by_scope: Vec<(&str, Count, bool)> = backlog
+    let by_scope: Vec<(i32, Option<&str>, Count, bool)> = backlog
         .scopes
         .iter()
-        .map(|s| (s.scope.as_str(), s.depth, s.oldest_age.is_some()))
+        .map(|s| (s.scope, s.scope_name, s.depth, s.oldest_age.is_some()))
         .collect();
     assert_eq!(
         by_scope,
         vec![
-            ("OrganizationScope", Count::Exact(2), true),
-            ("AuditLogScope", Count::Exact(0), false)
+            (0, Some("OrganizationScope"), Count::Exact(2), true),
+            (2, Some("AuditLogScope"), Count::Exact(0), false)
         ],
         "every declared scope, 0 where nothing is pending"
     );
