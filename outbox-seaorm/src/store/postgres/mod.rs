@@ -217,6 +217,16 @@ impl PgStore {
         &self.db
     }
 
+    /// Background claims scan the due index from the watermark (see
+    /// [`scan_watermark`](Self::scan_watermark)) once a claim that scans it
+    /// from the very start takes `slow` or more (default 5 ms: vacuum
+    /// cannot remove what the drain deletes, as while a long transaction
+    /// holds its horizon back); `Duration::ZERO`: always.
+    pub fn scan_from_watermark_after(mut self, slow: std::time::Duration) -> Self {
+        self.watermarks = std::sync::Arc::new(watermark::Watermarks::new(slow));
+        self
+    }
+
     /// Where this store's background claims of `kind` scan the due index
     /// from: rows due since they were written with ids below it are found
     /// only by the oldest-end claim that scans from the very start, at most
@@ -587,6 +597,7 @@ impl DrainStore for PgStore {
         };
         // Decoded as they arrive, while the server still sends the rest.
         let mut decoder = due::Decoder::new(kind);
+        let started = std::time::Instant::now();
         let result = async {
             let mut rows = self.db.stream_raw(statement(sql, values)).await?;
             while let Some(row) = rows.try_next().await? {
@@ -599,7 +610,7 @@ impl DrainStore for PgStore {
             Ok(()) => {
                 let (marks, max_id) = decoder.marks();
                 self.watermarks
-                    .observe(kind, sent, marks, max_id, request.now);
+                    .observe(kind, sent, marks, max_id, request.now, started.elapsed());
                 Ok(decoder.finish())
             }
             // Two claims creating the same missing buckets in the same

@@ -8,10 +8,15 @@
 //! replica slot) holds its horizon back. A claim that scans from the very
 //! start then steps over every row delivered since the horizon stopped: the
 //! vacuum-pressure bench measured 45,000 buffers per claim and 32 ms after
-//! two minutes (`cargo bench -p outbox-axum --bench vacuum_pressure`). So
+//! two minutes (`cargo bench -p outbox-axum --bench vacuum_pressure`). So,
+//! once a claim from the very start takes [`SLOW_FULL_SCAN`] or more,
 //! claims scan from the watermark (`claim_due_above.sql`,
 //! `claim_due_newest.sql`), and one claim from the very start
-//! (`claim_due_oldest.sql`) runs at most every [`FULL_SCAN_EVERY`].
+//! (`claim_due_oldest.sql`) runs at most every [`FULL_SCAN_EVERY`], which
+//! also tells when vacuum has caught up. While it is cheap, every claim
+//! scans from the start as before: reading each leased shard by range
+//! (what a claim from the watermark must do) costs more than stepping over
+//! removed rows' entries that vacuum has already marked dead.
 //!
 //! The watermark only limits which shards a claim *finds*; a leased shard
 //! is always read from its oldest pending row. So a watermark that is too
@@ -39,6 +44,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use outbox_core::{ClaimOrder, OutboxKind};
+
+/// How long a claim from the very start takes, by default, before the
+/// claims switch to the watermark: while vacuum keeps up such a claim
+/// takes well under a millisecond, and claims that scan from the start
+/// (returning their window's rows as read) are the cheaper ones; with the
+/// horizon held back for minutes it takes tens.
+pub const SLOW_FULL_SCAN: Duration = Duration::from_millis(5);
 
 /// How often the oldest-end claim scans from the very start, finding rows
 /// below the watermark.
@@ -87,15 +99,26 @@ struct Mark {
     low: Option<i64>,
     candidates: VecDeque<Candidate>,
     last_full: Option<DateTime<Utc>>,
+    /// How long the last claim from the very start took.
+    full_took: Option<Duration>,
     /// The highest id a claim returned.
     seen_max: Option<i64>,
 }
 
 /// The watermarks of both tables, shared by the clones of one store.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Watermarks {
     region: Mutex<Mark>,
     control: Mutex<Mark>,
+    /// From how long a claim from the very start takes the claims scan
+    /// from the watermark.
+    slow: Duration,
+}
+
+impl Default for Watermarks {
+    fn default() -> Self {
+        Self::new(SLOW_FULL_SCAN)
+    }
 }
 
 /// What a claim needs to report back: its scan and what was known when it
@@ -112,6 +135,15 @@ fn elapsed(then: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
 }
 
 impl Watermarks {
+    /// Watermarks used once a claim from the very start takes `slow`.
+    pub(super) fn new(slow: Duration) -> Self {
+        Self {
+            region: Mutex::default(),
+            control: Mutex::default(),
+            slow,
+        }
+    }
+
     /// The watermark of `kind`: `None` until a candidate held.
     pub(super) fn low(&self, kind: OutboxKind) -> Option<i64> {
         self.mark(kind).low
@@ -129,8 +161,11 @@ impl Watermarks {
     /// Where the next claim of `kind` from `order` scans from.
     pub(super) fn scan(&self, kind: OutboxKind, order: ClaimOrder, now: DateTime<Utc>) -> Sent {
         let mut mark = self.mark(kind);
+        let slow = mark.full_took.is_some_and(|took| took >= self.slow);
         let scan = match (order, mark.low) {
             (_, None) => Scan::Full,
+            // Vacuum keeps up: scanning from the start costs little.
+            (_, Some(_)) if !slow => Scan::Full,
             (ClaimOrder::Oldest, Some(_))
                 if mark
                     .last_full
@@ -149,8 +184,8 @@ impl Watermarks {
         }
     }
 
-    /// What a claim sent as `sent` reported: `marks`, and the highest id it
-    /// returned.
+    /// What a claim sent as `sent` reported: `marks`, the highest id it
+    /// returned, and how long it took.
     pub(super) fn observe(
         &self,
         kind: OutboxKind,
@@ -158,8 +193,13 @@ impl Watermarks {
         marks: Marks,
         returned_max: Option<i64>,
         now: DateTime<Utc>,
+        took: Duration,
     ) {
         let mut mark = self.mark(kind);
+        if sent.scan == Scan::Full && marks.xmin.is_some() {
+            // A claim from the oldest end, from the very start.
+            mark.full_took = Some(took);
+        }
         if let Some(max) = returned_max {
             mark.seen_max = Some(mark.seen_max.map_or(max, |seen| seen.max(max)));
         }
@@ -212,6 +252,9 @@ mod tests {
 
     const KIND: OutboxKind = OutboxKind::Region;
 
+    /// A claim that took as long as one under a held-back horizon.
+    const SLOWLY: Duration = SLOW_FULL_SCAN;
+
     fn d(duration: Duration) -> chrono::Duration {
         chrono::Duration::from_std(duration).unwrap()
     }
@@ -239,16 +282,16 @@ mod tests {
         let sent = marks_of.scan(KIND, ClaimOrder::Oldest, t0);
         assert_eq!(sent.scan, Scan::Full);
         // Head 100 while transaction 50 ran (xmax 60).
-        marks_of.observe(KIND, sent, marks(Some(100), 50, 60), Some(120), t0);
+        marks_of.observe(KIND, sent, marks(Some(100), 50, 60), Some(120), t0, SLOWLY);
         let sent = marks_of.scan(KIND, ClaimOrder::Newest, t0);
         assert_eq!(sent.scan, Scan::Full, "no candidate holds yet");
         // Transaction 50 still runs: the candidate waits.
         let t1 = t0 + d(GRACE);
-        marks_of.observe(KIND, sent, marks(Some(90), 50, 70), None, t1);
+        marks_of.observe(KIND, sent, marks(Some(90), 50, 70), None, t1, SLOWLY);
         assert_eq!(marks_of.scan(KIND, ClaimOrder::Newest, t1).scan, Scan::Full);
         // It ended, and row 95 (its) committed: the later head covers it.
         let sent = marks_of.scan(KIND, ClaimOrder::Newest, t1);
-        marks_of.observe(KIND, sent, marks(Some(95), 60, 80), None, t1);
+        marks_of.observe(KIND, sent, marks(Some(95), 60, 80), None, t1, SLOWLY);
         assert_eq!(
             marks_of.scan(KIND, ClaimOrder::Newest, t1).scan,
             Scan::Above(95),
@@ -261,13 +304,13 @@ mod tests {
         let marks_of = Watermarks::default();
         let t0 = Utc::now();
         let sent = marks_of.scan(KIND, ClaimOrder::Oldest, t0);
-        marks_of.observe(KIND, sent, marks(Some(10), 5, 5), None, t0);
+        marks_of.observe(KIND, sent, marks(Some(10), 5, 5), None, t0, SLOWLY);
         let sent = marks_of.scan(KIND, ClaimOrder::Newest, t0);
-        marks_of.observe(KIND, sent, marks(Some(10), 5, 5), None, t0);
+        marks_of.observe(KIND, sent, marks(Some(10), 5, 5), None, t0, SLOWLY);
         assert_eq!(marks_of.scan(KIND, ClaimOrder::Newest, t0).scan, Scan::Full);
         let later = t0 + d(GRACE);
         let sent = marks_of.scan(KIND, ClaimOrder::Newest, later);
-        marks_of.observe(KIND, sent, marks(Some(12), 5, 5), None, later);
+        marks_of.observe(KIND, sent, marks(Some(12), 5, 5), None, later, SLOWLY);
         assert_eq!(
             marks_of.scan(KIND, ClaimOrder::Newest, later).scan,
             Scan::Above(10)
@@ -279,10 +322,10 @@ mod tests {
         let marks_of = Watermarks::default();
         let t0 = Utc::now();
         let sent = marks_of.scan(KIND, ClaimOrder::Oldest, t0);
-        marks_of.observe(KIND, sent, marks(Some(10), 5, 5), None, t0);
+        marks_of.observe(KIND, sent, marks(Some(10), 5, 5), None, t0, SLOWLY);
         let later = t0 + d(GRACE);
         let sent = marks_of.scan(KIND, ClaimOrder::Newest, later);
-        marks_of.observe(KIND, sent, marks(Some(10), 5, 5), None, later);
+        marks_of.observe(KIND, sent, marks(Some(10), 5, 5), None, later, SLOWLY);
         assert_eq!(
             marks_of.scan(KIND, ClaimOrder::Oldest, later).scan,
             Scan::Above(10)
@@ -312,9 +355,9 @@ mod tests {
         let t0 = Utc::now();
         let t1 = t0 + d(GRACE);
         let sent = marks_of.scan(KIND, ClaimOrder::Oldest, t0);
-        marks_of.observe(KIND, sent, marks(Some(100), 5, 5), None, t0);
+        marks_of.observe(KIND, sent, marks(Some(100), 5, 5), None, t0, SLOWLY);
         let sent = marks_of.scan(KIND, ClaimOrder::Newest, t1);
-        marks_of.observe(KIND, sent, marks(Some(100), 5, 5), None, t1);
+        marks_of.observe(KIND, sent, marks(Some(100), 5, 5), None, t1, SLOWLY);
         assert_eq!(
             marks_of.scan(KIND, ClaimOrder::Newest, t1).scan,
             Scan::Above(100)
@@ -323,17 +366,17 @@ mod tests {
         let t2 = t1 + d(GRACE);
         let sent = marks_of.scan(KIND, ClaimOrder::Newest, t2);
         assert_eq!(sent.scan, Scan::Above(100));
-        marks_of.observe(KIND, sent, marks(Some(100), 6, 6), None, t2);
+        marks_of.observe(KIND, sent, marks(Some(100), 6, 6), None, t2, SLOWLY);
         // A full scan sees it and lowers the watermark (once its candidate
         // holds).
         let t3 = t0 + d(FULL_SCAN_EVERY);
         let sent = marks_of.scan(KIND, ClaimOrder::Oldest, t3);
         assert_eq!(sent.scan, Scan::Full);
-        marks_of.observe(KIND, sent, marks(Some(40), 7, 7), None, t3);
+        marks_of.observe(KIND, sent, marks(Some(40), 7, 7), None, t3, SLOWLY);
         let t4 = t3 + d(FULL_SCAN_EVERY);
         let sent = marks_of.scan(KIND, ClaimOrder::Oldest, t4);
         assert_eq!(sent.scan, Scan::Full);
-        marks_of.observe(KIND, sent, marks(Some(40), 7, 7), None, t4);
+        marks_of.observe(KIND, sent, marks(Some(40), 7, 7), None, t4, SLOWLY);
         assert_eq!(
             marks_of.scan(KIND, ClaimOrder::Newest, t4).scan,
             Scan::Above(40)
@@ -345,14 +388,14 @@ mod tests {
         let marks_of = Watermarks::default();
         let t0 = Utc::now();
         let sent = marks_of.scan(KIND, ClaimOrder::Oldest, t0);
-        marks_of.observe(KIND, sent, marks(Some(10), 5, 5), Some(500), t0);
+        marks_of.observe(KIND, sent, marks(Some(10), 5, 5), Some(500), t0, SLOWLY);
         // The backlog delivered: nothing left, and the scan ended early.
         let t1 = t0 + d(GRACE);
         let sent = marks_of.scan(KIND, ClaimOrder::Newest, t1);
-        marks_of.observe(KIND, sent, all(None, 6, 6), None, t1);
+        marks_of.observe(KIND, sent, all(None, 6, 6), None, t1, SLOWLY);
         let t2 = t1 + d(GRACE);
         let sent = marks_of.scan(KIND, ClaimOrder::Newest, t2);
-        marks_of.observe(KIND, sent, all(None, 7, 7), None, t2);
+        marks_of.observe(KIND, sent, all(None, 7, 7), None, t2, SLOWLY);
         assert_eq!(
             marks_of.scan(KIND, ClaimOrder::Newest, t2).scan,
             Scan::Above(501)
@@ -360,10 +403,46 @@ mod tests {
         // A scan cut short by its limit tells nothing without a head.
         let t3 = t2 + d(GRACE);
         let sent = marks_of.scan(KIND, ClaimOrder::Newest, t3);
-        marks_of.observe(KIND, sent, marks(None, 8, 8), Some(900), t3);
+        marks_of.observe(KIND, sent, marks(None, 8, 8), Some(900), t3, SLOWLY);
         assert_eq!(
             marks_of.scan(KIND, ClaimOrder::Newest, t3).scan,
             Scan::Above(501)
+        );
+    }
+
+    #[test]
+    fn while_a_scan_from_the_start_is_cheap_every_claim_makes_one() {
+        let marks_of = Watermarks::default();
+        let t0 = Utc::now();
+        for at in [t0, t0 + d(GRACE), t0 + d(GRACE) + d(GRACE)] {
+            let sent = marks_of.scan(KIND, ClaimOrder::Oldest, at);
+            assert_eq!(sent.scan, Scan::Full);
+            marks_of.observe(KIND, sent, marks(Some(10), 5, 5), None, at, Duration::ZERO);
+        }
+        assert_eq!(marks_of.low(KIND), Some(10), "the watermark is kept");
+        let at = t0 + d(FULL_SCAN_EVERY) + d(FULL_SCAN_EVERY);
+        assert_eq!(marks_of.scan(KIND, ClaimOrder::Newest, at).scan, Scan::Full);
+        // Slow once: the claims switch; cheap again: they switch back.
+        let sent = marks_of.scan(KIND, ClaimOrder::Oldest, at);
+        marks_of.observe(KIND, sent, marks(Some(10), 6, 6), None, at, SLOWLY);
+        assert_eq!(
+            marks_of.scan(KIND, ClaimOrder::Oldest, at).scan,
+            Scan::Above(10)
+        );
+        let later = at + d(FULL_SCAN_EVERY);
+        let sent = marks_of.scan(KIND, ClaimOrder::Oldest, later);
+        assert_eq!(sent.scan, Scan::Full);
+        marks_of.observe(
+            KIND,
+            sent,
+            marks(Some(10), 7, 7),
+            None,
+            later,
+            Duration::ZERO,
+        );
+        assert_eq!(
+            marks_of.scan(KIND, ClaimOrder::Oldest, later).scan,
+            Scan::Full
         );
     }
 
@@ -373,7 +452,7 @@ mod tests {
         let t0 = Utc::now();
         for at in [t0, t0 + d(GRACE)] {
             let sent = marks_of.scan(KIND, ClaimOrder::Oldest, at);
-            marks_of.observe(KIND, sent, marks(Some(10), 5, 5), None, at);
+            marks_of.observe(KIND, sent, marks(Some(10), 5, 5), None, at, SLOWLY);
         }
         assert_eq!(
             marks_of
