@@ -246,6 +246,34 @@ impl Watermarks {
     }
 }
 
+impl super::PgStore {
+    /// Background claims scan the due index from the watermark (see
+    /// [`scan_watermark`](Self::scan_watermark)) once a claim that scans it
+    /// from the very start takes `slow` or more (default 5 ms: vacuum
+    /// cannot remove what the drain deletes, as while a long transaction
+    /// holds its horizon back); `Duration::ZERO`: always.
+    pub fn scan_from_watermark_after(mut self, slow: std::time::Duration) -> Self {
+        self.watermarks = std::sync::Arc::new(Watermarks::new(slow));
+        self
+    }
+
+    /// Where this store's background claims of `kind` scan the due index
+    /// from: rows due since they were written with ids below it are found
+    /// only by the oldest-end claim that scans from the very start, at most
+    /// once a second (or with a newer row of their shard); `None` until the
+    /// store has proved one (see `claim_due_above.sql`). For operators and
+    /// tests: the claims keep it themselves.
+    pub fn scan_watermark(&self, kind: OutboxKind) -> Option<i64> {
+        self.watermarks.low(kind)
+    }
+}
+
+/// Where a claim from the very start starts: before any `scheduled_for`
+/// the store writes (`the_past()` and later).
+pub(super) fn scan_start() -> DateTime<Utc> {
+    DateTime::<Utc>::UNIX_EPOCH
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
