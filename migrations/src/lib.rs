@@ -33,6 +33,10 @@
 //!   each fenced consumer applied per sender and shard (see
 //!   [`FencingTokens`]), with how many deliveries it refused as superseded
 //!   ([`SupersededCounts`]).
+//! - on PostgreSQL, the outbox tables as a ring of three partitions by id,
+//!   so that the worker empties a delivered partition with `TRUNCATE`
+//!   instead of waiting for vacuum, whatever holds the xmin horizon back
+//!   (see [`OutboxPartitionRing`]).
 //!
 //! Both PostgreSQL and SQLite are supported.
 //!
@@ -125,6 +129,7 @@ mod m20261125_000011_superseded_counts;
 mod m20261126_000012_outbox_autovacuum;
 mod m20261126_000013_operator_audit;
 mod m20261126_000014_outbox_history;
+mod m20261126_000015_outbox_partition_ring;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
 pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
@@ -140,6 +145,7 @@ pub use m20261125_000011_superseded_counts::Migration as SupersededCounts;
 pub use m20261126_000012_outbox_autovacuum::Migration as OutboxAutovacuum;
 pub use m20261126_000013_operator_audit::Migration as OperatorAudit;
 pub use m20261126_000014_outbox_history::Migration as OutboxHistory;
+pub use m20261126_000015_outbox_partition_ring::Migration as OutboxPartitionRing;
 
 /// Makes the migration's connection read the schema as it is now, on
 /// SQLite, before its statements are prepared.
@@ -179,6 +185,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(OutboxAutovacuum),
         Box::new(OperatorAudit),
         Box::new(OutboxHistory),
+        Box::new(OutboxPartitionRing),
     ]
 }
 

@@ -87,6 +87,7 @@ pub mod entity;
 pub mod inbox;
 pub mod listener;
 pub mod replication;
+pub mod ring;
 pub mod schema;
 pub mod sqlite;
 pub mod store;

@@ -139,20 +139,26 @@ async fn the_dead_letter_and_control_entities_read_the_tables(
 outbox_testing::on_both_backends!(the_dead_letter_and_control_entities_read_the_tables);
 
 /// PostgreSQL: the migrations set the outbox tables' autovacuum to act on
-/// 1,000 dead tuples plus 1 % (not the default 20 %), and take it back
-/// when migrated down.
+/// 1,000 dead tuples plus 1 % (not the default 20 %), on each partition of
+/// the ring (a partitioned table stores none), and take it back when
+/// migrated down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_outbox_tables_vacuum_early() {
     use outbox_migrations::OutboxMigrator;
     use sea_orm_migration::MigratorTrait;
     let t = TestDatabase::postgres("autovacuum").await.unwrap();
+    // Each table that holds the rows (the partitions, or the plain table).
     let options = || async {
         let rows =
             t.db.query_all_raw(sea_orm::Statement::from_string(
                 sea_orm::DbBackend::Postgres,
-                "SELECT relname::text AS table, array_to_string(reloptions, ',') AS options \
-                 FROM pg_class WHERE relname IN ('region_outbox', 'control_outbox') \
-                 ORDER BY relname",
+                "SELECT c.relname::text AS table, array_to_string(c.reloptions, ',') AS options \
+                 FROM pg_class c \
+                 WHERE c.relkind = 'r' AND (c.relname IN ('region_outbox', 'control_outbox') \
+                    OR c.oid IN (SELECT inhrelid FROM pg_inherits \
+                                 WHERE inhparent IN ('region_outbox'::regclass, \
+                                                     'control_outbox'::regclass))) \
+                 ORDER BY c.relname",
             ))
             .await
             .unwrap();
@@ -167,23 +173,35 @@ async fn the_outbox_tables_vacuum_early() {
     };
     let set =
         Some("autovacuum_vacuum_threshold=1000,autovacuum_vacuum_scale_factor=0.01".to_owned());
-    let expected = |options: Option<String>| {
-        vec![
-            ("control_outbox".to_owned(), options.clone()),
-            ("region_outbox".to_owned(), options),
-        ]
+    let expected = |tables: &[&str], options: Option<String>| {
+        tables
+            .iter()
+            .map(|table| ((*table).to_owned(), options.clone()))
+            .collect::<Vec<_>>()
     };
-    assert_eq!(options().await, expected(set.clone()));
-    // Down to just before it (later migrations come off first).
+    let ring = [
+        "control_outbox_p0",
+        "control_outbox_p1",
+        "control_outbox_p2",
+        "region_outbox_p0",
+        "region_outbox_p1",
+        "region_outbox_p2",
+    ];
+    let plain = ["control_outbox", "region_outbox"];
+    assert_eq!(options().await, expected(&ring, set.clone()));
+    // Down past the ring: the plain tables keep the settings.
+    OutboxMigrator::down(&t.db, Some(1)).await.unwrap();
+    assert_eq!(options().await, expected(&plain, set.clone()));
+    // Down to just before them (later migrations come off first).
     let after = outbox_migrations::migrations()
         .iter()
         .rev()
         .position(|migration| migration.name() == "m20261126_000012_outbox_autovacuum")
         .unwrap();
-    OutboxMigrator::down(&t.db, Some(u32::try_from(after + 1).unwrap()))
+    OutboxMigrator::down(&t.db, Some(u32::try_from(after).unwrap()))
         .await
         .unwrap();
-    assert_eq!(options().await, expected(None));
+    assert_eq!(options().await, expected(&plain, None));
     OutboxMigrator::up(&t.db, None).await.unwrap();
-    assert_eq!(options().await, expected(set));
+    assert_eq!(options().await, expected(&ring, set));
 }

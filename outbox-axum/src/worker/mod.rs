@@ -97,6 +97,7 @@ pub struct OutboxWorkerBuilder<C: Category> {
     backfill_interval: Duration,
     dead_letters: DeadLetterPolicy,
     inbox_retention: Option<Duration>,
+    truncate_drained: bool,
 }
 
 /// The background drain.
@@ -124,6 +125,7 @@ impl OutboxWorker {
             backfill_interval: DEFAULT_BACKFILL_INTERVAL,
             dead_letters: DeadLetterPolicy::new(),
             inbox_retention: None,
+            truncate_drained: true,
         }
     }
 }
@@ -219,6 +221,20 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         self
     }
 
+    /// Whether, on PostgreSQL, this worker empties the outbox tables'
+    /// drained partitions with `TRUNCATE` every
+    /// [`ring::INTERVAL`](outbox_seaorm::ring::INTERVAL) (see
+    /// [`outbox_seaorm::ring`]): what keeps the tables small while
+    /// something holds vacuum's horizon back. Default: `true`. Several
+    /// workers on one database may all do it (each truncation locks its
+    /// partition and looks again first); turn it off where another process
+    /// does it, or to run [`ring::truncate_drained`](outbox_seaorm::ring::truncate_drained)
+    /// on a schedule of one's own.
+    pub fn truncate_drained(mut self, truncate: bool) -> Self {
+        self.truncate_drained = truncate;
+        self
+    }
+
     /// The clock of the drain (tests). Default: the system clock.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
@@ -278,6 +294,10 @@ impl<C: Category> OutboxWorkerBuilder<C> {
         if let Some(retention) = self.inbox_retention {
             let db = self.db.clone();
             handle.spawn(move |stop| prune_loop(db, retention, clock, stop));
+        }
+        if self.truncate_drained && self.db.get_database_backend() == DbBackend::Postgres {
+            let db = self.db.clone();
+            handle.spawn(move |stop| ring_loop(db, stop));
         }
         Ok(WorkerHandle {
             db: self.db,
@@ -368,6 +388,22 @@ async fn prune_loop(
         }
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Empties drained partitions of both outbox tables every
+/// [`ring::INTERVAL`](outbox_seaorm::ring::INTERVAL).
+async fn ring_loop(db: DatabaseConnection, stop: CancellationToken) {
+    loop {
+        for kind in OutboxKind::ALL {
+            if let Err(error) = outbox_seaorm::ring::truncate_drained(&db, kind).await {
+                tracing::warn!(%error, kind = kind.as_str(), "could not empty the outbox's drained partitions; retrying at the next interval");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(outbox_seaorm::ring::INTERVAL) => {}
             () = stop.cancelled() => return,
         }
     }

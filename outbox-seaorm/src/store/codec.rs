@@ -32,7 +32,7 @@ pub(super) fn get<T: TryGetable>(
 }
 
 /// The SQLSTATE of a database error, if the driver gave one.
-pub(super) fn sqlstate(error: &DbErr) -> Option<String> {
+pub(crate) fn sqlstate(error: &DbErr) -> Option<String> {
     match error {
         DbErr::Exec(RuntimeErr::SqlxError(error)) | DbErr::Query(RuntimeErr::SqlxError(error)) => {
             error

@@ -20,7 +20,7 @@
 
 mod audit;
 mod claim_on;
-mod codec;
+pub(crate) mod codec;
 mod controls;
 mod head;
 mod history;

@@ -1,7 +1,8 @@
 -- What the backlog gauges show of control_outbox, in one statement whose cost is
 -- bounded by the cap, whatever the backlog: the oldest $1 + 1 rows by id
 -- (pending rows counted, the oldest's date_added, per scope), the planner's
--- estimate of the table's rows and of each scope's share (pg_stats) for when
+-- estimate of the table's rows and of each scope's share (pg_stats of each
+-- partition, weighted by its rows) for when
 -- there are more, the scopes with pending rows (a loose scan of the shard
 -- index: one descent per scope), the shard states of the first $1 failing
 -- shards by kind, the dead letters counted up to $1 + 1, the table's dead
@@ -22,12 +23,19 @@ WITH RECURSIVE scopes AS (
     SELECT shard_scope, date_added FROM control_outbox ORDER BY id LIMIT $1 + 1
 ), counted AS (
     SELECT count(*) AS n, min(date_added) AS oldest FROM oldest
+), leaves AS (
+    SELECT c.relname, CASE WHEN s.n_live_tup > 0 THEN s.n_live_tup
+                      ELSE GREATEST(c.reltuples, 0)::bigint END AS n
+    FROM pg_partition_tree('control_outbox') t JOIN pg_class c ON c.oid = t.relid
+    LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE t.isleaf
 ), frequencies AS (
-    SELECT m.v::int AS shard_scope, m.f AS frequency
-    FROM pg_stats p,
-         unnest(p.most_common_vals::text::text[], p.most_common_freqs) AS m(v, f)
-    WHERE p.schemaname = current_schema() AND p.tablename = 'control_outbox'
-      AND p.attname = 'shard_scope' AND NOT p.inherited
+    SELECT m.v::int AS shard_scope,
+           sum(m.f * l.n) / NULLIF((SELECT sum(n) FROM leaves), 0) AS frequency
+    FROM leaves l
+    JOIN pg_stats p ON p.schemaname = current_schema() AND p.tablename = l.relname
+    CROSS JOIN unnest(p.most_common_vals::text::text[], p.most_common_freqs) AS m(v, f)
+    WHERE p.attname = 'shard_scope' AND NOT p.inherited
+    GROUP BY m.v
 ), by_scope AS (
     SELECT s.shard_scope,
            (SELECT count(*) FROM oldest w WHERE w.shard_scope = s.shard_scope) AS counted,
@@ -76,13 +84,11 @@ WITH RECURSIVE scopes AS (
     SELECT * FROM holders ORDER BY xid_age DESC NULLS LAST, seconds DESC NULLS LAST LIMIT 1
 )
 SELECT c.n AS counted, c.oldest AS oldest_date_added,
-       (SELECT CASE WHEN s.n_live_tup > 0 THEN s.n_live_tup
-                ELSE GREATEST(c.reltuples, 0)::bigint END
-    FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
-    WHERE c.oid = 'control_outbox'::regclass) AS estimate,
+       (SELECT sum(n)::bigint FROM leaves) AS estimate,
        st.failing, st.paused, st.quarantined, d.n AS dead_letters,
        b.shard_scope, b.counted AS scope_counted, b.oldest AS scope_oldest, b.frequency,
-       (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'control_outbox'::regclass) AS dead_tuples,
+       (SELECT sum(s.n_dead_tup)::bigint FROM pg_partition_tree('control_outbox') t
+        JOIN pg_stat_user_tables s ON s.relid = t.relid WHERE t.isleaf) AS dead_tuples,
        (SELECT EXTRACT(EPOCH FROM (clock_timestamp() - min(xact_start)))::float8
         FROM sessions) AS oldest_transaction_seconds,
        h.kind AS holder_kind, h.pid AS holder_pid, h.name AS holder_name,

@@ -2,8 +2,8 @@
 -- holding the oldest $2 + 1 rows (by id; every shard when the table holds no
 -- more), the $1 with most rows there, each counted up to $3 + 1 rows along
 -- the shard index, with the planner's estimate of its rows (pg_stats on
--- shard_identifier: its most common values' frequencies, else the rest
--- spread over the other distinct values) for a deeper one.
+-- shard_identifier of each partition: its most common values' frequencies,
+-- else the rest spread over the other distinct values; summed) for a deeper one.
 -- $1 limit, $2 cap, $3 rows counted per shard.
 WITH oldest AS (
     SELECT shard_scope, shard_identifier FROM region_outbox ORDER BY id LIMIT $2 + 1
@@ -13,28 +13,28 @@ WITH oldest AS (
     GROUP BY shard_scope, shard_identifier
     ORDER BY seen DESC, shard_scope, shard_identifier
     LIMIT $1
-), total AS (
-    SELECT (SELECT CASE WHEN s.n_live_tup > 0 THEN s.n_live_tup
-                     ELSE GREATEST(c.reltuples, 0)::bigint END
-         FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
-         WHERE c.oid = 'region_outbox'::regclass)::float8 AS n
+), leaves AS (
+    SELECT c.relname, (CASE WHEN s.n_live_tup > 0 THEN s.n_live_tup
+                       ELSE GREATEST(c.reltuples, 0)::bigint END)::float8 AS n
+    FROM pg_partition_tree('region_outbox') t JOIN pg_class c ON c.oid = t.relid
+    LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE t.isleaf
 ), stats AS (
-    SELECT p.most_common_vals::text::bigint[] AS vals, p.most_common_freqs AS freqs,
+    SELECT l.n, p.most_common_vals::text::bigint[] AS vals, p.most_common_freqs AS freqs,
            COALESCE((SELECT sum(f) FROM unnest(p.most_common_freqs) f), 0) AS common,
-           CASE WHEN p.n_distinct < 0 THEN -p.n_distinct * t.n ELSE p.n_distinct END AS distinct_values
-    FROM pg_stats p, total t
-    WHERE p.schemaname = current_schema() AND p.tablename = 'region_outbox'
-      AND p.attname = 'shard_identifier' AND NOT p.inherited
+           CASE WHEN p.n_distinct < 0 THEN -p.n_distinct * l.n ELSE p.n_distinct END AS distinct_values
+    FROM leaves l
+    JOIN pg_stats p ON p.schemaname = current_schema() AND p.tablename = l.relname
+    WHERE p.attname = 'shard_identifier' AND NOT p.inherited
 )
 SELECT ''::text AS region_name, s.shard_scope, s.shard_identifier, d.depth, d.oldest_date_added,
        d.next_scheduled_for,
-       (SELECT round(CASE
+       (SELECT round(sum(CASE
                    WHEN array_position(st.vals, s.shard_identifier) IS NOT NULL
-                   THEN st.freqs[array_position(st.vals, s.shard_identifier)] * t.n
-                   ELSE (1 - st.common) * t.n
+                   THEN st.freqs[array_position(st.vals, s.shard_identifier)] * st.n
+                   ELSE (1 - st.common) * st.n
                         / GREATEST(st.distinct_values - COALESCE(array_length(st.vals, 1), 0), 1)
-               END)::bigint
-        FROM stats st, total t) AS estimate
+               END))::bigint
+        FROM stats st) AS estimate
 FROM shards s
 CROSS JOIN LATERAL (
     SELECT count(*) AS depth, min(r.date_added) AS oldest_date_added,
