@@ -11,8 +11,16 @@
 //!
 //! and, as the baseline, the floor (a bare `DELETE … WHERE id IN (SELECT …
 //! ORDER BY id LIMIT 500 FOR UPDATE SKIP LOCKED) RETURNING id` loop, polling
-//! every 5 ms when it finds nothing) under the same writers, without and with
-//! the pin.
+//! every 5 ms when it finds nothing) on a plain table of the same columns
+//! (`plain_outbox`, one model row and one outbox row per write, no
+//! `NOTIFY`) at the same offered rate, without and with the pin.
+//!
+//! The outbox tables are a ring of partitions
+//! (`m20261126_000015_outbox_partition_ring`), and the worker empties
+//! drained ones with `TRUNCATE` (`outbox_seaorm::ring`); sizes and dead
+//! tuples are summed over the partitions. The `rotating` runs are the
+//! prototype that led there: the floor's loop on a partitioned table of its
+//! own, emptied by the bench's own rotator.
 //!
 //! Run with `cargo bench -p outbox-axum --bench vacuum_pressure`.
 //!
@@ -151,15 +159,17 @@ struct Sample {
 }
 
 async fn sample(db: &DatabaseConnection, drain: Drain) -> Sample {
-    if drain == Drain::Rotating {
-        return rotating::sample(db).await;
+    match drain {
+        Drain::Rotating => return rotating::sample(db, "rotating_outbox").await,
+        Drain::Outbox => return rotating::sample(db, "region_outbox").await,
+        Drain::Floor => {}
     }
     let row = db
         .query_one_raw(stmt(
             "SELECT (SELECT n_dead_tup FROM pg_stat_user_tables
-                     WHERE relid = 'region_outbox'::regclass) AS dead,
-                    pg_relation_size('region_outbox') AS table_bytes,
-                    pg_indexes_size('region_outbox') AS index_bytes,
+                     WHERE relid = 'plain_outbox'::regclass) AS dead,
+                    pg_relation_size('plain_outbox') AS table_bytes,
+                    pg_indexes_size('plain_outbox') AS index_bytes,
                     pg_total_relation_size('outbox_claim_bucket') AS bucket_bytes",
         ))
         .await
@@ -266,13 +276,13 @@ async fn top_statements(db: &DatabaseConnection) {
 async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, every: u64) -> Run {
     db.db
         .execute_unprepared(
-            "TRUNCATE region_outbox, rotating_outbox, outbox_claim_bucket, outbox_shard_state, \
-             widgets",
+            "TRUNCATE region_outbox, rotating_outbox, plain_outbox, outbox_claim_bucket, \
+             outbox_shard_state, widgets",
         )
         .await
         .unwrap();
     db.db
-        .execute_unprepared("VACUUM ANALYZE region_outbox, rotating_outbox")
+        .execute_unprepared("VACUUM ANALYZE region_outbox, rotating_outbox, plain_outbox")
         .await
         .unwrap();
     let statements = env_number("OUTBOX_BENCH_STATEMENTS", 0_u8) == 1;
@@ -323,7 +333,7 @@ async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, ev
         Drain::Floor | Drain::Rotating => {
             let table = match drain {
                 Drain::Rotating => "rotating_outbox",
-                _ => "region_outbox",
+                _ => "plain_outbox",
             };
             let (conn, log, floor_stop) = (
                 db.connect_again(2).await.unwrap(),
@@ -363,8 +373,13 @@ async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, ev
                     let (writer, log) = (writer.clone(), log.clone());
                     tokio::spawn(async move {
                         match drain {
-                            Drain::Rotating => rotating::write(&writer, n, SHARDS, &log).await,
-                            _ => write(&writer, n, &log).await,
+                            Drain::Rotating => {
+                                rotating::write(&writer, "rotating_outbox", n, SHARDS, &log).await
+                            }
+                            Drain::Floor => {
+                                rotating::write(&writer, "plain_outbox", n, SHARDS, &log).await
+                            }
+                            Drain::Outbox => write(&writer, n, &log).await,
                         }
                         drop(permit);
                     });

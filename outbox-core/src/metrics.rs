@@ -72,6 +72,14 @@ pub const INBOX_DUPLICATES: &str = "outbox.inbox.duplicates";
 pub const SUPERSEDED: &str = "outbox.superseded";
 /// Counter: inbox rows deleted after their retention (no tags).
 pub const INBOX_PRUNED: &str = "outbox.inbox.pruned";
+/// Counter: drained partitions of an outbox table emptied with `TRUNCATE`,
+/// PostgreSQL only (tags: kind). See `outbox_seaorm::ring`.
+pub const RING_TRUNCATED: &str = "outbox.ring.truncated";
+/// Counter: drained partitions left for the next try because another
+/// transaction held a lock on them past the lock timeout (tags: kind). A
+/// steady rise means something keeps the outbox table open: a long
+/// transaction that read it, or `pg_dump`.
+pub const RING_BUSY: &str = "outbox.ring.busy";
 /// Gauge: rows pending in the outbox table (tags: kind).
 pub const BACKLOG_DEPTH: &str = "outbox.backlog.depth";
 /// Gauge, seconds: how long the oldest pending row has waited, 0 when none

@@ -163,9 +163,10 @@ pub async fn truncate_drained_within(
         tracing::debug!(partition, "outbox partition emptied");
     }
     let kind_label = kind.as_str();
-    metrics::counter!("outbox.ring.truncated", "kind" => kind_label)
+    metrics::counter!(outbox_core::metrics::RING_TRUNCATED, "kind" => kind_label)
         .increment(report.truncated.len() as u64);
-    metrics::counter!("outbox.ring.busy", "kind" => kind_label).increment(report.busy.len() as u64);
+    metrics::counter!(outbox_core::metrics::RING_BUSY, "kind" => kind_label)
+        .increment(report.busy.len() as u64);
     Ok(report)
 }
 

@@ -21,7 +21,7 @@ use outbox_core::{DrainConfig, Drainer, OutboxKind, StoreAdmin};
 use outbox_seaorm::ring::{self, partition_of, PARTITIONS, SPAN};
 use outbox_seaorm::{begin_write, write_region, ObjectId, OutboxMessage, ShardId};
 use outbox_testing::database::TestDatabase;
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 
 fn message(shard: i64, object: i64) -> OutboxMessage<OutboxCategory> {
     OutboxMessage::new(

@@ -28,7 +28,8 @@ pub const SPAN: i64 = 20_000;
 
 const PARTITIONS: i64 = 3;
 
-/// Creates the table and its partitions (once per database).
+/// Creates the table and its partitions, and the floor's plain table (once
+/// per database).
 pub async fn create(db: &DatabaseConnection) {
     let mut sql = format!(
         "CREATE SEQUENCE rotating_outbox_id_seq;
@@ -53,11 +54,27 @@ pub async fn create(db: &DatabaseConnection) {
          CREATE INDEX ON rotating_outbox (scheduled_for, id);
          CREATE INDEX ON rotating_outbox (shard_scope, shard_identifier, id);",
     );
+    // The plain table of the floor's baseline: the same columns and
+    // indexes, not partitioned, its rows left to vacuum.
+    sql.push_str(
+        "CREATE TABLE plain_outbox (
+             id bigserial PRIMARY KEY,
+             shard_scope integer NOT NULL,
+             shard_identifier bigint NOT NULL,
+             object_identifier bigint NOT NULL,
+             payload jsonb,
+             scheduled_for timestamptz NOT NULL,
+             date_added timestamptz NOT NULL DEFAULT now()
+         ) WITH (autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_scale_factor = 0.01);
+         CREATE INDEX ON plain_outbox (scheduled_for, id);
+         CREATE INDEX ON plain_outbox (shard_scope, shard_identifier, id);",
+    );
     db.execute_unprepared(&sql).await.unwrap();
 }
 
-/// One write: a model row and an outbox row.
-pub async fn write(writer: &DatabaseConnection, n: i64, shards: i64, log: &Log) {
+/// One write: a model row and a row of `table` (`rotating_outbox` or
+/// `plain_outbox`).
+pub async fn write(writer: &DatabaseConnection, table: &str, n: i64, shards: i64, log: &Log) {
     let txn = writer.begin().await.unwrap();
     txn.execute_raw(Statement::from_sql_and_values(
         txn.get_database_backend(),
@@ -69,8 +86,10 @@ pub async fn write(writer: &DatabaseConnection, n: i64, shards: i64, log: &Log) 
     let row = txn
         .query_one_raw(Statement::from_sql_and_values(
             txn.get_database_backend(),
-            "INSERT INTO rotating_outbox (shard_scope, shard_identifier, object_identifier, \
-             scheduled_for) VALUES (0, $1, $2, '2016-08-01') RETURNING id",
+            format!(
+                "INSERT INTO {table} (shard_scope, shard_identifier, object_identifier, \
+                 scheduled_for) VALUES (0, $1, $2, '2016-08-01') RETURNING id"
+            ),
             [(n % shards).into(), n.into()],
         ))
         .await
@@ -85,10 +104,10 @@ pub async fn write(writer: &DatabaseConnection, n: i64, shards: i64, log: &Log) 
     log.written.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Sizes and dead tuples, summed over the partitions.
-pub async fn sample(db: &DatabaseConnection) -> Sample {
+/// Sizes and dead tuples of `parent`'s partitions, summed.
+pub async fn sample(db: &DatabaseConnection, parent: &str) -> Sample {
     let row = db
-        .query_one_raw(stmt(
+        .query_one_raw(stmt(&format!(
             "SELECT COALESCE(sum(s.n_dead_tup), 0)::bigint AS dead,
                     COALESCE(sum(pg_relation_size(c.oid)), 0)::bigint AS table_bytes,
                     COALESCE(sum(pg_indexes_size(c.oid)), 0)::bigint AS index_bytes,
@@ -96,8 +115,8 @@ pub async fn sample(db: &DatabaseConnection) -> Sample {
              FROM pg_inherits i
              JOIN pg_class c ON c.oid = i.inhrelid
              LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
-             WHERE i.inhparent = 'rotating_outbox'::regclass",
-        ))
+             WHERE i.inhparent = '{parent}'::regclass"
+        )))
         .await
         .unwrap()
         .unwrap();
