@@ -58,7 +58,10 @@
 use std::time::Duration;
 
 use outbox_core::OutboxKind;
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, TransactionTrait};
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DbBackend, DbErr, IsolationLevel, Statement,
+    TransactionTrait,
+};
 
 /// Ids per partition.
 pub const SPAN: i64 = 20_000;
@@ -187,7 +190,11 @@ async fn truncate_if_empty(
     partition: &str,
     lock_timeout: Duration,
 ) -> Result<bool, DbErr> {
-    let txn = db.begin().await?;
+    // READ COMMITTED whatever the role's default: the look under the lock
+    // must take its snapshot after the lock is held.
+    let txn = db
+        .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
+        .await?;
     txn.execute_unprepared(&format!(
         "SET LOCAL lock_timeout = '{}ms'",
         lock_timeout.as_millis().max(1)
