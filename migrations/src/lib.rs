@@ -33,10 +33,12 @@
 //!   each fenced consumer applied per sender and shard (see
 //!   [`FencingTokens`]), with how many deliveries it refused as superseded
 //!   ([`SupersededCounts`]).
-//! - on PostgreSQL, the outbox tables as a ring of three partitions by id,
-//!   so that the worker empties a delivered partition with `TRUNCATE`
-//!   instead of waiting for vacuum, whatever holds the xmin horizon back
-//!   (see [`OutboxPartitionRing`]).
+//!
+//! And, opted into with [`migrations_with_partition_ring`] or
+//! [`OutboxRingMigrator`]: on PostgreSQL, the outbox tables as a ring of
+//! three partitions by id, so that the worker empties a delivered partition
+//! with `TRUNCATE` instead of waiting for vacuum, whatever holds the xmin
+//! horizon back (see [`OutboxPartitionRing`]).
 //!
 //! Both PostgreSQL and SQLite are supported.
 //!
@@ -185,8 +187,38 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(OutboxAutovacuum),
         Box::new(OperatorAudit),
         Box::new(OutboxHistory),
-        Box::new(OutboxPartitionRing),
     ]
+}
+
+/// [`migrations()`] and then [`OutboxPartitionRing`], the PostgreSQL outbox
+/// tables as a ring of partitions that the worker truncates once drained:
+/// for databases where something may hold vacuum's horizon back (long
+/// reports, `pg_dump`, sessions left idle in a transaction, lagging
+/// replication slots). It bounds the outbox's size whatever the horizon,
+/// and costs the drain on deep backlogs (see the README's "Vacuum and long
+/// transactions"). Nothing changes on SQLite.
+pub fn migrations_with_partition_ring() -> Vec<Box<dyn MigrationTrait>> {
+    let mut migrations = migrations();
+    migrations.push(Box::new(OutboxPartitionRing));
+    migrations
+}
+
+/// [`OutboxMigrator`] with the partition ring
+/// ([`migrations_with_partition_ring`]), tracked in the same table: a
+/// database migrated by [`OutboxMigrator`] opts in by running this one's
+/// `up`, and opts out by its `down` of one step.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OutboxRingMigrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for OutboxRingMigrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        migrations_with_partition_ring()
+    }
+
+    fn migration_table_name() -> sea_orm::DynIden {
+        "outbox_seaql_migrations".into_iden()
+    }
 }
 
 /// A migrator that runs only the outbox migrations, tracked in the

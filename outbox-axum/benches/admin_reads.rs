@@ -120,24 +120,17 @@ async fn fill(db: &DatabaseConnection, rows: i64) -> Duration {
         .unwrap();
     // The table stays as filled while it is measured: no autovacuum run
     // in the middle (the drain phases vacuum before each).
-    // (A partitioned table keeps no storage settings: each partition does.)
-    for partition in ["region_outbox_p0", "region_outbox_p1", "region_outbox_p2"] {
-        db.execute_unprepared(&format!(
-            "ALTER TABLE {partition} SET (autovacuum_enabled = off)"
-        ))
+    db.execute_unprepared("ALTER TABLE region_outbox SET (autovacuum_enabled = off)")
         .await
         .unwrap();
-    }
     started.elapsed()
 }
 
-/// Sequential scans of `region_outbox`'s partitions so far.
+/// Sequential scans of `region_outbox` so far.
 async fn seq_scans(db: &DatabaseConnection) -> i64 {
     let row = db
         .query_one_raw(stmt(
-            "SELECT sum(s.seq_scan)::bigint AS seq_scan FROM pg_inherits i \
-             JOIN pg_stat_user_tables s ON s.relid = i.inhrelid \
-             WHERE i.inhparent = 'region_outbox'::regclass",
+            "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'region_outbox'",
         ))
         .await
         .unwrap()

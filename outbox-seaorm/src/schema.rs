@@ -219,17 +219,6 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
         )],
         dropped_indexes: &[],
     },
-    MigrationSchema {
-        migration: "m20261126_000015_outbox_partition_ring",
-        // On PostgreSQL the tables become partitioned: they lose their
-        // primary key (a partitioned table's unique index must hold its
-        // partition key). SQLite never had an index by that name.
-        tables: &[],
-        dropped_indexes: &[
-            ("region_outbox", "region_outbox_pkey"),
-            ("control_outbox", "control_outbox_pkey"),
-        ],
-    },
 ];
 
 /// How to run the migrations, for the error messages.

@@ -7,18 +7,23 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use outbox_core::{ClaimBeforeCommit, ClaimRequest, OutboxKind, ShardClaim, ShardKey, StoreError};
+use outbox_migrations::OutboxRingMigrator;
 use outbox_seaorm::{
     write_control, write_region, ClaimOn, ObjectId, OutboxMessage, SeaOrmStore, ShardId,
 };
 use outbox_testing::conformance::{Backend, NewRow, WriterTransaction};
 use outbox_testing::database::TestDatabase;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend};
+use sea_orm_migration::MigratorTrait;
 
 /// Fresh databases of one backend, kept until the test ends (dropped then,
 /// unless it failed).
 #[derive(Clone)]
 struct Databases {
     backend: DbBackend,
+    /// PostgreSQL with the partition ring, ids starting just before the
+    /// ring wraps from its last partition to its first.
+    ring: bool,
     made: Arc<Mutex<Vec<TestDatabase>>>,
 }
 
@@ -26,7 +31,15 @@ impl Databases {
     fn new(backend: DbBackend) -> Self {
         Self {
             backend,
+            ring: false,
             made: Arc::default(),
+        }
+    }
+
+    fn ring() -> Self {
+        Self {
+            ring: true,
+            ..Self::new(DbBackend::Postgres)
         }
     }
 
@@ -107,6 +120,18 @@ impl Backend for Databases {
 
     async fn fresh(&self, label: &str) -> SeaOrmStore {
         let database = TestDatabase::of(self.backend, label).await.unwrap();
+        if self.ring {
+            OutboxRingMigrator::up(&database.db, None).await.unwrap();
+            // Every test's rows cross the wrap from `_p2` back to `_p0`.
+            let next = outbox_seaorm::ring::PARTITIONS * outbox_seaorm::ring::SPAN - 3;
+            for table in ["region_outbox", "control_outbox"] {
+                database
+                    .db
+                    .execute_unprepared(&format!("SELECT setval('{table}_ids', {next}, false)"))
+                    .await
+                    .unwrap();
+            }
+        }
         let store = database.store();
         self.made.lock().unwrap().push(database);
         store
@@ -151,6 +176,13 @@ impl Backend for Databases {
 mod postgres {
     use super::*;
     outbox_testing::conformance_tests!(Databases::new(DbBackend::Postgres));
+}
+
+/// The same rules on the partition ring (`OutboxRingMigrator`), every
+/// test's rows written across a partition boundary.
+mod postgres_ring {
+    use super::*;
+    outbox_testing::conformance_tests!(Databases::ring());
 }
 
 mod sqlite {

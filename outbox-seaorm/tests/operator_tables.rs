@@ -140,11 +140,11 @@ outbox_testing::on_both_backends!(the_dead_letter_and_control_entities_read_the_
 
 /// PostgreSQL: the migrations set the outbox tables' autovacuum to act on
 /// 1,000 dead tuples plus 1 % (not the default 20 %), on each partition of
-/// the ring (a partitioned table stores none), and take it back when
-/// migrated down.
+/// the ring when it is opted into (a partitioned table stores none), and
+/// take it back when migrated down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_outbox_tables_vacuum_early() {
-    use outbox_migrations::OutboxMigrator;
+    use outbox_migrations::{OutboxMigrator, OutboxRingMigrator};
     use sea_orm_migration::MigratorTrait;
     let t = TestDatabase::postgres("autovacuum").await.unwrap();
     // Each table that holds the rows (the partitions, or the plain table).
@@ -188,9 +188,12 @@ async fn the_outbox_tables_vacuum_early() {
         "region_outbox_p2",
     ];
     let plain = ["control_outbox", "region_outbox"];
+    assert_eq!(options().await, expected(&plain, set.clone()));
+    // The partition ring (opted into) sets them on each partition, and
+    // puts them back on the plain tables when migrated down.
+    OutboxRingMigrator::up(&t.db, None).await.unwrap();
     assert_eq!(options().await, expected(&ring, set.clone()));
-    // Down past the ring: the plain tables keep the settings.
-    OutboxMigrator::down(&t.db, Some(1)).await.unwrap();
+    OutboxRingMigrator::down(&t.db, Some(1)).await.unwrap();
     assert_eq!(options().await, expected(&plain, set.clone()));
     // Down to just before them (later migrations come off first).
     let after = outbox_migrations::migrations()
@@ -198,10 +201,10 @@ async fn the_outbox_tables_vacuum_early() {
         .rev()
         .position(|migration| migration.name() == "m20261126_000012_outbox_autovacuum")
         .unwrap();
-    OutboxMigrator::down(&t.db, Some(u32::try_from(after).unwrap()))
+    OutboxMigrator::down(&t.db, Some(u32::try_from(after + 1).unwrap()))
         .await
         .unwrap();
     assert_eq!(options().await, expected(&plain, None));
     OutboxMigrator::up(&t.db, None).await.unwrap();
-    assert_eq!(options().await, expected(&ring, set));
+    assert_eq!(options().await, expected(&plain, set));
 }

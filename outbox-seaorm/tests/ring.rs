@@ -1,5 +1,6 @@
-//! The partition ring (PostgreSQL, `outbox_seaorm::ring`): each outbox
-//! table is partitioned by id into a ring of three, and drained partitions
+//! The partition ring (PostgreSQL, `outbox_seaorm::ring`, opted into with
+//! `outbox_migrations::OutboxRingMigrator`): each outbox table is
+//! partitioned by id into a ring of three, and drained partitions
 //! are emptied with `TRUNCATE` instead of waiting for vacuum. What must
 //! hold: a shard's rows are delivered in id order across partition
 //! boundaries and across the ring's wrap; a partition is emptied only when
@@ -18,10 +19,12 @@ use std::time::Duration;
 
 use common::{database, OutboxCategory, Recorder};
 use outbox_core::{DrainConfig, Drainer, OutboxKind, StoreAdmin};
+use outbox_migrations::OutboxRingMigrator;
 use outbox_seaorm::ring::{self, partition_of, PARTITIONS, SPAN};
 use outbox_seaorm::{begin_write, write_region, ObjectId, OutboxMessage, ShardId};
 use outbox_testing::database::TestDatabase;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use sea_orm_migration::MigratorTrait;
 
 fn message(shard: i64, object: i64) -> OutboxMessage<OutboxCategory> {
     OutboxMessage::new(
@@ -33,6 +36,13 @@ fn message(shard: i64, object: i64) -> OutboxMessage<OutboxCategory> {
 
 fn sql(text: &str) -> Statement {
     Statement::from_string(DbBackend::Postgres, text)
+}
+
+/// A PostgreSQL test database with the partition ring (opted into).
+async fn ring_database(label: &str) -> TestDatabase {
+    let t = database(DbBackend::Postgres, label).await;
+    OutboxRingMigrator::up(&t.db, None).await.unwrap();
+    t
 }
 
 /// The next id written is `next`.
@@ -100,7 +110,7 @@ async fn drain_everything(t: &TestDatabase, drainer: &Drainer<OutboxCategory>) {
 /// them as `partition_of` says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_across_partition_boundaries_and_the_wrap_are_delivered_in_order() {
-    let t = database(DbBackend::Postgres, "ring_order").await;
+    let t = ring_database("ring_order").await;
     let mut written = Vec::new();
     for start in [SPAN - 2, PARTITIONS * SPAN - 2] {
         next_id_is(&t.db, start).await;
@@ -147,7 +157,7 @@ async fn rows_across_partition_boundaries_and_the_wrap_are_delivered_in_order() 
 /// kept, and so is one with a pending row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_partition_is_emptied_under_a_pinned_horizon() {
-    let t = database(DbBackend::Postgres, "ring_truncate").await;
+    let t = ring_database("ring_truncate").await;
     let pin = t.connect_again(1).await.unwrap();
     pin.execute_unprepared("BEGIN ISOLATION LEVEL REPEATABLE READ")
         .await
@@ -172,6 +182,10 @@ async fn a_drained_partition_is_emptied_under_a_pinned_horizon() {
         .await
         .unwrap();
     assert!(size(&t.db, "region_outbox_p0").await > 0);
+
+    // What operators read sums the partitions.
+    let health = t.store().table_health(OutboxKind::Region).await.unwrap();
+    assert!(health.dead_tuples.is_some(), "{health:?}");
 
     let report = ring::truncate_drained(&t.db, OutboxKind::Region)
         .await
@@ -216,7 +230,7 @@ async fn a_drained_partition_is_emptied_under_a_pinned_horizon() {
 /// delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_partition_with_an_open_writer_is_not_emptied() {
-    let t = database(DbBackend::Postgres, "ring_writer").await;
+    let t = ring_database("ring_writer").await;
     next_id_is(&t.db, SPAN - 1).await;
     let writer = begin_write(&t.db).await.unwrap();
     let late = write_region(&writer, message(3, 1)).await.unwrap();
@@ -277,7 +291,7 @@ async fn a_partition_with_an_open_writer_is_not_emptied() {
 /// were emptied along the way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writers_a_drain_and_truncations_at_once_lose_nothing() {
-    let t = database(DbBackend::Postgres, "ring_stress").await;
+    let t = ring_database("ring_stress").await;
     let stop = Arc::new(AtomicBool::new(false));
     let truncations = Arc::new(AtomicUsize::new(0));
     let truncator = tokio::spawn({
@@ -366,5 +380,21 @@ async fn writers_a_drain_and_truncations_at_once_lose_nothing() {
     assert!(
         truncations.load(Ordering::Relaxed) > 0,
         "partitions were emptied during the run"
+    );
+}
+
+/// Without the ring (the default migrations) there is nothing to empty:
+/// the tables are not partitioned, and their rows are left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_ring_nothing_is_truncated() {
+    let t = database(DbBackend::Postgres, "ring_absent").await;
+    write_region(&t.db, message(1, 1)).await.unwrap();
+    let report = ring::truncate_drained(&t.db, OutboxKind::Region)
+        .await
+        .unwrap();
+    assert_eq!(report, ring::RingReport::default());
+    assert_eq!(
+        t.store().pending_count(OutboxKind::Region).await.unwrap(),
+        1
     );
 }

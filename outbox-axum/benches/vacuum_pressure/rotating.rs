@@ -104,7 +104,8 @@ pub async fn write(writer: &DatabaseConnection, table: &str, n: i64, shards: i64
     log.written.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Sizes and dead tuples of `parent`'s partitions, summed.
+/// Sizes and dead tuples of `parent`'s partitions, summed (of `parent`
+/// itself when it is a plain table).
 pub async fn sample(db: &DatabaseConnection, parent: &str) -> Sample {
     let row = db
         .query_one_raw(stmt(&format!(
@@ -112,10 +113,10 @@ pub async fn sample(db: &DatabaseConnection, parent: &str) -> Sample {
                     COALESCE(sum(pg_relation_size(c.oid)), 0)::bigint AS table_bytes,
                     COALESCE(sum(pg_indexes_size(c.oid)), 0)::bigint AS index_bytes,
                     pg_total_relation_size('outbox_claim_bucket') AS bucket_bytes
-             FROM pg_inherits i
-             JOIN pg_class c ON c.oid = i.inhrelid
+             FROM pg_class c
              LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
-             WHERE i.inhparent = '{parent}'::regclass"
+             WHERE c.relkind = 'r' AND (c.oid = '{parent}'::regclass OR c.oid IN (
+                 SELECT inhrelid FROM pg_inherits WHERE inhparent = '{parent}'::regclass))"
         )))
         .await
         .unwrap()

@@ -1,4 +1,5 @@
--- Dead tuples of an outbox table (summed over its partitions); how long the oldest open transaction of
+-- Dead tuples of an outbox table (summed over its partitions, with
+-- the partition ring); how long the oldest open transaction of
 -- this database (another client session's, holding an xid or a snapshot)
 -- has run; and what holds vacuum's horizon back the furthest: the oldest
 -- of those sessions, of this database's prepared transactions, and of the
@@ -32,8 +33,10 @@ WITH sessions AS (
     SELECT * FROM holders ORDER BY xid_age DESC NULLS LAST, seconds DESC NULLS LAST LIMIT 1
 )
 SELECT
-    (SELECT sum(s.n_dead_tup)::bigint FROM pg_partition_tree($1::text::regclass) AS t
-     JOIN pg_stat_user_tables s ON s.relid = t.relid WHERE t.isleaf) AS dead_tuples,
+    (SELECT sum(s.n_dead_tup)::bigint
+     FROM (SELECT $1::text::regclass AS relid UNION ALL
+           SELECT relid FROM pg_partition_tree($1::text::regclass) WHERE isleaf) AS t
+     JOIN pg_stat_user_tables s ON s.relid = t.relid) AS dead_tuples,
     (SELECT EXTRACT(EPOCH FROM (clock_timestamp() - min(xact_start)))::float8
      FROM sessions) AS oldest_transaction_seconds,
     h.kind AS holder_kind, h.pid AS holder_pid, h.name AS holder_name,

@@ -26,8 +26,10 @@ WITH RECURSIVE scopes AS (
 ), leaves AS (
     SELECT c.relname, CASE WHEN s.n_live_tup > 0 THEN s.n_live_tup
                       ELSE GREATEST(c.reltuples, 0)::bigint END AS n
-    FROM pg_partition_tree('control_outbox') t JOIN pg_class c ON c.oid = t.relid
-    LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE t.isleaf
+    FROM (SELECT 'control_outbox'::regclass AS relid UNION ALL
+          SELECT relid FROM pg_partition_tree('control_outbox') WHERE isleaf) t
+    JOIN pg_class c ON c.oid = t.relid AND c.relkind = 'r'
+    LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 ), frequencies AS (
     SELECT m.v::int AS shard_scope,
            sum(m.f * l.n) / NULLIF((SELECT sum(n) FROM leaves), 0) AS frequency
@@ -87,8 +89,9 @@ SELECT c.n AS counted, c.oldest AS oldest_date_added,
        (SELECT sum(n)::bigint FROM leaves) AS estimate,
        st.failing, st.paused, st.quarantined, d.n AS dead_letters,
        b.shard_scope, b.counted AS scope_counted, b.oldest AS scope_oldest, b.frequency,
-       (SELECT sum(s.n_dead_tup)::bigint FROM pg_partition_tree('control_outbox') t
-        JOIN pg_stat_user_tables s ON s.relid = t.relid WHERE t.isleaf) AS dead_tuples,
+       (SELECT sum(s.n_dead_tup)::bigint FROM (SELECT 'control_outbox'::regclass AS relid UNION ALL
+          SELECT relid FROM pg_partition_tree('control_outbox') WHERE isleaf) t
+        JOIN pg_stat_user_tables s ON s.relid = t.relid) AS dead_tuples,
        (SELECT EXTRACT(EPOCH FROM (clock_timestamp() - min(xact_start)))::float8
         FROM sessions) AS oldest_transaction_seconds,
        h.kind AS holder_kind, h.pid AS holder_pid, h.name AS holder_name,

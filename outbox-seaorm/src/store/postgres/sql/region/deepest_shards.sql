@@ -16,8 +16,10 @@ WITH oldest AS (
 ), leaves AS (
     SELECT c.relname, (CASE WHEN s.n_live_tup > 0 THEN s.n_live_tup
                        ELSE GREATEST(c.reltuples, 0)::bigint END)::float8 AS n
-    FROM pg_partition_tree('region_outbox') t JOIN pg_class c ON c.oid = t.relid
-    LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE t.isleaf
+    FROM (SELECT 'region_outbox'::regclass AS relid UNION ALL
+          SELECT relid FROM pg_partition_tree('region_outbox') WHERE isleaf) t
+    JOIN pg_class c ON c.oid = t.relid AND c.relkind = 'r'
+    LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 ), stats AS (
     SELECT l.n, p.most_common_vals::text::bigint[] AS vals, p.most_common_freqs AS freqs,
            COALESCE((SELECT sum(f) FROM unnest(p.most_common_freqs) f), 0) AS common,
