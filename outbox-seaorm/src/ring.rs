@@ -1,8 +1,10 @@
 //! The partition ring's upkeep, on PostgreSQL: drained partitions emptied
 //! with `TRUNCATE`, which does not wait for vacuum.
 //!
-//! Migration `m20261126_000015_outbox_partition_ring` makes each outbox
-//! table a ring of [`PARTITIONS`] partitions by id (`PARTITION BY LIST (((id
+//! Migration `m20261126_000015_outbox_partition_ring`, opted into with
+//! `outbox_migrations::OutboxRingMigrator` (or
+//! `migrations_with_partition_ring()` in a migrator of one's own), makes
+//! each outbox table a ring of [`PARTITIONS`] partitions by id (`PARTITION BY LIST (((id
 //! / 20000) % 3))`): ids `0..SPAN` go to `{table}_p0`, the next [`SPAN`] to
 //! `_p1`, and so on around. Every delivered row is still a `DELETE`, and
 //! while something holds the xmin horizon back (a long report, `pg_dump`, a
@@ -11,7 +13,8 @@
 //! delivery. [`truncate_drained`] empties each partition the sequence has
 //! moved past once no row in it is pending, whatever the horizon, so the
 //! outbox's size stays bounded by about two partitions' worth of rows.
-//! `OutboxWorker` (outbox-axum) calls it every second on PostgreSQL.
+//! `OutboxWorker` (outbox-axum) calls it every second on PostgreSQL (on
+//! plain tables it finds nothing to do).
 //!
 //! What keeps it safe:
 //!

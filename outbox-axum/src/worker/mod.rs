@@ -225,7 +225,10 @@ impl<C: Category> OutboxWorkerBuilder<C> {
     /// drained partitions with `TRUNCATE` every
     /// [`ring::INTERVAL`](outbox_seaorm::ring::INTERVAL) (see
     /// [`outbox_seaorm::ring`]): what keeps the tables small while
-    /// something holds vacuum's horizon back. Default: `true`. Several
+    /// something holds vacuum's horizon back, once the database is migrated
+    /// to the partition ring (`outbox_migrations::OutboxRingMigrator`; on
+    /// plain tables it finds nothing to do, for one catalogue read a
+    /// second). Default: `true`. Several
     /// workers on one database may all do it (each truncation locks its
     /// partition and looks again first); turn it off where another process
     /// does it, or to run [`ring::truncate_drained`](outbox_seaorm::ring::truncate_drained)

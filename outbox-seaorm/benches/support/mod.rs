@@ -30,7 +30,7 @@ pub async fn fill(db: &DatabaseConnection, messages: i64, shards: i64, objects: 
 async fn create_floor_table(db: &DatabaseConnection) {
     db.execute_unprepared(
         "CREATE TABLE IF NOT EXISTS floor_outbox
-             (LIKE region_outbox INCLUDING DEFAULTS, PRIMARY KEY (id));
+             (LIKE region_outbox INCLUDING DEFAULTS INCLUDING IDENTITY, PRIMARY KEY (id));
          CREATE INDEX IF NOT EXISTS floor_outbox_due ON floor_outbox (scheduled_for, id);
          CREATE INDEX IF NOT EXISTS floor_outbox_shard
              ON floor_outbox (shard_scope, shard_identifier, id);",
