@@ -33,10 +33,11 @@ WITH sessions AS (
     SELECT * FROM holders ORDER BY xid_age DESC NULLS LAST, seconds DESC NULLS LAST LIMIT 1
 )
 SELECT
-    (SELECT sum(s.n_dead_tup)::bigint
-     FROM (SELECT $1::text::regclass AS relid UNION ALL
-           SELECT relid FROM pg_partition_tree($1::text::regclass) WHERE isleaf) AS t
-     JOIN pg_stat_user_tables s ON s.relid = t.relid) AS dead_tuples,
+    (SELECT sum(pg_stat_get_dead_tuples(c.oid))::bigint
+     FROM pg_class c
+     WHERE c.oid = ANY (ARRAY(SELECT $1::text::regclass::oid UNION ALL
+         SELECT relid::oid FROM pg_partition_tree($1::text::regclass) WHERE isleaf))
+       AND c.relkind = 'r') AS dead_tuples,
     (SELECT EXTRACT(EPOCH FROM (clock_timestamp() - min(xact_start)))::float8
      FROM sessions) AS oldest_transaction_seconds,
     h.kind AS holder_kind, h.pid AS holder_pid, h.name AS holder_name,

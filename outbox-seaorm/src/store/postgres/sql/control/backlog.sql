@@ -23,20 +23,25 @@ WITH RECURSIVE scopes AS (
     SELECT shard_scope, date_added FROM control_outbox ORDER BY id LIMIT $1 + 1
 ), counted AS (
     SELECT count(*) AS n, min(date_added) AS oldest FROM oldest
-), leaves AS (
-    SELECT c.relname, CASE WHEN s.n_live_tup > 0 THEN s.n_live_tup
-                      ELSE GREATEST(c.reltuples, 0)::bigint END AS n
-    FROM (SELECT 'control_outbox'::regclass AS relid UNION ALL
-          SELECT relid FROM pg_partition_tree('control_outbox') WHERE isleaf) t
-    JOIN pg_class c ON c.oid = t.relid AND c.relkind = 'r'
-    LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+), leaves AS MATERIALIZED (
+    -- The table, or its partitions: rows and dead tuples of each.
+    SELECT c.relname, CASE WHEN pg_stat_get_live_tuples(c.oid) > 0
+                           THEN pg_stat_get_live_tuples(c.oid)
+                           ELSE GREATEST(c.reltuples, 0)::bigint END AS n,
+           pg_stat_get_dead_tuples(c.oid) AS dead
+    FROM pg_class c
+    WHERE c.oid = ANY (ARRAY(SELECT 'control_outbox'::regclass::oid UNION ALL
+        SELECT relid::oid FROM pg_partition_tree('control_outbox') WHERE isleaf))
+      AND c.relkind = 'r'
 ), frequencies AS (
     SELECT m.v::int AS shard_scope,
            sum(m.f * l.n) / NULLIF((SELECT sum(n) FROM leaves), 0) AS frequency
-    FROM leaves l
-    JOIN pg_stats p ON p.schemaname = current_schema() AND p.tablename = l.relname
+    FROM pg_stats p
+    JOIN leaves l ON l.relname = p.tablename
     CROSS JOIN unnest(p.most_common_vals::text::text[], p.most_common_freqs) AS m(v, f)
-    WHERE p.attname = 'shard_scope' AND NOT p.inherited
+    WHERE p.schemaname = current_schema()
+      AND p.tablename = ANY (ARRAY(SELECT relname FROM leaves))
+      AND p.attname = 'shard_scope' AND NOT p.inherited
     GROUP BY m.v
 ), by_scope AS (
     SELECT s.shard_scope,
@@ -89,9 +94,7 @@ SELECT c.n AS counted, c.oldest AS oldest_date_added,
        (SELECT sum(n)::bigint FROM leaves) AS estimate,
        st.failing, st.paused, st.quarantined, d.n AS dead_letters,
        b.shard_scope, b.counted AS scope_counted, b.oldest AS scope_oldest, b.frequency,
-       (SELECT sum(s.n_dead_tup)::bigint FROM (SELECT 'control_outbox'::regclass AS relid UNION ALL
-          SELECT relid FROM pg_partition_tree('control_outbox') WHERE isleaf) t
-        JOIN pg_stat_user_tables s ON s.relid = t.relid) AS dead_tuples,
+       (SELECT sum(dead)::bigint FROM leaves) AS dead_tuples,
        (SELECT EXTRACT(EPOCH FROM (clock_timestamp() - min(xact_start)))::float8
         FROM sessions) AS oldest_transaction_seconds,
        h.kind AS holder_kind, h.pid AS holder_pid, h.name AS holder_name,

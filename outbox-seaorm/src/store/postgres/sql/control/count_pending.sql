@@ -4,9 +4,10 @@
 -- over its partitions when it has them) for
 -- when there are more. $1 cap.
 SELECT (SELECT count(*) FROM (SELECT 1 FROM control_outbox ORDER BY id LIMIT $1 + 1) w) AS n,
-       (SELECT sum(CASE WHEN s.n_live_tup > 0 THEN s.n_live_tup
-                    ELSE GREATEST(c.reltuples, 0)::bigint END)::bigint
-    FROM (SELECT 'control_outbox'::regclass AS relid UNION ALL
-          SELECT relid FROM pg_partition_tree('control_outbox') WHERE isleaf) t
-    JOIN pg_class c ON c.oid = t.relid AND c.relkind = 'r'
-    LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid) AS estimate
+       (SELECT sum(CASE WHEN pg_stat_get_live_tuples(c.oid) > 0
+                        THEN pg_stat_get_live_tuples(c.oid)
+                        ELSE GREATEST(c.reltuples, 0)::bigint END)::bigint
+    FROM pg_class c
+    WHERE c.oid = ANY (ARRAY(SELECT 'control_outbox'::regclass::oid UNION ALL
+        SELECT relid::oid FROM pg_partition_tree('control_outbox') WHERE isleaf))
+      AND c.relkind = 'r') AS estimate

@@ -13,20 +13,24 @@ WITH oldest AS (
     GROUP BY shard_scope, shard_identifier
     ORDER BY seen DESC, shard_scope, shard_identifier
     LIMIT $1
-), leaves AS (
-    SELECT c.relname, (CASE WHEN s.n_live_tup > 0 THEN s.n_live_tup
-                       ELSE GREATEST(c.reltuples, 0)::bigint END)::float8 AS n
-    FROM (SELECT 'region_outbox'::regclass AS relid UNION ALL
-          SELECT relid FROM pg_partition_tree('region_outbox') WHERE isleaf) t
-    JOIN pg_class c ON c.oid = t.relid AND c.relkind = 'r'
-    LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+), leaves AS MATERIALIZED (
+    -- The table, or its partitions, and the rows of each.
+    SELECT c.relname, (CASE WHEN pg_stat_get_live_tuples(c.oid) > 0
+                            THEN pg_stat_get_live_tuples(c.oid)
+                            ELSE GREATEST(c.reltuples, 0)::bigint END)::float8 AS n
+    FROM pg_class c
+    WHERE c.oid = ANY (ARRAY(SELECT 'region_outbox'::regclass::oid UNION ALL
+        SELECT relid::oid FROM pg_partition_tree('region_outbox') WHERE isleaf))
+      AND c.relkind = 'r'
 ), stats AS (
     SELECT l.n, p.most_common_vals::text::bigint[] AS vals, p.most_common_freqs AS freqs,
            COALESCE((SELECT sum(f) FROM unnest(p.most_common_freqs) f), 0) AS common,
            CASE WHEN p.n_distinct < 0 THEN -p.n_distinct * l.n ELSE p.n_distinct END AS distinct_values
-    FROM leaves l
-    JOIN pg_stats p ON p.schemaname = current_schema() AND p.tablename = l.relname
-    WHERE p.attname = 'shard_identifier' AND NOT p.inherited
+    FROM pg_stats p
+    JOIN leaves l ON l.relname = p.tablename
+    WHERE p.schemaname = current_schema()
+      AND p.tablename = ANY (ARRAY(SELECT relname FROM leaves))
+      AND p.attname = 'shard_identifier' AND NOT p.inherited
 )
 SELECT ''::text AS region_name, s.shard_scope, s.shard_identifier, d.depth, d.oldest_date_added,
        d.next_scheduled_for,
