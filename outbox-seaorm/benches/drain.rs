@@ -20,7 +20,9 @@
 //! - the write overhead: a model row inserted in its own transaction with its
 //!   outbox row vs without.
 //!
-//! `OUTBOX_BENCH_SKIP_BACKLOG=1` leaves out (d) and (e); `OUTBOX_BENCH_ONLY=a`
+//! `OUTBOX_BENCH_RING=1` drains the outbox tables migrated to the partition
+//! ring (`outbox_migrations::OutboxRingMigrator`; the floor stays on its
+//! plain table). `OUTBOX_BENCH_SKIP_BACKLOG=1` leaves out (d) and (e); `OUTBOX_BENCH_ONLY=a`
 //! runs only scenario (a);
 //! `OUTBOX_BENCH_BATCH_SIZE` sets the drain's batch size.
 
@@ -120,6 +122,12 @@ async fn main() {
     };
     let database = TestDatabase::postgres_on(&admin, "bench").await.unwrap();
     let db = &database.db;
+    if std::env::var("OUTBOX_BENCH_RING").is_ok_and(|ring| ring == "1") {
+        <outbox_migrations::OutboxRingMigrator as sea_orm_migration::MigratorTrait>::up(db, None)
+            .await
+            .unwrap();
+        println!("on the partition ring (OutboxRingMigrator)");
+    }
 
     let mut scenarios = vec![
         Scenario {
