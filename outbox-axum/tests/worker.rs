@@ -483,3 +483,55 @@ outbox_testing::on_both_backends!(
     a_round_cut_off_at_shutdown_releases_its_claims,
     a_flush_cancelled_by_its_client_frees_the_shard_for_the_worker,
 );
+
+/// On tables migrated to the partition ring, the worker empties a partition
+/// once the sequence has left it and its rows are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_empties_drained_partitions_of_the_ring() {
+    use sea_orm::ConnectionTrait;
+    use sea_orm_migration::MigratorTrait;
+    let app = TestApp::new(DbBackend::Postgres, "worker_ring").await;
+    let db = &app.db.db;
+    outbox_migrations::OutboxRingMigrator::up(db, None)
+        .await
+        .unwrap();
+    let span = outbox_seaorm::ring::SPAN;
+    db.execute_unprepared(&format!(
+        "SELECT setval('region_outbox_ids', {}, false)",
+        span - 2
+    ))
+    .await
+    .unwrap();
+    let worker = OutboxWorker::builder(db.clone(), app.recorder.receivers())
+        .spawn()
+        .await
+        .unwrap();
+    worker.ready().await;
+    for object in 0..4 {
+        write_region(db, message(1, object)).await.unwrap();
+    }
+    assert!(app.recorder.wait_for(4, Duration::from_secs(20)).await);
+    // Two rows went to `_p0`, which the sequence has left: emptied within
+    // a few of the worker's seconds.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let row = db
+            .query_one_raw(sea_orm::Statement::from_string(
+                DbBackend::Postgres,
+                "SELECT pg_relation_size('region_outbox_p0') AS bytes",
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        if row.try_get::<i64>("", "bytes").unwrap() == 0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "p0 never emptied");
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        app.recorder.deliveries().len() >= 4,
+        "every row delivered before its partition was emptied"
+    );
+    worker.shutdown().await;
+}

@@ -13,8 +13,8 @@
 //! delivery. [`truncate_drained`] empties each partition the sequence has
 //! moved past once no row in it is pending, whatever the horizon, so the
 //! outbox's size stays bounded by about two partitions' worth of rows.
-//! `OutboxWorker` (outbox-axum) calls it every second on PostgreSQL (on
-//! plain tables it finds nothing to do).
+//! `OutboxWorker` (outbox-axum) calls it every second when it starts on
+//! tables that are the ring ([`is_partitioned`]).
 //!
 //! What keeps it safe:
 //!
@@ -88,6 +88,28 @@ pub struct RingReport {
     /// Drained partitions left for the next try: another transaction held
     /// a lock on them past [`LOCK_TIMEOUT`].
     pub busy: Vec<String>,
+}
+
+/// Whether the outbox tables of `db` are the partition ring (either of
+/// them partitioned): `false` on SQLite and on the default plain tables.
+///
+/// # Errors
+///
+/// The database's, when the catalogue cannot be read.
+pub async fn is_partitioned<C: ConnectionTrait>(db: &C) -> Result<bool, DbErr> {
+    if db.get_database_backend() != DbBackend::Postgres {
+        return Ok(false);
+    }
+    let row = db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table \
+             WHERE partrelid IN (to_regclass('region_outbox'), to_regclass('control_outbox'))) \
+             AS partitioned",
+        ))
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound("no row from pg_partitioned_table".to_owned()))?;
+    row.try_get("", "partitioned")
 }
 
 /// The partition that id `id` of an outbox table goes to.

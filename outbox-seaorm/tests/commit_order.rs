@@ -16,8 +16,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{database, OutboxCategory, Recorder};
-use outbox_core::{DrainConfig, Drainer, OutboxKind, StoreAdmin};
+use common::{database, drain_everything, OutboxCategory, Recorder};
+use outbox_core::{DrainConfig, Drainer, OutboxKind};
 use outbox_seaorm::{begin_write, write_region, ClaimOn, ObjectId, OutboxMessage, ShardId};
 use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
 
@@ -84,17 +84,7 @@ async fn rows_of_one_shard_reach_the_receiver_in_id_order_whatever_the_commit_or
     let (b_id, _) = b.await.unwrap();
     assert!(b_id > a_row.id);
     drainer.settled().await;
-    while !drainer
-        .drain_due(OutboxKind::Region)
-        .await
-        .unwrap()
-        .is_empty()
-    {}
-    drainer.settled().await;
-    assert_eq!(
-        t.store().pending_count(OutboxKind::Region).await.unwrap(),
-        0
-    );
+    drain_everything(&t, &drainer).await;
 
     let ids: Vec<i64> = recorder.deliveries().iter().map(|d| d.id).collect();
     assert_eq!(ids, vec![a_row.id, b_id], "the shard's rows in id order");

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{database, OutboxCategory, Recorder};
+use common::{database, drain_everything, OutboxCategory, Recorder};
 use outbox_core::{DrainConfig, Drainer, OutboxKind, StoreAdmin};
 use outbox_migrations::OutboxRingMigrator;
 use outbox_seaorm::ring::{self, partition_of, PARTITIONS, SPAN};
@@ -42,6 +42,7 @@ fn sql(text: &str) -> Statement {
 async fn ring_database(label: &str) -> TestDatabase {
     let t = database(DbBackend::Postgres, label).await;
     OutboxRingMigrator::up(&t.db, None).await.unwrap();
+    assert!(ring::is_partitioned(&t.db).await.unwrap());
     t
 }
 
@@ -88,20 +89,6 @@ fn drainer(t: &TestDatabase, recorder: &Recorder) -> Drainer<OutboxCategory> {
     Drainer::builder(t.store(), recorder.receivers())
         .config(DrainConfig::default())
         .build()
-}
-
-async fn drain_everything(t: &TestDatabase, drainer: &Drainer<OutboxCategory>) {
-    while !drainer
-        .drain_due(OutboxKind::Region)
-        .await
-        .unwrap()
-        .is_empty()
-    {}
-    drainer.settled().await;
-    assert_eq!(
-        t.store().pending_count(OutboxKind::Region).await.unwrap(),
-        0
-    );
 }
 
 /// Rows of one shard written on both sides of a partition boundary, and on
@@ -388,6 +375,7 @@ async fn writers_a_drain_and_truncations_at_once_lose_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_ring_nothing_is_truncated() {
     let t = database(DbBackend::Postgres, "ring_absent").await;
+    assert!(!ring::is_partitioned(&t.db).await.unwrap());
     write_region(&t.db, message(1, 1)).await.unwrap();
     let report = ring::truncate_drained(&t.db, OutboxKind::Region)
         .await

@@ -225,10 +225,11 @@ impl<C: Category> OutboxWorkerBuilder<C> {
     /// drained partitions with `TRUNCATE` every
     /// [`ring::INTERVAL`](outbox_seaorm::ring::INTERVAL) (see
     /// [`outbox_seaorm::ring`]): what keeps the tables small while
-    /// something holds vacuum's horizon back, once the database is migrated
-    /// to the partition ring (`outbox_migrations::OutboxRingMigrator`; on
-    /// plain tables it finds nothing to do, for one catalogue read a
-    /// second). Default: `true`. Several
+    /// something holds vacuum's horizon back, when the database is migrated
+    /// to the partition ring (`outbox_migrations::OutboxRingMigrator`).
+    /// Looked at once, when the worker starts: on plain tables nothing runs,
+    /// and a database opted in while workers run is looked after by the
+    /// workers started afterwards. Default: `true`. Several
     /// workers on one database may all do it (each truncation locks its
     /// partition and looks again first); turn it off where another process
     /// does it, or to run [`ring::truncate_drained`](outbox_seaorm::ring::truncate_drained)
@@ -298,7 +299,7 @@ impl<C: Category> OutboxWorkerBuilder<C> {
             let db = self.db.clone();
             handle.spawn(move |stop| prune_loop(db, retention, clock, stop));
         }
-        if self.truncate_drained && self.db.get_database_backend() == DbBackend::Postgres {
+        if self.truncate_drained && ring_in_use(&self.db).await {
             let db = self.db.clone();
             handle.spawn(move |stop| ring_loop(db, stop));
         }
@@ -394,6 +395,17 @@ async fn prune_loop(
             () = stop.cancelled() => return,
         }
     }
+}
+
+/// Whether the outbox tables are the partition ring; when the catalogue
+/// cannot be read, assumed so (the loop then finds out each second).
+async fn ring_in_use(db: &DatabaseConnection) -> bool {
+    outbox_seaorm::ring::is_partitioned(db)
+        .await
+        .unwrap_or_else(|error| {
+            tracing::warn!(%error, "could not tell whether the outbox tables are partitioned");
+            true
+        })
 }
 
 /// Empties drained partitions of both outbox tables every

@@ -2,6 +2,7 @@
 
 #![allow(dead_code, missing_docs, clippy::unwrap_used)]
 
+use outbox_core::{Drainer, OutboxKind, StoreAdmin};
 use outbox_testing::database::TestDatabase;
 use sea_orm::DbBackend;
 
@@ -29,4 +30,20 @@ pub async fn database(backend: DbBackend, label: &str) -> TestDatabase {
     TestDatabase::of(backend, label)
         .await
         .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Background rounds of the region outbox until one finds nothing, then
+/// the completer's batches; asserts that nothing is left pending.
+pub async fn drain_everything(t: &TestDatabase, drainer: &Drainer<OutboxCategory>) {
+    while !drainer
+        .drain_due(OutboxKind::Region)
+        .await
+        .unwrap()
+        .is_empty()
+    {}
+    drainer.settled().await;
+    assert_eq!(
+        t.store().pending_count(OutboxKind::Region).await.unwrap(),
+        0
+    );
 }
