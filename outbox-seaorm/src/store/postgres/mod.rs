@@ -583,9 +583,14 @@ impl DrainStore for PgStore {
         match result {
             Ok(()) => {
                 let (marks, max_id) = decoder.marks();
+                let took = started.elapsed();
+                let claim = decoder.finish();
+                let returned = claim.shards.iter().map(|shard| shard.rows.len()).sum();
+                let rows = claim.scanned.max(returned);
+                let cost = watermark::Cost { took, rows };
                 self.watermarks
-                    .observe(kind, sent, marks, max_id, request.now, started.elapsed());
-                Ok(decoder.finish())
+                    .observe(kind, sent, marks, max_id, request.now, cost);
+                Ok(claim)
             }
             // Two claims creating the same missing buckets in the same
             // instant: the victim claims nothing this time.

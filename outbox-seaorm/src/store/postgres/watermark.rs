@@ -9,8 +9,10 @@
 //! start then steps over every row delivered since the horizon stopped: the
 //! vacuum-pressure bench measured 45,000 buffers per claim and 32 ms after
 //! two minutes (`cargo bench -p outbox-axum --bench vacuum_pressure`). So,
-//! once a claim from the very start takes [`SLOW_FULL_SCAN`] or more,
-//! claims scan from the watermark (`claim_due_above.sql`,
+//! once a claim from the very start takes [`SLOW_FULL_SCAN`] or more, and
+//! [`SLOW_FULL_SCAN_PER_ROW`] or more for each row it scanned or returned
+//! (a claim of a deep backlog's wide window takes long without stepping
+//! over anything), claims scan from the watermark (`claim_due_above.sql`,
 //! `claim_due_newest.sql`), and one claim from the very start
 //! (`claim_due_oldest.sql`) runs at most every [`FULL_SCAN_EVERY`], which
 //! also tells when vacuum has caught up. While it is cheap, every claim
@@ -52,6 +54,14 @@ use outbox_core::{ClaimOrder, OutboxKind};
 /// horizon held back for minutes it takes tens.
 pub const SLOW_FULL_SCAN: Duration = Duration::from_millis(5);
 
+/// How long a claim from the very start takes for each row it scanned or
+/// returned before it counts as slow: while vacuum keeps up, a wide window
+/// of a deep backlog costs 5–10 µs a row (20,000 rows in 100 ms, `cargo
+/// bench -p outbox-seaorm --bench drain`, case (d)), a cold first claim up
+/// to 40; under a held-back horizon a claim steps over every row delivered
+/// since, which costs hundreds of microseconds for each row it finds.
+pub const SLOW_FULL_SCAN_PER_ROW: Duration = Duration::from_micros(50);
+
 /// How often the oldest-end claim scans from the very start, finding rows
 /// below the watermark.
 pub(super) const FULL_SCAN_EVERY: Duration = Duration::from_secs(1);
@@ -77,6 +87,14 @@ pub(super) struct Marks {
     pub(super) scanned_all: bool,
 }
 
+/// What one claim cost: how long it took, and how many rows it scanned or
+/// returned (the more).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Cost {
+    pub(super) took: Duration,
+    pub(super) rows: usize,
+}
+
 /// Where a claim scans from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Scan {
@@ -99,8 +117,9 @@ struct Mark {
     low: Option<i64>,
     candidates: VecDeque<Candidate>,
     last_full: Option<DateTime<Utc>>,
-    /// How long the last claim from the very start took.
-    full_took: Option<Duration>,
+    /// Whether the last claim from the very start was slow (see
+    /// [`Watermarks::is_slow`]).
+    full_slow: bool,
     /// The highest id a claim returned.
     seen_max: Option<i64>,
 }
@@ -161,7 +180,7 @@ impl Watermarks {
     /// Where the next claim of `kind` from `order` scans from.
     pub(super) fn scan(&self, kind: OutboxKind, order: ClaimOrder, now: DateTime<Utc>) -> Sent {
         let mut mark = self.mark(kind);
-        let slow = mark.full_took.is_some_and(|took| took >= self.slow);
+        let slow = mark.full_slow;
         let scan = match (order, mark.low) {
             (_, None) => Scan::Full,
             // Vacuum keeps up: scanning from the start costs little.
@@ -184,8 +203,19 @@ impl Watermarks {
         }
     }
 
+    /// Whether a claim from the very start that cost `cost` was slow: over
+    /// [`SLOW_FULL_SCAN`] (or the store's own) in all and over
+    /// [`SLOW_FULL_SCAN_PER_ROW`] a row. Always, with a threshold of zero.
+    fn is_slow(&self, cost: Cost) -> bool {
+        let per_rows = u32::try_from(cost.rows.max(1))
+            .ok()
+            .and_then(|rows| SLOW_FULL_SCAN_PER_ROW.checked_mul(rows))
+            .unwrap_or(Duration::MAX);
+        self.slow.is_zero() || (cost.took >= self.slow && cost.took >= per_rows)
+    }
+
     /// What a claim sent as `sent` reported: `marks`, the highest id it
-    /// returned, and how long it took.
+    /// returned, and what it cost.
     pub(super) fn observe(
         &self,
         kind: OutboxKind,
@@ -193,12 +223,13 @@ impl Watermarks {
         marks: Marks,
         returned_max: Option<i64>,
         now: DateTime<Utc>,
-        took: Duration,
+        cost: Cost,
     ) {
+        let slow = self.is_slow(cost);
         let mut mark = self.mark(kind);
         if sent.scan == Scan::Full && marks.xmin.is_some() {
             // A claim from the oldest end, from the very start.
-            mark.full_took = Some(took);
+            mark.full_slow = slow;
         }
         if let Some(max) = returned_max {
             mark.seen_max = Some(mark.seen_max.map_or(max, |seen| seen.max(max)));
@@ -281,7 +312,10 @@ mod tests {
     const KIND: OutboxKind = OutboxKind::Region;
 
     /// A claim that took as long as one under a held-back horizon.
-    const SLOWLY: Duration = SLOW_FULL_SCAN;
+    const SLOWLY: Cost = Cost {
+        took: SLOW_FULL_SCAN,
+        rows: 1,
+    };
 
     fn d(duration: Duration) -> chrono::Duration {
         chrono::Duration::from_std(duration).unwrap()
@@ -445,7 +479,7 @@ mod tests {
         for at in [t0, t0 + d(GRACE), t0 + d(GRACE) + d(GRACE)] {
             let sent = marks_of.scan(KIND, ClaimOrder::Oldest, at);
             assert_eq!(sent.scan, Scan::Full);
-            marks_of.observe(KIND, sent, marks(Some(10), 5, 5), None, at, Duration::ZERO);
+            marks_of.observe(KIND, sent, marks(Some(10), 5, 5), None, at, Cost::default());
         }
         assert_eq!(marks_of.low(KIND), Some(10), "the watermark is kept");
         let at = t0 + d(FULL_SCAN_EVERY) + d(FULL_SCAN_EVERY);
@@ -466,11 +500,38 @@ mod tests {
             marks(Some(10), 7, 7),
             None,
             later,
-            Duration::ZERO,
+            Cost::default(),
         );
         assert_eq!(
             marks_of.scan(KIND, ClaimOrder::Oldest, later).scan,
             Scan::Full
+        );
+    }
+
+    #[test]
+    fn a_wide_window_that_takes_long_for_its_rows_is_not_slow() {
+        let marks_of = Watermarks::default();
+        let t0 = Utc::now();
+        let t1 = t0 + d(GRACE);
+        // A deep backlog's window: 20,000 rows in 100 ms, 5 µs a row.
+        let wide = Cost {
+            took: Duration::from_millis(100),
+            rows: 20_000,
+        };
+        for at in [t0, t1] {
+            let sent = marks_of.scan(KIND, ClaimOrder::Oldest, at);
+            assert_eq!(sent.scan, Scan::Full);
+            marks_of.observe(KIND, sent, marks(Some(10), 5, 5), None, at, wide);
+        }
+        assert_eq!(marks_of.low(KIND), Some(10));
+        assert_eq!(marks_of.scan(KIND, ClaimOrder::Oldest, t1).scan, Scan::Full);
+        // The same time for 200 rows: stepping over what vacuum left.
+        let sent = marks_of.scan(KIND, ClaimOrder::Oldest, t1);
+        let stepping = Cost { rows: 200, ..wide };
+        marks_of.observe(KIND, sent, marks(Some(10), 6, 6), None, t1, stepping);
+        assert_eq!(
+            marks_of.scan(KIND, ClaimOrder::Oldest, t1).scan,
+            Scan::Above(10)
         );
     }
 

@@ -3,10 +3,10 @@
 -- of the due rows (claim_due_newest.sql takes the newest end).
 -- $1 kind, $2 now, $3 highest id, $4 window rows, $5 buckets at most,
 -- $6 token, $7 owner, $8 lease end, $9 rows read beyond the window, $10
--- rows of one shard at most, $11 and $12 the watermark: rows before
--- ($11 scheduled_for, $12 id) are not scanned (the store passes the
--- earliest possible: this claim looks from the very start), $13 the
--- `scheduled_for` of rows due since they were written.
+-- rows of one shard at most, $11 and $12 the watermark (unused: this
+-- claim scans from the very start; claim_due_above.sql from the
+-- watermark), $13 the `scheduled_for` of rows due since they were
+-- written.
 --
 -- The window: the first $4 due rows of free buckets, oldest first, whole
 -- rows. The scan is bounded, at a quarter more than the window
@@ -31,36 +31,47 @@
 -- which the reads use (see claim_due_newest.sql), through their key and
 -- hashed subplans, never joins a generic plan could turn into nested loops
 -- over CTEs.
-WITH scanned AS MATERIALIZED (
-    SELECT o.*, ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int AS bucket
-    FROM region_outbox o
-    WHERE o.scheduled_for <= $2 AND o.id <= $3 AND (o.scheduled_for, o.id) >= ($11, $12)
-    ORDER BY o.scheduled_for, o.id
-    LIMIT $4 + $4 / 4
-), held AS MATERIALIZED (
-    -- The leased buckets among the scanned rows', through the key: a scan
-    -- of the whole bucket table would read every dead version of its rows,
-    -- which pile up while vacuum's horizon is held back.
-    SELECT b.bucket FROM outbox_claim_bucket b
-    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT DISTINCT bucket FROM scanned))
-      AND b.lease_until > $2
-), marks AS MATERIALIZED (
-    -- The watermark's candidate and this statement's snapshot (see
-    -- claim_due_above.sql).
-    SELECT (SELECT min(id) FROM scanned WHERE scheduled_for = $13) AS head,
-           pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snapshot_xmin,
-           pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax,
-           (SELECT count(*) FROM scanned) < $4 + $4 / 4 AS scanned_all
+WITH held AS MATERIALIZED (
+    -- The leased buckets, from the bucket table itself: this claim runs
+    -- while vacuum keeps up (see watermark.rs), or once a second when it
+    -- does not, and then a scan of the table's dead versions is its
+    -- smaller cost.
+    SELECT bucket FROM outbox_claim_bucket WHERE kind = $1 AND lease_until > $2
 ), win AS MATERIALIZED (
-    -- In scan order (a CTE is read back as it was written).
-    SELECT s.* FROM scanned s
+    SELECT s.* FROM (
+        SELECT o.*, ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int AS bucket
+        FROM region_outbox o
+        WHERE o.scheduled_for <= $2 AND o.id <= $3
+        ORDER BY o.scheduled_for, o.id
+        LIMIT $4 + $4 / 4
+    ) s
     WHERE (s.bucket = ANY (SELECT bucket FROM held)) IS NOT TRUE
     LIMIT $4
 ), counted AS MATERIALIZED (
+    -- When the window came out less than half full, the rows scanned,
+    -- counted again.
     SELECT count(*) AS window_rows,
-           CASE WHEN count(*) * 2 < $4 THEN (SELECT count(*) FROM scanned)
+           CASE WHEN count(*) * 2 < $4 THEN (
+               SELECT count(*) FROM (
+                   SELECT 1 FROM region_outbox o
+                   WHERE o.scheduled_for <= $2 AND o.id <= $3
+                   ORDER BY o.scheduled_for, o.id
+                   LIMIT $4 + $4 / 4) x)
            ELSE count(*) END AS scanned_rows
     FROM win
+), marks AS MATERIALIZED (
+    -- The watermark's candidate and this statement's snapshot (see
+    -- claim_due_above.sql): rows due since they were written sort first
+    -- in the due index, so the lowest of them is the first the scan met,
+    -- held or not. The scan saw every due row only when it was counted
+    -- and came out short.
+    SELECT (SELECT o.id FROM region_outbox o
+            WHERE o.scheduled_for = $13 AND o.id <= $3
+            ORDER BY o.scheduled_for, o.id LIMIT 1) AS head,
+           pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snapshot_xmin,
+           pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax,
+           (SELECT window_rows * 2 < $4 AND scanned_rows < $4 + $4 / 4 FROM counted)
+               AS scanned_all
 ), wanted AS MATERIALIZED (
     SELECT bucket FROM win
     GROUP BY bucket ORDER BY min(id) LIMIT $5
