@@ -282,7 +282,9 @@ impl super::PgStore {
     /// [`scan_watermark`](Self::scan_watermark)) once a claim that scans it
     /// from the very start takes `slow` or more (default 5 ms: vacuum
     /// cannot remove what the drain deletes, as while a long transaction
-    /// holds its horizon back); `Duration::ZERO`: always.
+    /// holds its horizon back), and 50 µs or more for each row it scanned
+    /// or returned (a deep backlog's wide window takes long without
+    /// stepping over anything); `Duration::ZERO`: always.
     pub fn scan_from_watermark_after(mut self, slow: std::time::Duration) -> Self {
         self.watermarks = std::sync::Arc::new(Watermarks::new(slow));
         self

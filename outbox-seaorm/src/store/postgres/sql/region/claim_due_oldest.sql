@@ -31,47 +31,36 @@
 -- which the reads use (see claim_due_newest.sql), through their key and
 -- hashed subplans, never joins a generic plan could turn into nested loops
 -- over CTEs.
-WITH held AS MATERIALIZED (
-    -- The leased buckets, from the bucket table itself: this claim runs
-    -- while vacuum keeps up (see watermark.rs), or once a second when it
-    -- does not, and then a scan of the table's dead versions is its
-    -- smaller cost.
-    SELECT bucket FROM outbox_claim_bucket WHERE kind = $1 AND lease_until > $2
+WITH scanned AS MATERIALIZED (
+    SELECT o.*, ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int AS bucket
+    FROM region_outbox o
+    WHERE o.scheduled_for <= $2 AND o.id <= $3
+    ORDER BY o.scheduled_for, o.id
+    LIMIT $4 + $4 / 4
+), held AS MATERIALIZED (
+    -- The leased buckets among the scanned rows', through the key: a scan
+    -- of the whole bucket table would read every dead version of its rows,
+    -- which pile up while vacuum's horizon is held back.
+    SELECT b.bucket FROM outbox_claim_bucket b
+    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT DISTINCT bucket FROM scanned))
+      AND b.lease_until > $2
+), marks AS MATERIALIZED (
+    -- The watermark's candidate and this statement's snapshot (see
+    -- claim_due_above.sql).
+    SELECT (SELECT min(id) FROM scanned WHERE scheduled_for = $13) AS head,
+           pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snapshot_xmin,
+           pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax,
+           (SELECT count(*) FROM scanned) < $4 + $4 / 4 AS scanned_all
 ), win AS MATERIALIZED (
-    SELECT s.* FROM (
-        SELECT o.*, ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int AS bucket
-        FROM region_outbox o
-        WHERE o.scheduled_for <= $2 AND o.id <= $3
-        ORDER BY o.scheduled_for, o.id
-        LIMIT $4 + $4 / 4
-    ) s
+    -- In scan order (a CTE is read back as it was written).
+    SELECT s.* FROM scanned s
     WHERE (s.bucket = ANY (SELECT bucket FROM held)) IS NOT TRUE
     LIMIT $4
 ), counted AS MATERIALIZED (
-    -- When the window came out less than half full, the rows scanned,
-    -- counted again.
     SELECT count(*) AS window_rows,
-           CASE WHEN count(*) * 2 < $4 THEN (
-               SELECT count(*) FROM (
-                   SELECT 1 FROM region_outbox o
-                   WHERE o.scheduled_for <= $2 AND o.id <= $3
-                   ORDER BY o.scheduled_for, o.id
-                   LIMIT $4 + $4 / 4) x)
+           CASE WHEN count(*) * 2 < $4 THEN (SELECT count(*) FROM scanned)
            ELSE count(*) END AS scanned_rows
     FROM win
-), marks AS MATERIALIZED (
-    -- The watermark's candidate and this statement's snapshot (see
-    -- claim_due_above.sql): rows due since they were written sort first
-    -- in the due index, so the lowest of them is the first the scan met,
-    -- held or not. The scan saw every due row only when it was counted
-    -- and came out short.
-    SELECT (SELECT o.id FROM region_outbox o
-            WHERE o.scheduled_for = $13 AND o.id <= $3
-            ORDER BY o.scheduled_for, o.id LIMIT 1) AS head,
-           pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snapshot_xmin,
-           pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax,
-           (SELECT window_rows * 2 < $4 AND scanned_rows < $4 + $4 / 4 FROM counted)
-               AS scanned_all
 ), wanted AS MATERIALIZED (
     SELECT bucket FROM win
     GROUP BY bucket ORDER BY min(id) LIMIT $5
