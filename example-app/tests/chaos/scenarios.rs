@@ -284,6 +284,16 @@ pub async fn run(scenario: Scenario, scale: Scale, postgres: &Postgres, seed: u6
     };
     let snapshot = Snapshot::take(&checks, true).await;
     let lost = stage.ledger.lock().unwrap().lost(&snapshot);
+    let description = if scenario == Scenario::Pause {
+        // What the fences did: deliveries of paused workers that arrived
+        // after a newer claim's, refused by the receiving silo's inbox.
+        format!(
+            "{description}; {} late deliveries refused as superseded",
+            superseded(&checks).await
+        )
+    } else {
+        description
+    };
     let mut row = Row {
         scenario: description,
         acknowledged: stage.tally.acknowledged,
@@ -312,6 +322,16 @@ pub async fn run(scenario: Scenario, scale: Scale, postgres: &Postgres, seed: u6
         let _ = db.close().await;
     }
     row
+}
+
+/// Deliveries refused as superseded by the silos' fenced inboxes, in all.
+async fn superseded(dbs: &[DatabaseConnection]) -> u64 {
+    let mut total = 0;
+    for db in dbs {
+        let (_, refused) = outbox_seaorm::inbox::fences(db, 0).await.unwrap();
+        total += refused;
+    }
+    total
 }
 
 impl Stage<'_> {
