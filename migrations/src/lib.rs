@@ -216,8 +216,9 @@ impl MigratorTrait for OutboxRingMigrator {
         migrations_with_partition_ring()
     }
 
+    /// [`OutboxMigrator`]'s: one history for both.
     fn migration_table_name() -> sea_orm::DynIden {
-        "outbox_seaql_migrations".into_iden()
+        OutboxMigrator::migration_table_name()
     }
 }
 
