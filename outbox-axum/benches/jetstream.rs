@@ -24,7 +24,9 @@
 //! repeats (ratios: the median of the per-repeat ratios). The "as the worker" rows run
 //! `DEFAULT_ROUNDS_IN_FLIGHT` drain tasks at once, as `OutboxWorker` keeps
 //! that many rounds in flight (JetStream alone then with as many
-//! publishers as deliveries in flight).
+//! publishers as deliveries in flight). `OUTBOX_BENCH_ONLY='(a)'` runs
+//! only the scenarios whose label starts so; `OUTBOX_BENCH_BATCH_ONLY=1`
+//! leaves out the `receiver()` column.
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -203,6 +205,11 @@ async fn main() {
         "scenario", "plain msg/s", "JetStream alone", "receiver", "÷ min", "batch", "÷ min"
     );
     let rounds_in_flight = outbox_core::worker::DEFAULT_ROUNDS_IN_FLIGHT;
+    // One scenario, by the start of its label: `OUTBOX_BENCH_ONLY='(b)'`.
+    let only = std::env::var("OUTBOX_BENCH_ONLY").ok();
+    // `OUTBOX_BENCH_BATCH_ONLY=1`: without the `receiver()` column (to
+    // profile the batch receiver).
+    let batch_only = std::env::var_os("OUTBOX_BENCH_BATCH_ONLY").is_some();
     for (label, shards, concurrency, rounds) in [
         (
             "(a) 20,000 shards x 1 message",
@@ -225,6 +232,12 @@ async fn main() {
             rounds_in_flight,
         ),
     ] {
+        if !only
+            .as_ref()
+            .is_none_or(|only| label.starts_with(only.as_str()))
+        {
+            continue;
+        }
         let (mut plain, mut alone, mut single, mut batched, mut single_of_min, mut batch_of_min) = (
             Vec::new(),
             Vec::new(),
@@ -239,10 +252,14 @@ async fn main() {
                 Ok::<_, HandlerError>(())
             });
             let plain_rate = rate(drain(db, no_op, concurrency, rounds).await);
-            fill(db, shards).await;
-            purge(&jetstream).await;
-            let through = Receivers::new().on(OutboxCategory::BenchUpdate, sink.receiver());
-            let single_rate = rate(drain(db, through, concurrency, rounds).await);
+            let single_rate = if batch_only {
+                f64::NAN
+            } else {
+                fill(db, shards).await;
+                purge(&jetstream).await;
+                let through = Receivers::new().on(OutboxCategory::BenchUpdate, sink.receiver());
+                rate(drain(db, through, concurrency, rounds).await)
+            };
             fill(db, shards).await;
             purge(&jetstream).await;
             let through =

@@ -258,3 +258,76 @@ async fn fencing_tokens_keep_growing_across_a_crash_that_empties_the_bucket_tabl
         fence_of(&claimed)
     );
 }
+
+/// The bucket table's rows fetched by index so far, as PostgreSQL counts
+/// them, once `connection`'s backend has reported what it did.
+async fn bucket_rows_fetched(
+    t: &outbox_testing::database::TestDatabase,
+    connection: &sea_orm::DatabaseConnection,
+) -> i64 {
+    // Reported when the backend goes idle after this statement, at once.
+    connection
+        .execute_unprepared("SELECT pg_stat_force_next_flush()")
+        .await
+        .unwrap();
+    t.db.query_one_raw(sea_orm::Statement::from_string(
+        DbBackend::Postgres,
+        "SELECT idx_tup_fetch AS n FROM pg_stat_user_tables WHERE relname = 'outbox_claim_bucket'",
+    ))
+    .await
+    .unwrap()
+    .unwrap()
+    .try_get::<i64>("", "n")
+    .unwrap()
+}
+
+/// A background claim reads a bucket row through its key at most twice:
+/// once for every bucket of its scan (leased or not, and which version),
+/// once more, locking it, for each bucket it leases; the lease is written
+/// through the locked version's address. Every read walks the versions the
+/// row's updates left while vacuum's horizon is held back, so a claim that
+/// read each row four or five times (as the first design did) slowed with
+/// every claim made under a long transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_reads_each_bucket_row_at_most_twice() {
+    let t = database(DbBackend::Postgres, "bucket_reads").await;
+    // One connection, so that the claims' backend is the one that reports.
+    let db = t.connect_again(1).await.unwrap();
+    let store = SeaOrmStore::new(db.clone()).unwrap();
+    // 600 shards of 600 buckets; a claim leases at most 512 of them.
+    for id in 0..600 {
+        write(&t.db, &org(id)).await;
+    }
+    assert_eq!(
+        (0..600)
+            .map(|id| org(id).bucket())
+            .collect::<std::collections::HashSet<_>>()
+            .len(),
+        600
+    );
+    for order in [
+        outbox_core::ClaimOrder::Oldest,
+        outbox_core::ClaimOrder::Newest,
+    ] {
+        let before = bucket_rows_fetched(&t, &db).await;
+        let mut request = request(i64::from(order == outbox_core::ClaimOrder::Newest) + 1);
+        request.rows = 1_000;
+        request.order = order;
+        let claim = store.claim_due(&request).await.unwrap();
+        let fetched = bucket_rows_fetched(&t, &db).await - before;
+        let leased = claim
+            .shards
+            .iter()
+            .map(|claimed| claimed.shard.bucket())
+            .collect::<std::collections::HashSet<_>>()
+            .len() as i64;
+        // The first claim scans all 600 buckets and leases 512; the second
+        // scans the 600 again (512 of them now held) and leases the other 88.
+        let scanned_buckets = 600;
+        assert!(leased > 0, "{order:?} leased nothing");
+        assert!(
+            fetched <= scanned_buckets + leased,
+            "{order:?}: {fetched} bucket rows read for {scanned_buckets} buckets scanned and {leased} leased"
+        );
+    }
+}

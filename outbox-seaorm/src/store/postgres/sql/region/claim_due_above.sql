@@ -37,49 +37,60 @@ WITH scanned AS MATERIALIZED (
 ), marks AS MATERIALIZED (
     -- The watermark's next candidate (see the header) and the snapshot's
     -- horizon, which tells the caller when a candidate holds.
-    SELECT (SELECT min(id) FROM scanned WHERE scheduled_for = $13) AS head,
+    -- The first such row read is the lowest id of them: `scanned` is read
+    -- back in scan order, (scheduled_for, id).
+    SELECT (SELECT id FROM scanned WHERE scheduled_for = $13 LIMIT 1) AS head,
            pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snapshot_xmin,
            pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax,
            (SELECT count(*) FROM scanned) < $4 + $4 / 4 AS scanned_all
-), held AS MATERIALIZED (
-    -- The leased buckets among the scanned rows', through the key: a scan
-    -- of the whole bucket table would read every dead version of its rows,
-    -- which pile up while vacuum's horizon is held back.
-    SELECT b.bucket FROM outbox_claim_bucket b
+), known AS MATERIALIZED (
+    -- The scanned rows' buckets as this statement's snapshot sees them,
+    -- read once, through the key: whether each is leased, and its version,
+    -- which the claim leases only unchanged. Each read of a bucket row
+    -- walks every version its updates left while vacuum's horizon is held
+    -- back (a scan of the whole table would read them all), so a leased
+    -- bucket is read twice per claim: here, and locked.
+    SELECT b.bucket, b.version, b.lease_until > $2 AS leased FROM outbox_claim_bucket b
     WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT DISTINCT bucket FROM scanned))
-      AND b.lease_until > $2
+), held AS MATERIALIZED (
+    SELECT bucket FROM known WHERE leased
 ), win AS MATERIALIZED (
     SELECT s.* FROM scanned s
     WHERE (s.bucket = ANY (SELECT bucket FROM held)) IS NOT TRUE
     -- In scan order (a CTE is read back as it was written); which rows make
     -- the window changes only which shards go first.
     LIMIT $4
+), per_bucket AS MATERIALIZED (
+    -- The window by bucket, in one pass: its rows, and which buckets come
+    -- first.
+    SELECT bucket, min(id) AS first, count(*) AS rows FROM win GROUP BY bucket
+), window_rows AS MATERIALIZED (
+    SELECT COALESCE(sum(rows), 0)::bigint AS rows FROM per_bucket
 ), wanted AS MATERIALIZED (
-    SELECT bucket FROM win
-    GROUP BY bucket ORDER BY min(id) LIMIT $5
+    SELECT bucket FROM per_bucket ORDER BY first LIMIT $5
 ), snapshot AS MATERIALIZED (
-    SELECT b.bucket, b.version FROM outbox_claim_bucket b
-    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM wanted))
-      AND b.lease_until <= $2
+    SELECT k.bucket, k.version FROM known k
+    WHERE k.leased IS FALSE AND (k.bucket = ANY (SELECT bucket FROM wanted)) IS TRUE
 ), locked AS MATERIALIZED (
-    SELECT b.bucket FROM outbox_claim_bucket b
+    SELECT b.bucket, b.ctid FROM outbox_claim_bucket b
     WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM snapshot))
       AND ((b.bucket, b.version) = ANY (SELECT bucket, version FROM snapshot)) IS TRUE
     ORDER BY b.bucket
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
+    -- The versions locked, by their address (a TID scan): no third walk.
+    -- A version the snapshot cannot see (renewed since, its lease ended by
+    -- this clock) is left alone.
     UPDATE outbox_claim_bucket b
     SET token = $6, owner = $7, lease_until = $8, version = b.version + 1
-    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM locked))
+    WHERE b.ctid = ANY(ARRAY(SELECT ctid FROM locked))
     RETURNING b.bucket
 ), created AS (
     -- A bucket's row is created with the tables, and again here after a
     -- crash emptied the unlogged table.
     INSERT INTO outbox_claim_bucket (kind, bucket, token, owner, lease_until, version)
     SELECT $1, w.bucket, $6, $7, $8, 1 FROM wanted w
-    WHERE (w.bucket = ANY (
-        SELECT b.bucket FROM outbox_claim_bucket b
-        WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM wanted)))) IS NOT TRUE
+    WHERE (w.bucket = ANY (SELECT bucket FROM known)) IS NOT TRUE
     ORDER BY w.bucket
     ON CONFLICT DO NOTHING
     RETURNING bucket
@@ -102,7 +113,7 @@ WITH scanned AS MATERIALIZED (
 ), beyond AS MATERIALIZED (
     -- Rows each deep shard may read: its share of the window and beyond,
     -- when the window was full.
-    SELECT CASE WHEN (SELECT count(*) FROM win) >= $4
+    SELECT CASE WHEN (SELECT rows FROM window_rows) >= $4
                 THEN ($4 + $9) / GREATEST(1, (SELECT count(*) FROM shards WHERE seen > 1))
                 ELSE 0 END AS rows
 ), states AS MATERIALIZED (
@@ -113,7 +124,7 @@ WITH scanned AS MATERIALIZED (
       AND ((s.region_name, s.shard_scope, s.shard_identifier) = ANY (
           SELECT ''::text, shard_scope, shard_identifier FROM shards)) IS TRUE
 )
-SELECT sh.first, (SELECT count(*) FROM win) AS window_rows, (SELECT count(*) FROM scanned) AS scanned_rows,
+SELECT sh.first, (SELECT rows FROM window_rows) AS window_rows, (SELECT count(*) FROM scanned) AS scanned_rows,
        o.id, ''::text AS region_name, sh.shard_scope, sh.shard_identifier, o.category,
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
        o.traceparent, o.message_id,
