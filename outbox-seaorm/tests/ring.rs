@@ -320,7 +320,13 @@ async fn writers_a_drain_and_truncations_at_once_lose_nothing() {
                     for n in 0..30 {
                         let shard = (writer + n) % 6;
                         let txn = begin_write(&db).await.unwrap();
-                        ids.push(write_region(&txn, message(shard, n)).await.unwrap().id);
+                        // An object of its own per row: two rows of one
+                        // object read together are coalesced (only the
+                        // later one delivered), and a drain that lags a
+                        // boundary behind would then read one written at
+                        // each.
+                        let object = boundary * 1_000 + writer * 100 + n;
+                        ids.push(write_region(&txn, message(shard, object)).await.unwrap().id);
                         txn.commit().await.unwrap();
                     }
                     ids

@@ -53,7 +53,8 @@ LEFT JOIN LATERAL (
     SELECT * FROM control_outbox o
     WHERE EXISTS (SELECT 1 FROM claimed)
       AND o.region_name = $2 AND o.shard_scope = $3 AND o.shard_identifier = $4 AND o.id <= $10
-    ORDER BY o.id
+    -- In the shard index's order (see claim_due_newest.sql).
+    ORDER BY o.region_name, o.shard_scope, o.shard_identifier, o.id
     LIMIT $11
 ) o ON true
 ORDER BY o.id

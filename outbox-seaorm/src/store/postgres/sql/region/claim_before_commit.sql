@@ -69,7 +69,8 @@ LEFT JOIN LATERAL (
       AND (st.retry_at IS NULL OR st.retry_at <= $2)
       AND o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
       AND o.id <= sh.up_to
-    ORDER BY o.id
+    -- In the shard index's order (see claim_due_newest.sql).
+    ORDER BY o.shard_scope, o.shard_identifier, o.id
     LIMIT $10
 ) o ON true
 ORDER BY sh.ord, o.id

@@ -147,7 +147,8 @@ LEFT JOIN LATERAL (
     WHERE o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
       AND o.id <= $3
       AND (st.retry_at IS NULL OR st.retry_at <= $2)
-    ORDER BY o.id
+    -- In the shard index's order (see claim_due_newest.sql).
+    ORDER BY o.shard_scope, o.shard_identifier, o.id
     LIMIT LEAST($10, CASE WHEN st.attempts IS NOT NULL THEN $4
                           WHEN sh.seen > 1 THEN GREATEST(sh.seen, (SELECT rows FROM beyond))
                           ELSE sh.seen END)

@@ -149,7 +149,12 @@ LEFT JOIN LATERAL (
     WHERE o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
       AND o.id <= $3
       AND (st.retry_at IS NULL OR st.retry_at <= $2)
-    ORDER BY o.id
+    -- Ordered as the shard index is (its key's leading columns are fixed by
+    -- the WHERE): a generic plan then reads the shard's range. Ordered by id
+    -- alone, a partition of the ring that its statistics said was empty was
+    -- read through its id index, filtered by shard: a walk over every row
+    -- delivered since vacuum's horizon was held back, for each shard.
+    ORDER BY o.shard_scope, o.shard_identifier, o.id
     LIMIT LEAST($10, CASE WHEN st.attempts IS NOT NULL THEN $4
                           WHEN sh.seen > 1 THEN GREATEST(sh.seen, (SELECT rows FROM beyond))
                           ELSE sh.seen END)

@@ -159,7 +159,8 @@ CROSS JOIN LATERAL (
     SELECT * FROM region_outbox o
     WHERE o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
       AND o.id > sh.last AND o.id <= $3
-    ORDER BY o.id
+    -- In the shard index's order (see claim_due_newest.sql).
+    ORDER BY o.shard_scope, o.shard_identifier, o.id
     LIMIT GREATEST(0, LEAST($10, (SELECT rows FROM beyond)) - sh.seen)
 ) o
 WHERE sh.seen > 1 AND LEAST($10, (SELECT rows FROM beyond)) > sh.seen
@@ -185,7 +186,8 @@ LEFT JOIN LATERAL (
     WHERE st.retry_at <= $2
       AND o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
       AND o.id <= $3
-    ORDER BY o.id
+    -- In the shard index's order (see claim_due_newest.sql).
+    ORDER BY o.shard_scope, o.shard_identifier, o.id
     LIMIT LEAST($4, $10)
 ) o ON true
 UNION ALL
