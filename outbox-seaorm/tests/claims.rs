@@ -1,7 +1,8 @@
 //! How the SQL stores claim, beyond the rules the conformance suite checks:
 //! the statements' buckets are the core's, a synchronous flush costs two
-//! statements, and a crash that empties PostgreSQL's unlogged bucket table
-//! ends every lease without losing anything.
+//! statements, a crash that empties PostgreSQL's unlogged bucket table
+//! ends every lease without losing anything, and a background claim reads
+//! each bucket row at most twice.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 

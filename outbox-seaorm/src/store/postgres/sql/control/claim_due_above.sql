@@ -48,8 +48,8 @@ WITH scanned AS MATERIALIZED (
     -- read once, through the key: whether each is leased, and its version,
     -- which the claim leases only unchanged. Each read of a bucket row
     -- walks every version its updates left while vacuum's horizon is held
-    -- back (a scan of the whole table would read them all), so a leased
-    -- bucket is read twice per claim: here, and locked.
+    -- back (a scan of the whole table would read them all), so a bucket
+    -- this claim leases is read twice: here, and locked.
     SELECT b.bucket, b.version, b.lease_until > $2 AS leased FROM outbox_claim_bucket b
     WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT DISTINCT bucket FROM scanned))
 ), held AS MATERIALIZED (
