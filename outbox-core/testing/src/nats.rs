@@ -79,6 +79,10 @@ pub enum NatsServerError {
     },
 }
 
+/// How many times [`NatsServer::start`] starts a server whose port another
+/// process took first: 5.
+const BIND_ATTEMPTS: u32 = 5;
+
 /// A `nats-server` with JetStream enabled, started for a test (see the
 /// [module documentation](self)). Killed, waited for and its folder removed
 /// when dropped.
@@ -104,27 +108,48 @@ impl NatsServer {
     /// or the server did not start: [`NatsServerError::Exited`] and
     /// [`NatsServerError::NotReady`] quote the end of its log.
     pub fn start() -> Result<Self, NatsServerError> {
+        Self::start_on(free_port)
+    }
+
+    /// [`start`](Self::start) on ports from `next_port`. A port is free when
+    /// `next_port` hands it out and taken again before the server binds it
+    /// when another process (a test running beside this one) binds it first:
+    /// the server then exits with "address already in use", and is started
+    /// again on new ports, up to [`BIND_ATTEMPTS`] times in all.
+    fn start_on(
+        mut next_port: impl FnMut() -> Result<u16, NatsServerError>,
+    ) -> Result<Self, NatsServerError> {
         // Said before anything is created: how to install it.
         binary()?;
-        let dir = std::env::temp_dir().join(format!(
-            "outbox-test-nats-{}-{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        fs::create_dir_all(&dir).map_err(|source| NatsServerError::Io {
-            what: format!("cannot create {}", dir.display()),
-            source,
-        })?;
-        let mut server = Self {
-            port: free_port()?,
-            monitor_port: free_port()?,
-            dir,
-            process: None,
-        };
-        // On failure, `server` is dropped: whatever started is killed and the
-        // folder removed.
-        server.start_again()?;
-        Ok(server)
+        let mut attempt = 1;
+        loop {
+            let dir = std::env::temp_dir().join(format!(
+                "outbox-test-nats-{}-{:08x}",
+                std::process::id(),
+                rand::random::<u32>()
+            ));
+            fs::create_dir_all(&dir).map_err(|source| NatsServerError::Io {
+                what: format!("cannot create {}", dir.display()),
+                source,
+            })?;
+            let mut server = Self {
+                port: next_port()?,
+                monitor_port: next_port()?,
+                dir,
+                process: None,
+            };
+            // On failure, `server` is dropped: whatever started is killed and
+            // the folder removed.
+            match server.start_again() {
+                Ok(()) => return Ok(server),
+                Err(NatsServerError::Exited { tail, .. })
+                    if attempt < BIND_ATTEMPTS && tail.contains("address already in use") =>
+                {
+                    attempt += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 
     /// The client URL, `nats://127.0.0.1:<port>`.
@@ -350,6 +375,26 @@ mod tests {
     fn a_missing_server_says_how_to_install_it() {
         let text = NatsServerError::NotInstalled.to_string();
         assert!(text.contains("apt-get install -y nats-server"), "{text}");
+    }
+
+    #[test]
+    fn a_port_taken_before_the_server_binds_it_is_traded_for_another() {
+        // The first port handed out is held here, as a test beside this one
+        // would hold it; the server starts on the next ones.
+        let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let taken_port = taken.local_addr().unwrap().port();
+        let mut handed = 0;
+        let server = NatsServer::start_on(|| {
+            handed += 1;
+            if handed == 1 {
+                Ok(taken_port)
+            } else {
+                free_port()
+            }
+        })
+        .unwrap();
+        assert_ne!(server.port(), taken_port);
+        assert!(handed >= 4, "two ports for each of two starts: {handed}");
     }
 
     #[test]
