@@ -11,7 +11,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
-use common::{database, OutboxCategory, OutboxScope, Recorder};
+use common::{database, number, OutboxCategory, OutboxScope, Recorder};
 use outbox_core::{
     ClaimRequest, CommitBatch, DrainStore, Drainer, OutboxKind, ShardClaim, ShardCommit, ShardEnd,
     ShardKey, StoreAdmin,
@@ -198,16 +198,7 @@ async fn a_crash_that_empties_the_bucket_table_ends_every_lease() {
         1
     );
     assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
-    let buckets =
-        t.db.query_one_raw(sea_orm::Statement::from_string(
-            DbBackend::Postgres,
-            "SELECT count(*) AS n FROM outbox_claim_bucket",
-        ))
-        .await
-        .unwrap()
-        .unwrap()
-        .try_get::<i64>("", "n")
-        .unwrap();
+    let buckets = number(&t.db, "SELECT count(*) AS n FROM outbox_claim_bucket").await;
     assert_eq!(buckets, 1, "the bucket's row was created again");
 }
 
@@ -271,15 +262,11 @@ async fn bucket_rows_fetched(
         .execute_unprepared("SELECT pg_stat_force_next_flush()")
         .await
         .unwrap();
-    t.db.query_one_raw(sea_orm::Statement::from_string(
-        DbBackend::Postgres,
+    number(
+        &t.db,
         "SELECT idx_tup_fetch AS n FROM pg_stat_user_tables WHERE relname = 'outbox_claim_bucket'",
-    ))
+    )
     .await
-    .unwrap()
-    .unwrap()
-    .try_get::<i64>("", "n")
-    .unwrap()
 }
 
 /// A background claim reads a bucket row through its key at most twice:

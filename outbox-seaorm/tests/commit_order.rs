@@ -16,10 +16,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{database, drain_everything, OutboxCategory, Recorder};
+use common::{database, drain_everything, number, OutboxCategory, Recorder};
 use outbox_core::{DrainConfig, Drainer, OutboxKind};
 use outbox_seaorm::{begin_write, write_region, ClaimOn, ObjectId, OutboxMessage, ShardId};
-use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DbBackend, TransactionTrait};
 
 fn message(object: i64) -> OutboxMessage<OutboxCategory> {
     OutboxMessage::new(
@@ -30,16 +30,12 @@ fn message(object: i64) -> OutboxMessage<OutboxCategory> {
 }
 
 async fn sessions_waiting_on_a_lock(db: &impl ConnectionTrait) -> i64 {
-    db.query_one_raw(Statement::from_string(
-        DbBackend::Postgres,
+    number(
+        db,
         "SELECT count(*) AS n FROM pg_stat_activity \
          WHERE datname = current_database() AND wait_event_type = 'Lock'",
-    ))
+    )
     .await
-    .unwrap()
-    .unwrap()
-    .try_get::<i64>("", "n")
-    .unwrap()
 }
 
 /// Transaction A writes shard 7 and stays open; transaction B writes shard

@@ -4,7 +4,7 @@
 
 use outbox_core::{Drainer, OutboxKind, StoreAdmin};
 use outbox_testing::database::TestDatabase;
-use sea_orm::DbBackend;
+use sea_orm::{ConnectionTrait, DbBackend, Statement};
 
 outbox_core::registry! {
     /// Organization-owned data.
@@ -30,6 +30,17 @@ pub async fn database(backend: DbBackend, label: &str) -> TestDatabase {
     TestDatabase::of(backend, label)
         .await
         .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The `n` column of the one row a PostgreSQL statement returns (a count,
+/// a statistic).
+pub async fn number(db: &impl ConnectionTrait, sql: &str) -> i64 {
+    db.query_one_raw(Statement::from_string(DbBackend::Postgres, sql))
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("no row from {sql}"))
+        .try_get::<i64>("", "n")
+        .unwrap()
 }
 
 /// Background rounds of the region outbox until one finds nothing, then
