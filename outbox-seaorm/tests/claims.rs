@@ -319,3 +319,156 @@ async fn a_claim_reads_each_bucket_row_at_most_twice() {
         );
     }
 }
+
+/// The entries of the bucket table's index read so far: one for every
+/// version a read through the key visits that is not on a HOT chain.
+async fn bucket_entries_read(
+    t: &outbox_testing::database::TestDatabase,
+    connection: &sea_orm::DatabaseConnection,
+) -> i64 {
+    connection
+        .execute_unprepared("SELECT pg_stat_force_next_flush()")
+        .await
+        .unwrap();
+    number(
+        &t.db,
+        "SELECT sum(idx_tup_read)::bigint AS n FROM pg_stat_user_indexes
+         WHERE relname = 'outbox_claim_bucket'",
+    )
+    .await
+}
+
+/// While vacuum's horizon is held back, every update of a bucket row leaves
+/// a version nothing may remove, and a read through the key visits each
+/// one: after minutes under a long transaction, thousands per bucket, and
+/// every claim and release slower than the last. A claim and its commit
+/// read the row of a bucket this process wrote last where they left it (a
+/// TID scan): no index entry read, whatever lies behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn under_a_held_back_horizon_a_round_reads_its_buckets_where_it_left_them() {
+    let t = database(DbBackend::Postgres, "bucket_addresses").await;
+    let db = t.connect_again(1).await.unwrap();
+    let store = SeaOrmStore::new(db.clone()).unwrap();
+    let shard = org(1);
+    let pin = t.connect_again(1).await.unwrap();
+    pin.execute_unprepared("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    number(&pin, "SELECT count(*) AS n FROM outbox_shard_state").await;
+    // 2,000 versions of the shard's bucket row behind the horizon, as two
+    // rounds a second leave in about twenty minutes.
+    for _ in 0..2_000 {
+        t.db.execute_unprepared(&format!(
+            "UPDATE outbox_claim_bucket SET version = version + 1 WHERE kind = 0 AND bucket = {}",
+            shard.bucket()
+        ))
+        .await
+        .unwrap();
+    }
+
+    let mut reads = Vec::new();
+    for token in 1..=3 {
+        let id = write(&t.db, &shard).await;
+        let before = bucket_entries_read(&t, &db).await;
+        let claim = store.claim_due(&request(token)).await.unwrap();
+        let claimed = bucket_entries_read(&t, &db).await;
+        assert_eq!(claim.shards.len(), 1, "round {token}: {claim:?}");
+        let outcome = store
+            .commit(&CommitBatch {
+                kind: OutboxKind::Region,
+                token,
+                now: Utc::now(),
+                shards: vec![ShardCommit {
+                    shard: shard.clone(),
+                    delete_ids: vec![id],
+                    dead_letters: Vec::new(),
+                    end: ShardEnd::Done,
+                }],
+                in_flight: Vec::new(),
+                renew_until: Utc::now(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            (outcome.deleted, outcome.lost.len()),
+            (1, 0),
+            "round {token}"
+        );
+        let committed = bucket_entries_read(&t, &db).await;
+        reads.push((claimed - before, committed - claimed));
+    }
+    // The first claim knows no address: it reads the row through its key
+    // (each entry it reads starts a HOT chain of versions on one page, which
+    // it walks too); from then on, where it was left.
+    assert!(
+        reads[0].0 > 0,
+        "the first claim read no index entry: {reads:?}"
+    );
+    for (round, &(claim, commit)) in reads.iter().enumerate() {
+        assert_eq!(commit, 0, "round {}: {reads:?}", round + 1);
+        if round > 0 {
+            assert_eq!(claim, 0, "round {}: {reads:?}", round + 1);
+        }
+    }
+    pin.execute_unprepared("ROLLBACK").await.unwrap();
+}
+
+/// A bucket's address is a hint: another process's store (its own
+/// addresses) that took the bucket after this one's lease ended leaves this
+/// one's address stale, and the stale address neither releases the other's
+/// lease nor lets this store lease the bucket again while the other holds
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stale_address_neither_releases_nor_takes_another_holders_lease() {
+    let t = database(DbBackend::Postgres, "stale_addresses").await;
+    let first = SeaOrmStore::new(t.connect_again(1).await.unwrap()).unwrap();
+    let second = SeaOrmStore::new(t.connect_again(1).await.unwrap()).unwrap();
+    let shard = org(3);
+    let done = |token: i64, now, ids: Vec<i64>| CommitBatch {
+        kind: OutboxKind::Region,
+        token,
+        now,
+        shards: vec![ShardCommit {
+            shard: shard.clone(),
+            delete_ids: ids,
+            dead_letters: Vec::new(),
+            end: ShardEnd::Done,
+        }],
+        in_flight: Vec::new(),
+        renew_until: now,
+    };
+    // The first store claims and releases once: it knows the address.
+    let id = write(&t.db, &shard).await;
+    first.claim_due(&request(1)).await.unwrap();
+    let outcome = first.commit(&done(1, Utc::now(), vec![id])).await.unwrap();
+    assert_eq!(outcome.deleted, 1);
+
+    // It claims again, with a lease that ends at once; the second store
+    // takes the bucket after that end.
+    let id = write(&t.db, &shard).await;
+    let start = Utc::now();
+    let mut short = request(2);
+    short.now = start;
+    short.lease_until = start + chrono::Duration::milliseconds(1);
+    assert_eq!(first.claim_due(&short).await.unwrap().shards.len(), 1);
+    let mut later = request(3);
+    later.now = start + chrono::Duration::seconds(1);
+    later.lease_until = start + chrono::Duration::seconds(60);
+    assert_eq!(second.claim_due(&later).await.unwrap().shards.len(), 1);
+
+    // The first store's commit, at the address of its own lease's version:
+    // lost, nothing deleted, the second's lease kept.
+    let outcome = first.commit(&done(2, start, vec![id])).await.unwrap();
+    assert_eq!((outcome.deleted, outcome.lost), (0, vec![shard.clone()]));
+    // Nor does it lease the bucket while the second holds it.
+    let mut again = request(4);
+    again.now = start + chrono::Duration::seconds(2);
+    again.lease_until = start + chrono::Duration::seconds(62);
+    assert!(first.claim_due(&again).await.unwrap().shards.is_empty());
+    // The second's lease was untouched: it commits.
+    let outcome = second
+        .commit(&done(3, start + chrono::Duration::seconds(2), vec![id]))
+        .await
+        .unwrap();
+    assert_eq!((outcome.deleted, outcome.lost.len()), (1, 0));
+}

@@ -3,7 +3,8 @@
 //!
 //! Every result row carries its shard's key, place in the window and
 //! backoff state, and one of its rows; a row without a shard carries only
-//! the window's counts (nothing was leased). Rows of one shard may come in
+//! the window's counts (nothing was leased), or a leased bucket and where
+//! its row is now (`addresses.rs`). Rows of one shard may come in
 //! several runs (the oldest-end claim returns its window rows, then the
 //! deep shards' rows beyond). Columns are read by position (the order of
 //! the statements' `SELECT`, named below), not by name: a claim returns
@@ -52,6 +53,8 @@ mod column {
     pub(super) const SNAPSHOT_XMIN: usize = 22;
     pub(super) const SNAPSHOT_XMAX: usize = 23;
     pub(super) const SCANNED_ALL: usize = 24;
+    pub(super) const LEASED_BUCKET: usize = 25;
+    pub(super) const LEASED_AT: usize = 26;
 }
 
 const OP: &str = "claim due shards";
@@ -74,6 +77,8 @@ pub(super) struct Decoder {
     marks: Option<Marks>,
     /// The highest row id returned.
     max_id: Option<i64>,
+    /// Each leased bucket and where its row is now (`addresses.rs`).
+    leased: Vec<(i32, i64)>,
 }
 
 impl Decoder {
@@ -86,10 +91,17 @@ impl Decoder {
             current: None,
             marks: None,
             max_id: None,
+            leased: Vec::new(),
         }
     }
 
     pub(super) fn push(&mut self, row: &QueryResult) -> Result<(), StoreError> {
+        if let Some(bucket) = at::<Option<i32>>(row, column::LEASED_BUCKET)? {
+            // A leased bucket's address, on a row of its own.
+            let address = at::<Option<i64>>(row, column::LEASED_AT)?;
+            self.leased.push((bucket, address.unwrap_or(0)));
+            return Ok(());
+        }
         if self.marks.is_none() {
             self.marks = Some(Marks {
                 head: at(row, column::HEAD)?,
@@ -161,6 +173,11 @@ impl Decoder {
     /// returned.
     pub(super) fn marks(&self) -> (Marks, Option<i64>) {
         (self.marks.unwrap_or_default(), self.max_id)
+    }
+
+    /// Each bucket the claim leased, and where its row is now.
+    pub(super) fn leased(&self) -> &[(i32, i64)] {
+        &self.leased
     }
 
     /// The claim: shards in window order, each one's rows in id order.

@@ -17,6 +17,9 @@
 //!   still running commits in one transaction of a few statements instead.
 //! - The bucket table is `UNLOGGED`: leases write no WAL, and a commit whose
 //!   only writes are leases waits for no flush either.
+//! - Background claims and the common commit read a bucket's row where this
+//!   process last wrote it (`addresses.rs`, a TID scan), not through its
+//!   key, which walks every version a held-back vacuum horizon keeps.
 //!
 //! The SQL lives in `sql/`, one file per statement; statements that touch an
 //! outbox table have one file per table (`sql/region/`, `sql/control/`).
@@ -38,6 +41,7 @@ use outbox_core::{
 
 use super::codec::{self, get, op};
 
+mod addresses;
 mod admin;
 mod backlog;
 mod due;
@@ -194,6 +198,9 @@ pub struct PgStore {
     db: DatabaseConnection,
     /// Where background claims scan from (shared by the clones).
     watermarks: std::sync::Arc<watermark::Watermarks>,
+    /// Where this process last wrote each claim bucket's row (shared by
+    /// the clones).
+    addresses: std::sync::Arc<addresses::Addresses>,
 }
 
 impl PgStore {
@@ -207,6 +214,7 @@ impl PgStore {
             DbBackend::Postgres => Ok(Self {
                 db,
                 watermarks: std::sync::Arc::default(),
+                addresses: std::sync::Arc::default(),
             }),
             other => Err(UnsupportedBackend(other)),
         }
@@ -249,6 +257,8 @@ impl PgStore {
             .iter()
             .flat_map(|shard| shard.delete_ids.iter().copied())
             .collect();
+        let buckets = codec::batch_buckets(batch);
+        let addresses = self.addresses.of(batch.kind, &buckets);
         let row = self
             .query_one(
                 table(batch.kind).commit_finished,
@@ -257,7 +267,8 @@ impl PgStore {
                     batch.token.into(),
                     batch.now.into(),
                     ids.into(),
-                    codec::batch_buckets(batch).into(),
+                    buckets.into(),
+                    addresses.into(),
                 ],
                 OP,
             )
@@ -267,6 +278,8 @@ impl PgStore {
                 detail: "the commit returned no row".to_owned(),
             })?;
         let mut owned: Vec<i32> = get(&row, "owned", OP)?;
+        let addresses: Vec<i64> = get(&row, "addresses", OP)?;
+        self.addresses.record_all(batch.kind, &owned, &addresses);
         owned.sort_unstable();
         let deleted: i64 = get(&row, "deleted", OP)?;
         Ok(CommitOutcome {
@@ -322,6 +335,8 @@ impl PgStore {
                 detail: "the completion returned no row".to_owned(),
             })?;
         let mut owned: Vec<i32> = get(&row, "owned", OP)?;
+        let addresses: Vec<i64> = get(&row, "addresses", OP)?;
+        self.addresses.record_all(kind, &owned, &addresses);
         owned.sort_unstable();
         Ok(which
             .iter()
@@ -563,6 +578,7 @@ impl DrainStore for PgStore {
             from_at.into(),
             from_id.into(),
             outbox_core::the_past().into(),
+            self.addresses.all(kind).into(),
         ]);
         let sql = match (request.order, sent.scan) {
             (ClaimOrder::Oldest, Scan::Full) => table(kind).claim_due_oldest,
@@ -582,6 +598,9 @@ impl DrainStore for PgStore {
         .await;
         match result {
             Ok(()) => {
+                for &(bucket, address) in decoder.leased() {
+                    self.addresses.record(kind, bucket, address);
+                }
                 let (marks, max_id) = decoder.marks();
                 let took = started.elapsed();
                 let claim = decoder.finish();

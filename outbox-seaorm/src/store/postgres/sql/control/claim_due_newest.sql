@@ -5,7 +5,9 @@
 -- $6 token, $7 owner, $8 lease end, $9 rows read beyond the window, $10
 -- rows of one shard at most, $11 and $12 the watermark: rows before
 -- ($11 scheduled_for, $12 id) are not scanned (see claim_due_above.sql),
--- $13 the `scheduled_for` of rows due since they were written.
+-- $13 the `scheduled_for` of rows due since they were written, $14 where
+-- this process last wrote each bucket's row (0: not known; the store's
+-- `addresses.rs`).
 --
 -- The window: the first $4 due rows of free buckets in the due index, from
 -- its newest end (the engine looks at both ends, see outbox_core's
@@ -45,15 +47,35 @@ WITH scanned AS MATERIALIZED (
     WHERE o.scheduled_for <= $2 AND o.id <= $3 AND (o.scheduled_for, o.id) >= ($11, $12)
     ORDER BY o.scheduled_for DESC, o.id DESC
     LIMIT $4 + $4 / 4
+), scanned_buckets AS MATERIALIZED (
+    SELECT DISTINCT bucket FROM scanned
+), addressed AS MATERIALIZED (
+    -- The scanned rows' buckets whose row this process wrote last, read
+    -- where it wrote them ($14: each bucket's address, by bucket + 1, see
+    -- the store's `addresses.rs`): a TID scan, one read. An address that
+    -- no longer holds the version this statement's snapshot sees (another
+    -- holder or statement wrote the row since, vacuum moved things) finds
+    -- nothing, or another bucket's row, which is then that row as seen.
+    SELECT b.bucket, b.version, b.lease_until > $2 AS leased, b.ctid
+    FROM outbox_claim_bucket b
+    WHERE b.ctid = ANY(ARRAY(
+            SELECT format('(%s,%s)', a.at / 65536, a.at % 65536)::tid
+            FROM (SELECT ($14::bigint[])[s.bucket + 1] AS at FROM scanned_buckets s) a
+            WHERE a.at > 0))
+      AND b.kind = $1 AND (b.bucket = ANY (SELECT bucket FROM scanned_buckets)) IS TRUE
 ), known AS MATERIALIZED (
     -- The scanned rows' buckets as this statement's snapshot sees them,
-    -- read once, through the key: whether each is leased, and its version,
-    -- which the claim leases only unchanged. Each read of a bucket row
-    -- walks every version its updates left while vacuum's horizon is held
-    -- back (a scan of the whole table would read them all), so a bucket
-    -- this claim leases is read twice: here, and locked.
-    SELECT b.bucket, b.version, b.lease_until > $2 AS leased FROM outbox_claim_bucket b
-    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT DISTINCT bucket FROM scanned))
+    -- read once: whether each is leased, its version (the claim leases it
+    -- only unchanged) and address. Those not found at their address are
+    -- read through the key, which walks every version the row's updates
+    -- left while vacuum's horizon is held back: thousands after minutes
+    -- of a long transaction. A bucket this claim leases is read twice:
+    -- here, and locked (by address).
+    SELECT bucket, version, leased, ctid FROM addressed
+    UNION ALL
+    SELECT b.bucket, b.version, b.lease_until > $2, b.ctid FROM outbox_claim_bucket b
+    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(
+        SELECT bucket FROM scanned_buckets EXCEPT SELECT bucket FROM addressed))
 ), held AS MATERIALIZED (
     SELECT bucket FROM known WHERE leased
 ), win AS MATERIALIZED (
@@ -71,11 +93,14 @@ WITH scanned AS MATERIALIZED (
 ), wanted AS MATERIALIZED (
     SELECT bucket FROM per_bucket ORDER BY first LIMIT $5
 ), snapshot AS MATERIALIZED (
-    SELECT k.bucket, k.version FROM known k
+    SELECT k.bucket, k.version, k.ctid FROM known k
     WHERE k.leased IS FALSE AND (k.bucket = ANY (SELECT bucket FROM wanted)) IS TRUE
 ), locked AS MATERIALIZED (
+    -- By the address the snapshot's version was read at. A version changed
+    -- since (committed after this statement's snapshot) is locked at its
+    -- newest and then fails the version test: left alone.
     SELECT b.bucket, b.ctid FROM outbox_claim_bucket b
-    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM snapshot))
+    WHERE b.ctid = ANY(ARRAY(SELECT ctid FROM snapshot)) AND b.kind = $1
       AND ((b.bucket, b.version) = ANY (SELECT bucket, version FROM snapshot)) IS TRUE
     ORDER BY b.bucket
     FOR UPDATE SKIP LOCKED
@@ -86,7 +111,7 @@ WITH scanned AS MATERIALIZED (
     UPDATE outbox_claim_bucket b
     SET token = $6, owner = $7, lease_until = $8, version = b.version + 1
     WHERE b.ctid = ANY(ARRAY(SELECT ctid FROM locked))
-    RETURNING b.bucket
+    RETURNING b.bucket, ((b.ctid::text::point)[0] * 65536 + (b.ctid::text::point)[1])::bigint AS address
 ), created AS (
     -- A bucket's row is created with the tables, and again here after a
     -- crash emptied the unlogged table.
@@ -95,9 +120,9 @@ WITH scanned AS MATERIALIZED (
     WHERE (w.bucket = ANY (SELECT bucket FROM known)) IS NOT TRUE
     ORDER BY w.bucket
     ON CONFLICT DO NOTHING
-    RETURNING bucket
+    RETURNING bucket, ((ctid::text::point)[0] * 65536 + (ctid::text::point)[1])::bigint AS address
 ), mine AS MATERIALIZED (
-    SELECT bucket FROM claimed UNION ALL SELECT bucket FROM created
+    SELECT bucket, address FROM claimed UNION ALL SELECT bucket, address FROM created
 ), fence AS MATERIALIZED (
     -- The claim's fencing token (outbox_core::fence), drawn once a bucket
     -- is leased. Creating a bucket row again (a crash emptied the unlogged
@@ -133,7 +158,8 @@ SELECT sh.first, (SELECT rows FROM window_rows) AS window_rows, (SELECT count(*)
        st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
        (SELECT value FROM fence) AS fence,
        NULL::bigint AS head, NULL::bigint AS snapshot_xmin, NULL::bigint AS snapshot_xmax,
-       NULL::bool AS scanned_all
+       NULL::bool AS scanned_all,
+       NULL::int AS leased_bucket, NULL::bigint AS leased_at
 FROM (SELECT 1) AS one
 -- One row with null columns when no shard was leased: the counts still
 -- tell the planner whether the scan was blocked.
@@ -159,3 +185,9 @@ LEFT JOIN LATERAL (
                           WHEN sh.seen > 1 THEN GREATEST(sh.seen, (SELECT rows FROM beyond))
                           ELSE sh.seen END)
 ) o ON true
+UNION ALL
+-- Where each leased bucket's row is now (the store's `addresses.rs`): the
+-- round's commit releases the lease there.
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, mi.bucket, mi.address
+FROM mine mi

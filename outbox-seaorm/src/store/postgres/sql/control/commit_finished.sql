@@ -7,14 +7,34 @@
 -- delivery made again, which handlers accept (at least once).
 -- $1 kind, $2 token, $3 now, $4 ids, $5 the shards' buckets (through the
 -- primary key: scanning every bucket of the kind for the token costs more
--- than the rest of a flush's commit).
+-- than the rest of a flush's commit), $6 where the claim left the
+-- buckets' rows (0: not known; the store's `addresses.rs`).
+-- Returns the buckets released and where their rows are now.
 WITH relaxed AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
-), released AS (
+), by_address AS (
+    -- Where the claim left them: a TID scan, one read, however many
+    -- versions a held-back vacuum horizon keeps (the claims' `addressed`).
+    -- A version updated since is released at its newest only if that still
+    -- carries the token and a live lease, as through the key.
     UPDATE outbox_claim_bucket b
     SET token = NULL, owner = NULL, lease_until = $3, version = b.version + 1
-    WHERE b.kind = $1 AND b.bucket = ANY($5::int[]) AND b.token = $2 AND b.lease_until > $3
-    RETURNING b.bucket
+    WHERE b.ctid = ANY(ARRAY(
+            SELECT format('(%s,%s)', a / 65536, a % 65536)::tid FROM unnest($6::bigint[]) a
+            WHERE a > 0))
+      AND b.kind = $1 AND (b.bucket = ANY($5::int[])) IS TRUE AND b.token = $2
+      AND b.lease_until > $3
+    RETURNING b.bucket, ((b.ctid::text::point)[0] * 65536 + (b.ctid::text::point)[1])::bigint AS address
+), by_key AS (
+    -- The others, through the key.
+    UPDATE outbox_claim_bucket b
+    SET token = NULL, owner = NULL, lease_until = $3, version = b.version + 1
+    WHERE b.kind = $1
+      AND b.bucket = ANY(ARRAY(SELECT unnest($5::int[]) EXCEPT SELECT bucket FROM by_address))
+      AND b.token = $2 AND b.lease_until > $3
+    RETURNING b.bucket, ((b.ctid::text::point)[0] * 65536 + (b.ctid::text::point)[1])::bigint AS address
+), released AS MATERIALIZED (
+    SELECT bucket, address FROM by_address UNION ALL SELECT bucket, address FROM by_key
 ), deleted AS (
     -- `(… = ANY (SELECT …)) IS TRUE` keeps the test a hashed subplan: as a
     -- semi-join, a generic plan (sqlx prepares statements; PostgreSQL plans
@@ -26,5 +46,6 @@ WITH relaxed AS (
     RETURNING 1
 )
 SELECT ARRAY(SELECT bucket FROM released) AS owned,
+       ARRAY(SELECT address FROM released) AS addresses,
        (SELECT count(*) FROM deleted) AS deleted,
        (SELECT setting FROM relaxed) AS synchronous_commit

@@ -9,7 +9,8 @@
 -- planner cannot see: a custom plan, which sees how few elements they have,
 -- would otherwise always look cheaper than the generic one, and PostgreSQL
 -- would plan every call anew (costing more than running it).
--- $1 kind, $2 now, $3 buckets, $4 the flushes' tokens, $5 ids.
+-- $1 kind, $2 now, $3 buckets, $4 the flushes' tokens, $5 ids. Returns the
+-- buckets released and where their rows are now (the store's `addresses.rs`).
 WITH relaxed AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ), released AS (
@@ -17,7 +18,7 @@ WITH relaxed AS (
     SET token = NULL, owner = NULL, lease_until = $2, version = b.version + 1
     WHERE b.kind = $1 AND b.bucket = ANY((SELECT $3::int[])::int[]) AND b.lease_until > $2
       AND b.token = ANY((SELECT $4::bigint[])::bigint[])
-    RETURNING b.bucket
+    RETURNING b.bucket, ((b.ctid::text::point)[0] * 65536 + (b.ctid::text::point)[1])::bigint AS address
 ), deleted AS (
     -- A hashed subplan, not a semi-join (see commit_finished.sql).
     DELETE FROM control_outbox o
@@ -27,5 +28,6 @@ WITH relaxed AS (
     RETURNING 1
 )
 SELECT ARRAY(SELECT bucket FROM released) AS owned,
+       ARRAY(SELECT address FROM released) AS addresses,
        (SELECT count(*) FROM deleted) AS deleted,
        (SELECT setting FROM relaxed) AS synchronous_commit

@@ -9,7 +9,8 @@
 -- $6 token, $7 owner, $8 lease end, $9 rows read beyond the window, $10
 -- rows of one shard at most, $11 and $12 the watermark: rows before
 -- ($11 scheduled_for, $12 id) are not scanned, $13 the `scheduled_for` of
--- rows due since they were written.
+-- rows due since they were written, $14 where this process last wrote
+-- each bucket's row (0: not known; the store's `addresses.rs`).
 --
 -- The watermark only limits which shards a claim finds, never what it
 -- reads of them: each leased shard is read by range from its oldest
@@ -43,15 +44,35 @@ WITH scanned AS MATERIALIZED (
            pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snapshot_xmin,
            pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax,
            (SELECT count(*) FROM scanned) < $4 + $4 / 4 AS scanned_all
+), scanned_buckets AS MATERIALIZED (
+    SELECT DISTINCT bucket FROM scanned
+), addressed AS MATERIALIZED (
+    -- The scanned rows' buckets whose row this process wrote last, read
+    -- where it wrote them ($14: each bucket's address, by bucket + 1, see
+    -- the store's `addresses.rs`): a TID scan, one read. An address that
+    -- no longer holds the version this statement's snapshot sees (another
+    -- holder or statement wrote the row since, vacuum moved things) finds
+    -- nothing, or another bucket's row, which is then that row as seen.
+    SELECT b.bucket, b.version, b.lease_until > $2 AS leased, b.ctid
+    FROM outbox_claim_bucket b
+    WHERE b.ctid = ANY(ARRAY(
+            SELECT format('(%s,%s)', a.at / 65536, a.at % 65536)::tid
+            FROM (SELECT ($14::bigint[])[s.bucket + 1] AS at FROM scanned_buckets s) a
+            WHERE a.at > 0))
+      AND b.kind = $1 AND (b.bucket = ANY (SELECT bucket FROM scanned_buckets)) IS TRUE
 ), known AS MATERIALIZED (
     -- The scanned rows' buckets as this statement's snapshot sees them,
-    -- read once, through the key: whether each is leased, and its version,
-    -- which the claim leases only unchanged. Each read of a bucket row
-    -- walks every version its updates left while vacuum's horizon is held
-    -- back (a scan of the whole table would read them all), so a bucket
-    -- this claim leases is read twice: here, and locked.
-    SELECT b.bucket, b.version, b.lease_until > $2 AS leased FROM outbox_claim_bucket b
-    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT DISTINCT bucket FROM scanned))
+    -- read once: whether each is leased, its version (the claim leases it
+    -- only unchanged) and address. Those not found at their address are
+    -- read through the key, which walks every version the row's updates
+    -- left while vacuum's horizon is held back: thousands after minutes
+    -- of a long transaction. A bucket this claim leases is read twice:
+    -- here, and locked (by address).
+    SELECT bucket, version, leased, ctid FROM addressed
+    UNION ALL
+    SELECT b.bucket, b.version, b.lease_until > $2, b.ctid FROM outbox_claim_bucket b
+    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(
+        SELECT bucket FROM scanned_buckets EXCEPT SELECT bucket FROM addressed))
 ), held AS MATERIALIZED (
     SELECT bucket FROM known WHERE leased
 ), win AS MATERIALIZED (
@@ -69,11 +90,14 @@ WITH scanned AS MATERIALIZED (
 ), wanted AS MATERIALIZED (
     SELECT bucket FROM per_bucket ORDER BY first LIMIT $5
 ), snapshot AS MATERIALIZED (
-    SELECT k.bucket, k.version FROM known k
+    SELECT k.bucket, k.version, k.ctid FROM known k
     WHERE k.leased IS FALSE AND (k.bucket = ANY (SELECT bucket FROM wanted)) IS TRUE
 ), locked AS MATERIALIZED (
+    -- By the address the snapshot's version was read at. A version changed
+    -- since (committed after this statement's snapshot) is locked at its
+    -- newest and then fails the version test: left alone.
     SELECT b.bucket, b.ctid FROM outbox_claim_bucket b
-    WHERE b.kind = $1 AND b.bucket = ANY(ARRAY(SELECT bucket FROM snapshot))
+    WHERE b.ctid = ANY(ARRAY(SELECT ctid FROM snapshot)) AND b.kind = $1
       AND ((b.bucket, b.version) = ANY (SELECT bucket, version FROM snapshot)) IS TRUE
     ORDER BY b.bucket
     FOR UPDATE SKIP LOCKED
@@ -84,7 +108,7 @@ WITH scanned AS MATERIALIZED (
     UPDATE outbox_claim_bucket b
     SET token = $6, owner = $7, lease_until = $8, version = b.version + 1
     WHERE b.ctid = ANY(ARRAY(SELECT ctid FROM locked))
-    RETURNING b.bucket
+    RETURNING b.bucket, ((b.ctid::text::point)[0] * 65536 + (b.ctid::text::point)[1])::bigint AS address
 ), created AS (
     -- A bucket's row is created with the tables, and again here after a
     -- crash emptied the unlogged table.
@@ -93,9 +117,9 @@ WITH scanned AS MATERIALIZED (
     WHERE (w.bucket = ANY (SELECT bucket FROM known)) IS NOT TRUE
     ORDER BY w.bucket
     ON CONFLICT DO NOTHING
-    RETURNING bucket
+    RETURNING bucket, ((ctid::text::point)[0] * 65536 + (ctid::text::point)[1])::bigint AS address
 ), mine AS MATERIALIZED (
-    SELECT bucket FROM claimed UNION ALL SELECT bucket FROM created
+    SELECT bucket, address FROM claimed UNION ALL SELECT bucket, address FROM created
 ), fence AS MATERIALIZED (
     -- The claim's fencing token (outbox_core::fence), drawn once a bucket
     -- is leased. Creating a bucket row again (a crash emptied the unlogged
@@ -130,7 +154,8 @@ SELECT sh.first, (SELECT rows FROM window_rows) AS window_rows, (SELECT count(*)
        o.traceparent, o.message_id,
        st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
        (SELECT value FROM fence) AS fence,
-       m.head, m.snapshot_xmin, m.snapshot_xmax, m.scanned_all
+       m.head, m.snapshot_xmin, m.snapshot_xmax, m.scanned_all,
+       NULL::int AS leased_bucket, NULL::bigint AS leased_at
 FROM (SELECT 1) AS one
 CROSS JOIN marks m
 -- One row with null columns when no shard was leased: the counts still
@@ -153,3 +178,9 @@ LEFT JOIN LATERAL (
                           WHEN sh.seen > 1 THEN GREATEST(sh.seen, (SELECT rows FROM beyond))
                           ELSE sh.seen END)
 ) o ON true
+UNION ALL
+-- Where each leased bucket's row is now (the store's `addresses.rs`): the
+-- round's commit releases the lease there.
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, mi.bucket, mi.address
+FROM mine mi
