@@ -79,6 +79,11 @@ pub const LOCK_TIMEOUT: Duration = Duration::from_millis(100);
 /// How often `OutboxWorker` empties drained partitions.
 pub const INTERVAL: Duration = Duration::from_secs(1);
 
+/// The size in pages (8 KiB by default) from which the statistics of the
+/// partition the sequence writes into are refreshed as it grows (see
+/// [`truncate_drained`]): about a thousand rows.
+pub const STATISTICS_FROM_PAGES: i64 = 16;
+
 /// What one call of [`truncate_drained`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -88,6 +93,9 @@ pub struct RingReport {
     /// Drained partitions left for the next try: another transaction held
     /// a lock on them past [`LOCK_TIMEOUT`].
     pub busy: Vec<String>,
+    /// The partition the sequence writes into, when its statistics were
+    /// refreshed (see [`truncate_drained`]).
+    pub analyzed: Vec<String>,
 }
 
 /// Whether the outbox tables of `db` are the partition ring (either of
@@ -129,6 +137,17 @@ fn table(kind: OutboxKind) -> &'static str {
 /// files are not empty already (see the module's docs for why it is safe).
 /// Does nothing on SQLite, or on a table that is not partitioned.
 ///
+/// Also refreshes (`ANALYZE`) the statistics of the partition the sequence
+/// writes into each time its files have doubled since they were last taken
+/// (from [`STATISTICS_FROM_PAGES`] pages): a partition emptied by `TRUNCATE`
+/// has none, and the plans PostgreSQL keeps for the drain's prepared
+/// statements, made while it was empty, read it by a sequential scan, or
+/// the due rows' index for a delete by id; kept while it fills with rows
+/// (and, while vacuum's horizon is held back, with rows already
+/// delivered), they read every row of it for each shard a claim reads or
+/// each row a commit deletes: seconds per statement, until autovacuum
+/// happened to analyze it. New statistics make PostgreSQL plan them again.
+///
 /// # Errors
 ///
 /// The database's, when it cannot be read or a truncation fails for
@@ -162,11 +181,13 @@ pub async fn truncate_drained_within(
     let sql = format!(
         "SELECT c.relname::text AS partition,
                 (SELECT last_value FROM pg_sequences
-                 WHERE schemaname = n.nspname AND sequencename = '{table}_ids') AS last_id
+                 WHERE schemaname = n.nspname AND sequencename = '{table}_ids') AS last_id,
+                (pg_relation_size(c.oid) / current_setting('block_size')::bigint) AS pages,
+                c.relpages::bigint AS counted_pages
          FROM pg_inherits i
          JOIN pg_class c ON c.oid = i.inhrelid
          JOIN pg_namespace n ON n.oid = c.relnamespace
-         WHERE i.inhparent = '{table}'::regclass AND pg_relation_size(c.oid) > 0"
+         WHERE i.inhparent = '{table}'::regclass"
     );
     let rows = db
         .query_all_raw(Statement::from_string(DbBackend::Postgres, sql))
@@ -174,7 +195,20 @@ pub async fn truncate_drained_within(
     for row in rows {
         let partition: String = row.try_get("", "partition")?;
         let last_id: Option<i64> = row.try_get("", "last_id")?;
+        let pages: i64 = row.try_get("", "pages")?;
         if partition == partition_of(kind, last_id.unwrap_or(0)) {
+            let counted: i64 = row.try_get("", "counted_pages")?;
+            if pages >= STATISTICS_FROM_PAGES && pages >= counted.max(1) * 2 {
+                match analyze(db, &partition, lock_timeout).await {
+                    Ok(()) => report.analyzed.push(partition),
+                    // Autovacuum holds it: its statistics come with it.
+                    Err(error) if is_lock_timeout(&error) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            continue;
+        }
+        if pages == 0 {
             continue;
         }
         if !is_empty(db, &partition).await? {
@@ -189,6 +223,9 @@ pub async fn truncate_drained_within(
     }
     for partition in &report.truncated {
         tracing::debug!(partition, "outbox partition emptied");
+    }
+    for partition in &report.analyzed {
+        tracing::debug!(partition, "outbox partition's statistics refreshed");
     }
     let kind_label = kind.as_str();
     metrics::counter!(outbox_core::metrics::RING_TRUNCATED, "kind" => kind_label)
@@ -237,6 +274,25 @@ async fn truncate_if_empty(
         .await?;
     txn.commit().await?;
     Ok(true)
+}
+
+/// Refreshes `partition`'s statistics, waiting at most `lock_timeout` for
+/// the lock `ANALYZE` takes (which only autovacuum and other `ANALYZE`s
+/// hold against it).
+async fn analyze(
+    db: &DatabaseConnection,
+    partition: &str,
+    lock_timeout: Duration,
+) -> Result<(), DbErr> {
+    let txn = db.begin().await?;
+    txn.execute_unprepared(&format!(
+        "SET LOCAL lock_timeout = '{}ms'",
+        lock_timeout.as_millis().max(1)
+    ))
+    .await?;
+    txn.execute_unprepared(&format!("ANALYZE {partition}"))
+        .await?;
+    txn.commit().await
 }
 
 /// PostgreSQL's `lock_not_available` (55P03): the lock timeout ran out.

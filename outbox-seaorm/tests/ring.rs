@@ -392,3 +392,75 @@ async fn without_the_ring_nothing_is_truncated() {
         1
     );
 }
+
+/// The plan of a prepared shard read on `connection`, as it would run now.
+async fn shard_read_plan(connection: &DatabaseConnection) -> String {
+    connection
+        .query_all_raw(sql("EXPLAIN EXECUTE shard_read(1, 7)"))
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.try_get_by_index::<String>(0).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A plan PostgreSQL keeps for a prepared statement (sqlx prepares every
+/// statement; PostgreSQL keeps a generic plan after five runs) was made
+/// with the partitions' statistics of that moment: made while those of the
+/// partition the sequence writes into said it was empty, it reads the
+/// partition sequentially, for every shard, however full it grows. The ring's upkeep
+/// refreshes the partition's statistics as it grows, so that the plan is
+/// made again: through the shard index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_partition_being_written_gets_statistics_as_it_grows() {
+    let t = ring_database("ring_statistics").await;
+    let current = partition_of(OutboxKind::Region, 1);
+    // Statistics taken while it was empty, as autovacuum takes them after
+    // a truncation (the ring's partitions are analyzed after 1,000 changes).
+    // Autovacuum is kept off it, so that only the upkeep takes them again.
+    t.db.execute_unprepared(&format!(
+        "ALTER TABLE {current} SET (autovacuum_enabled = false); ANALYZE {current}"
+    ))
+    .await
+    .unwrap();
+    let reader = t.connect_again(1).await.unwrap();
+    reader
+        .execute_unprepared(
+            "SET plan_cache_mode = force_generic_plan;
+             PREPARE shard_read(int, bigint) AS
+             SELECT * FROM region_outbox o
+             WHERE o.shard_scope = $1 AND o.shard_identifier = $2
+             ORDER BY o.shard_scope, o.shard_identifier, o.id LIMIT 10",
+        )
+        .await
+        .unwrap();
+    let empty = shard_read_plan(&reader).await;
+    assert!(
+        empty.contains(&format!("Seq Scan on {current}")),
+        "planned on the empty partition: {empty}"
+    );
+
+    for object in 0..3_000 {
+        write_region(&t.db, message(object % 100, object))
+            .await
+            .unwrap();
+    }
+    assert_eq!(shard_read_plan(&reader).await, empty, "the kept plan");
+    let report = ring::truncate_drained(&t.db, OutboxKind::Region)
+        .await
+        .unwrap();
+    assert_eq!(report.analyzed, vec![current.clone()]);
+    let grown = shard_read_plan(&reader).await;
+    assert!(
+        grown.contains(&format!(
+            "Index Scan using {current}_shard_scope_shard_identifier_id_idx"
+        )),
+        "planned again: {grown}"
+    );
+    // Not again until it has doubled.
+    let report = ring::truncate_drained(&t.db, OutboxKind::Region)
+        .await
+        .unwrap();
+    assert!(report.analyzed.is_empty(), "{report:?}");
+}
