@@ -172,14 +172,18 @@ LEFT JOIN LATERAL (
     -- far as a window (its rescheduled rows sort after newer due ones);
     -- any other shard, its rows in the window and, when deep, beyond.
     SELECT * FROM control_outbox o
-    WHERE o.region_name = sh.region_name AND o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
-      AND o.id <= $3
+    WHERE (o.region_name, o.shard_scope, o.shard_identifier, o.id) > (sh.region_name, sh.shard_scope, sh.shard_identifier, -9223372036854775807::bigint)
+      AND (o.region_name, o.shard_scope, o.shard_identifier, o.id) <= (sh.region_name, sh.shard_scope, sh.shard_identifier, $3)
       AND (st.retry_at IS NULL OR st.retry_at <= $2)
-    -- Ordered as the shard index is (its key's leading columns are fixed by
-    -- the WHERE): a generic plan then reads the shard's range. Ordered by id
-    -- alone, a partition of the ring that its statistics said was empty was
-    -- read through its id index, filtered by shard: a walk over every row
-    -- delivered since vacuum's horizon was held back, for each shard.
+    -- The shard's rows as a range of the shard index's key, bounds included
+    -- in the key, and in its order: only that index has them in this
+    -- order. With the key's leading columns equal to the shard's, the
+    -- order reduces to id, which the id index has too, and a generic plan
+    -- made on a ring partition whose statistics said it was small read
+    -- them through the id index, filtered by shard: a walk over every row
+    -- the partition held, delivered ones too while vacuum's horizon was
+    -- held back, for each shard (auto_explain: 141,171 buffers for 26
+    -- shards).
     ORDER BY o.region_name, o.shard_scope, o.shard_identifier, o.id
     LIMIT LEAST($10, CASE WHEN st.attempts IS NOT NULL THEN $4
                           WHEN sh.seen > 1 THEN GREATEST(sh.seen, (SELECT rows FROM beyond))
