@@ -251,22 +251,30 @@ async fn fencing_tokens_keep_growing_across_a_crash_that_empties_the_bucket_tabl
     );
 }
 
-/// The bucket table's rows fetched by index so far, as PostgreSQL counts
-/// them, once `connection`'s backend has reported what it did.
-async fn bucket_rows_fetched(
+/// A statistic of PostgreSQL's (`sql`, one number `n`), once
+/// `connection`'s backend has reported what it did.
+async fn reported(
     t: &outbox_testing::database::TestDatabase,
     connection: &sea_orm::DatabaseConnection,
+    sql: &str,
 ) -> i64 {
     // Reported when the backend goes idle after this statement, at once.
     connection
         .execute_unprepared("SELECT pg_stat_force_next_flush()")
         .await
         .unwrap();
-    number(
-        &t.db,
-        "SELECT idx_tup_fetch AS n FROM pg_stat_user_tables WHERE relname = 'outbox_claim_bucket'",
-    )
-    .await
+    number(&t.db, sql).await
+}
+
+/// The bucket table's rows fetched by index so far, as PostgreSQL counts
+/// them.
+async fn bucket_rows_fetched(
+    t: &outbox_testing::database::TestDatabase,
+    connection: &sea_orm::DatabaseConnection,
+) -> i64 {
+    let sql =
+        "SELECT idx_tup_fetch AS n FROM pg_stat_user_tables WHERE relname = 'outbox_claim_bucket'";
+    reported(t, connection, sql).await
 }
 
 /// A background claim reads a bucket row through its key at most twice:
@@ -326,16 +334,9 @@ async fn bucket_entries_read(
     t: &outbox_testing::database::TestDatabase,
     connection: &sea_orm::DatabaseConnection,
 ) -> i64 {
-    connection
-        .execute_unprepared("SELECT pg_stat_force_next_flush()")
-        .await
-        .unwrap();
-    number(
-        &t.db,
-        "SELECT sum(idx_tup_read)::bigint AS n FROM pg_stat_user_indexes
-         WHERE relname = 'outbox_claim_bucket'",
-    )
-    .await
+    let sql = "SELECT sum(idx_tup_read)::bigint AS n FROM pg_stat_user_indexes
+               WHERE relname = 'outbox_claim_bucket'";
+    reported(t, connection, sql).await
 }
 
 /// While vacuum's horizon is held back, every update of a bucket row leaves
