@@ -39,7 +39,13 @@ outbox_core::registry! {
 }
 
 const LATENCY_MESSAGES: usize = 2_000;
-const REQUESTS: usize = 2_000;
+/// Requests per measurement: `OUTBOX_BENCH_REQUESTS`, default 6,000.
+fn requests() -> usize {
+    std::env::var("OUTBOX_BENCH_REQUESTS")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(6_000)
+}
 const CONCURRENCY: usize = 8;
 /// Organizations (shards) the requests write to.
 const ORGANIZATIONS: i64 = 1_000;
@@ -165,13 +171,86 @@ async fn hand_written(State(db): State<DatabaseConnection>, Path(n): Path<i64>) 
     StatusCode::CREATED
 }
 
-async fn throughput(app: Router, offset: i64) -> f64 {
+/// A write endpoint's setup.
+enum Variant {
+    Plain,
+    Outbox(Setup),
+}
+
+/// How an endpoint with the outbox delivers.
+enum Setup {
+    Deferred { gather: Duration },
+    Flushed { before_commit: bool },
+    FirstDesign,
+}
+
+impl Variant {
+    /// One measurement: a worker of its own (none without the outbox), the
+    /// requests, then the rows left drained and the worker stopped, so that
+    /// no variant's rows are delivered during the next one's run.
+    async fn measure(&self, db: &DatabaseConnection, offset: i64, requests: usize) -> f64 {
+        let setup = match self {
+            Variant::Plain => {
+                let plain = Router::new()
+                    .route("/widgets/{n}", post(hand_written))
+                    .with_state(db.clone());
+                return throughput(plain, offset, requests).await;
+            }
+            Variant::Outbox(setup) => setup,
+        };
+        let receivers = Receivers::new().on(
+            OutboxCategory::BenchUpdate,
+            |_m: Message<OutboxCategory>| async { Ok::<_, HandlerError>(()) },
+        );
+        let gather = match setup {
+            Setup::Deferred { gather } => *gather,
+            _ => outbox_core::worker::DEFAULT_GATHER,
+        };
+        // The product's setup: a worker, and its layer on the routes.
+        let worker = OutboxWorker::builder(db.clone(), receivers)
+            .kinds([OutboxKind::Region])
+            .gauge_interval(None)
+            .gather(gather)
+            .spawn()
+            .await
+            .unwrap();
+        worker.ready().await;
+        let app = match setup {
+            Setup::Deferred { .. } => Router::new()
+                .route("/widgets/{n}", post(with_layer))
+                .route_layer(axum::middleware::from_fn(outbox_axum::defer_flush))
+                .layer(worker.layer()),
+            Setup::Flushed { before_commit } => Router::new()
+                .route("/widgets/{n}", post(with_layer))
+                .layer(worker.layer().claim_before_commit(*before_commit)),
+            Setup::FirstDesign => Router::new()
+                .route("/widgets/{n}", post(drain_shard_after_commit))
+                .with_state((db.clone(), worker.drainer().clone())),
+        };
+        let rate = throughput(app, offset, requests).await;
+        while worker
+            .drainer()
+            .view()
+            .pending_count(OutboxKind::Region)
+            .await
+            .unwrap()
+            > 0
+        {
+            worker.waker().wake(OutboxKind::Region).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        worker.shutdown().await;
+        rate
+    }
+}
+
+async fn throughput(app: Router, offset: i64, requests: usize) -> f64 {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for task in 0..CONCURRENCY {
         let app = app.clone();
         tasks.push(tokio::spawn(async move {
-            for i in (task..REQUESTS).step_by(CONCURRENCY) {
+            for i in (task..requests).step_by(CONCURRENCY) {
                 let uri = format!("/widgets/{}", offset + i as i64);
                 let response = app
                     .clone()
@@ -185,7 +264,7 @@ async fn throughput(app: Router, offset: i64) -> f64 {
     for task in tasks {
         task.await.unwrap();
     }
-    REQUESTS as f64 / started.elapsed().as_secs_f64()
+    requests as f64 / started.elapsed().as_secs_f64()
 }
 
 #[tokio::main]
@@ -227,79 +306,55 @@ async fn main() {
         )
         .await
         .unwrap();
-    let receivers = Receivers::new().on(
-        OutboxCategory::BenchUpdate,
-        |_m: Message<OutboxCategory>| async { Ok::<_, HandlerError>(()) },
-    );
-    // The product's setup: a worker, and its layer on the routes.
-    let worker = OutboxWorker::builder(db.db.clone(), receivers)
-        .kinds([OutboxKind::Region])
-        .spawn()
-        .await
-        .unwrap();
-    worker.ready().await;
-    let flushed = Router::new()
-        .route("/widgets/{n}", post(with_layer))
-        .layer(worker.layer());
-    let after_commit = Router::new()
-        .route("/widgets/{n}", post(with_layer))
-        .layer(worker.layer().claim_before_commit(false));
-    let first_design = Router::new()
-        .route("/widgets/{n}", post(drain_shard_after_commit))
-        .with_state((db.db.clone(), worker.drainer().clone()));
-    let deferred = Router::new()
-        .route("/widgets/{n}", post(with_layer))
-        .route_layer(axum::middleware::from_fn(outbox_axum::defer_flush))
-        .layer(worker.layer());
-    let plain = Router::new()
-        .route("/widgets/{n}", post(hand_written))
-        .with_state(db.db.clone());
     let variants = [
-        ("without the outbox (hand-written transaction)", plain),
         (
-            "OutboxLayer, flush = false (the worker of this process delivers)",
-            deferred,
+            "without the outbox (hand-written transaction)",
+            Variant::Plain,
+        ),
+        (
+            "OutboxLayer, flush = false (this process's worker delivers)",
+            Variant::Outbox(Setup::Deferred {
+                gather: outbox_core::worker::DEFAULT_GATHER,
+            }),
+        ),
+        (
+            "OutboxLayer, flush = false, the worker claiming at every wake-up",
+            Variant::Outbox(Setup::Deferred {
+                gather: Duration::ZERO,
+            }),
         ),
         (
             "OutboxLayer, synchronous flush claimed before the COMMIT (default)",
-            flushed,
+            Variant::Outbox(Setup::Flushed {
+                before_commit: true,
+            }),
         ),
         (
             "OutboxLayer, synchronous flush claimed after the COMMIT",
-            after_commit,
+            Variant::Outbox(Setup::Flushed {
+                before_commit: false,
+            }),
         ),
         (
             "first design: drain_shard after the COMMIT (claim+read, delete+release)",
-            first_design,
+            Variant::Outbox(Setup::FirstDesign),
         ),
     ];
     // Interleaved, median of three runs each, so that noise hits all alike.
+    let requests = requests();
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     for round in 0..3i64 {
-        for (index, (_, app)) in variants.iter().enumerate() {
-            let base = (round * variants.len() as i64 + index as i64) * 10 * REQUESTS as i64;
-            rates[index].push(throughput(app.clone(), base).await);
+        for (index, (_, variant)) in variants.iter().enumerate() {
+            let base = (round * variants.len() as i64 + index as i64) * 10 * requests as i64;
+            rates[index].push(variant.measure(&db.db, base, requests).await);
         }
     }
-    // The deferred rows are delivered by the worker meanwhile; wait for the
-    // last of them before stopping it.
-    while worker
-        .drainer()
-        .view()
-        .pending_count(OutboxKind::Region)
-        .await
-        .unwrap()
-        > 0
-    {
-        worker.waker().wake(OutboxKind::Region).await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    worker.shutdown().await;
     let medians: Vec<f64> = rates.iter_mut().map(|rates| median(rates)).collect();
     println!(
-        "request throughput, {REQUESTS} requests over {ORGANIZATIONS} organizations, {CONCURRENCY} \
-         concurrent, median of 3 (a model row, an outbox row, then what each variant does after \
-         the commit):"
+        "request throughput, {requests} requests over {ORGANIZATIONS} organizations, \
+         {CONCURRENCY} concurrent, median of 3 (a model row, an outbox row, then what each \
+         variant does after the commit; each run with a worker of its own, drained and \
+         stopped before the next):"
     );
     for ((label, _), rate) in variants.iter().zip(&medians) {
         println!(

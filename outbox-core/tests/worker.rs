@@ -144,3 +144,67 @@ async fn a_worker_records_its_history_with_its_gauges() {
     assert!(!control.is_empty(), "both tables are sampled");
     worker.shutdown().await;
 }
+
+/// Gathering under load (`worker/gather.rs`), on tokio's paused clock: time
+/// moves only when every task waits, so "waits out the window" is exact.
+#[tokio::test(start_paused = true)]
+async fn after_a_claim_of_several_shards_rows_woken_meanwhile_wait_for_one_claim() {
+    use tokio::time::Instant;
+    let window = Duration::from_secs(10);
+    let store = MemoryStore::new();
+    let recorder = Recorder::<OutboxCategory>::new();
+    let worker = WorkerBuilder::new(Drainer::new(store.clone(), recorder.receivers()))
+        .poll_interval(Duration::from_secs(3600))
+        .gauge_interval(None)
+        .gather(window)
+        .spawn();
+    worker.ready().await;
+    let wake = || worker.waker().wake(OutboxKind::Region);
+
+    // One shard at a time: each delivered at once.
+    for lone in 1..=2 {
+        store.write(&org(lone), OutboxCategory::OrgUpdate, lone, None);
+        let woken = Instant::now();
+        wake().await;
+        assert!(
+            recorder
+                .wait_for(lone as usize, Duration::from_secs(60))
+                .await
+        );
+        assert!(woken.elapsed() < window, "a lone row waited for the window");
+    }
+
+    // A claim of several shards starts the window.
+    let several = outbox_core::worker::GATHER_FROM_SHARDS;
+    for org_id in 10..10 + several as i64 {
+        store.write(&org(org_id), OutboxCategory::OrgUpdate, org_id, None);
+    }
+    wake().await;
+    let claimed = Instant::now();
+    let delivered = 2 + several;
+    assert!(recorder.wait_for(delivered, Duration::from_secs(60)).await);
+
+    // Rows woken within it wait for its end, then go to one claim.
+    store.write(&org(100), OutboxCategory::OrgUpdate, 100, None);
+    wake().await;
+    // Paused time advances only once the worker waits (for the window).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(recorder.calls(), delivered, "claimed within the window");
+    store.write(&org(101), OutboxCategory::OrgUpdate, 101, None);
+    wake().await;
+    assert!(
+        recorder
+            .wait_for(delivered + 2, Duration::from_secs(60))
+            .await
+    );
+    assert!(
+        claimed.elapsed() >= window,
+        "claimed before the window ended"
+    );
+    let fences: Vec<_> = recorder.deliveries()[delivered..]
+        .iter()
+        .map(|delivery| delivery.fence)
+        .collect();
+    assert_eq!(fences[0], fences[1], "the gathered rows took two claims");
+    worker.shutdown().await;
+}

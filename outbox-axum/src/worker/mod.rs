@@ -90,6 +90,7 @@ pub struct OutboxWorkerBuilder<C: Category> {
     shutdown_timeout: Duration,
     kinds: Vec<OutboxKind>,
     rounds_in_flight: usize,
+    gather: Duration,
     gauge_interval: Option<Duration>,
     listen: Listen,
     clock: Option<Arc<dyn Clock>>,
@@ -118,6 +119,7 @@ impl OutboxWorker {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             kinds: OutboxKind::ALL.to_vec(),
             rounds_in_flight: DEFAULT_ROUNDS_IN_FLIGHT,
+            gather: outbox_core::worker::DEFAULT_GATHER,
             gauge_interval: Some(outbox_core::worker::DEFAULT_GAUGE_INTERVAL),
             listen: Listen::Pool,
             clock: None,
@@ -160,6 +162,16 @@ impl<C: Category> OutboxWorkerBuilder<C> {
     /// Rounds of one kind in flight at once. Default: 4.
     pub fn rounds_in_flight(mut self, rounds: usize) -> Self {
         self.rounds_in_flight = rounds;
+        self
+    }
+
+    /// The gather window under load: after a claim that took several
+    /// shards, the next claim woken by new rows starts no sooner than this
+    /// after it, so that rows committed meanwhile cost one claim (see
+    /// [`outbox_core::worker::WorkerBuilder::gather`]). `Duration::ZERO`
+    /// claims at every wake-up. Default: 4 ms.
+    pub fn gather(mut self, window: Duration) -> Self {
+        self.gather = window;
         self
     }
 
@@ -278,6 +290,7 @@ impl<C: Category> OutboxWorkerBuilder<C> {
             .poll_interval(self.poll_interval)
             .shutdown_timeout(self.shutdown_timeout)
             .rounds_in_flight(self.rounds_in_flight)
+            .gather(self.gather)
             .gauge_interval(self.gauge_interval)
             .waker(waker);
         let source = match self.listen {

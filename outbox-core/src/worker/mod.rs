@@ -10,7 +10,10 @@
 //!   [`WorkerBuilder::rounds_in_flight`] at once).
 //! - When nothing is due, a loop sleeps until woken: by this process (a
 //!   [`Waker`]), by another process (a [`WakeSource`], such as PostgreSQL
-//!   `LISTEN`), or by its poll interval, whichever comes first.
+//!   `LISTEN`), or by its poll interval, whichever comes first. Under load
+//!   (its last claim took [`GATHER_FROM_SHARDS`] shards or more) a wake-up
+//!   waits out the gather window first ([`WorkerBuilder::gather`]), so that
+//!   the rows committed meanwhile go to one claim.
 //! - When the store fails, rounds are retried with doubling delays (100 ms up
 //!   to 30 s); when the wake-up source fails, the worker says so once and
 //!   polls until it is back.
@@ -40,6 +43,7 @@
 //! # });
 //! ```
 
+mod gather;
 mod run;
 mod wake;
 
@@ -51,6 +55,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use gather::GATHER_FROM_SHARDS;
 pub use wake::{Notifier, WakeSource, Waker, Wakeup};
 
 use crate::drain::Drainer;
@@ -67,6 +72,8 @@ pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(15);
 /// Default rounds of one kind in flight at once: 4 (a new one starts when the
 /// last has committed its first shards).
 pub const DEFAULT_ROUNDS_IN_FLIGHT: usize = 4;
+/// Default gather window under load: 4 ms (see [`WorkerBuilder::gather`]).
+pub const DEFAULT_GATHER: Duration = Duration::from_millis(4);
 
 /// Builds and spawns a background drain.
 pub struct WorkerBuilder<C: Category> {
@@ -75,6 +82,7 @@ pub struct WorkerBuilder<C: Category> {
     poll_interval: Duration,
     shutdown_timeout: Duration,
     rounds_in_flight: usize,
+    gather: Duration,
     gauge_interval: Option<Duration>,
     history_retention: Option<Duration>,
     wake_source: Option<Box<dyn WakeSource>>,
@@ -100,6 +108,7 @@ impl<C: Category> WorkerBuilder<C> {
             poll_interval: DEFAULT_POLL_INTERVAL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             rounds_in_flight: DEFAULT_ROUNDS_IN_FLIGHT,
+            gather: DEFAULT_GATHER,
             gauge_interval: Some(DEFAULT_GAUGE_INTERVAL),
             history_retention: Some(crate::history::DEFAULT_RETENTION),
             wake_source: None,
@@ -129,6 +138,17 @@ impl<C: Category> WorkerBuilder<C> {
     /// Rounds of one kind in flight at once (at least 1). Default: 4.
     pub fn rounds_in_flight(mut self, rounds: usize) -> Self {
         self.rounds_in_flight = rounds.max(1);
+        self
+    }
+
+    /// The gather window under load: after a claim that took
+    /// [`GATHER_FROM_SHARDS`] shards or more, the next claim woken by new
+    /// rows starts no sooner than this after it started, so that the rows
+    /// committed meanwhile cost one claim, not one each. Under light load
+    /// (a shard or two per claim) a claim follows its wake-up at once.
+    /// `Duration::ZERO` claims at every wake-up. Default: 4 ms.
+    pub fn gather(mut self, window: Duration) -> Self {
+        self.gather = window;
         self
     }
 
@@ -174,6 +194,7 @@ impl<C: Category> WorkerBuilder<C> {
             drainer: self.drainer.clone(),
             waker: self.waker.clone(),
             poll_interval: self.poll_interval,
+            gather: self.gather,
             stop: stop.clone(),
             cut_off: cut_off.clone(),
             rounds: rounds.clone(),

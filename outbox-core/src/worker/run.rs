@@ -7,6 +7,7 @@ use tokio::sync::{oneshot, watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::gather;
 use super::wake::{WakeSource, Waker, Wakeup};
 use crate::drain::Drainer;
 use crate::registry::Category;
@@ -28,6 +29,8 @@ pub(super) struct Shared<C: Category> {
     pub(super) drainer: Drainer<C>,
     pub(super) waker: Waker,
     pub(super) poll_interval: Duration,
+    /// The gather window under load (see `gather.rs`).
+    pub(super) gather: Duration,
     /// Stops claiming (graceful shutdown).
     pub(super) stop: CancellationToken,
     /// Cancels rounds in flight (shutdown cut off at its bound).
@@ -58,7 +61,8 @@ impl<C: Category> Shared<C> {
 /// `rounds_in_flight` at once), and so it does when the claim is still
 /// reading after `CLAIM_PATIENCE`; when the claim took everything due, the
 /// loop sleeps until woken (rows committed meanwhile wake it) or until its
-/// poll interval has passed.
+/// poll interval has passed, and after a claim of several shards a wake-up
+/// waits out the gather window (`gather.rs`).
 pub(super) async fn drain_loop<C: Category>(
     shared: Shared<C>,
     kind: OutboxKind,
@@ -88,6 +92,7 @@ pub(super) async fn drain_loop<C: Category>(
             () = shared.stop.cancelled() => return,
         };
         let (started, claim_answer) = oneshot::channel();
+        let claim_started = tokio::time::Instant::now();
         let drainer = shared.drainer.clone();
         let cut_off = shared.cut_off.clone();
         shared.rounds.spawn(async move {
@@ -109,16 +114,19 @@ pub(super) async fn drain_loop<C: Category>(
                 continue;
             }
         };
-        let wait = match answer {
+        let (wait, gathered) = match answer {
             Ok(Ok(answer)) if answer.more => {
                 error_delay = FIRST_ERROR_DELAY;
                 continue;
             }
-            Ok(Ok(_)) => {
+            Ok(Ok(answer)) => {
                 // Everything due was taken: the next claim waits for new
                 // rows (their wake-up) rather than find nothing now.
                 error_delay = FIRST_ERROR_DELAY;
-                shared.poll_interval
+                (
+                    shared.poll_interval,
+                    gather::next_claim(claim_started, answer.shards, shared.gather),
+                )
             }
             Ok(Err(_)) | Err(_) => {
                 tracing::debug!(kind = kind.as_str(), retry_in = ?error_delay, "retrying the outbox drain after a failed round");
@@ -129,7 +137,14 @@ pub(super) async fn drain_loop<C: Category>(
         };
         shared.announce(&mut announced);
         tokio::select! {
-            () = &mut notified => {}
+            () = &mut notified => {
+                if let Some(at) = gathered {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => {}
+                        () = shared.stop.cancelled() => {}
+                    }
+                }
+            }
             () = tokio::time::sleep(wait) => {}
             () = shared.stop.cancelled() => {}
         }
