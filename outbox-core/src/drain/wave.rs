@@ -9,6 +9,16 @@
 //! (rule 3) whatever the batch handler does inside a batch. A failed
 //! message ends its own shard's run (backoff, quarantine) or dead-letters
 //! it; the other shards go on with the next wave.
+//!
+//! A round of many shards (at least `WAVE_GROUPS × MIN_GROUP`) splits them
+//! into groups whose waves run concurrently, each with its share of
+//! `concurrency`: while one group's wave waits for its acknowledgements (a
+//! JetStream publish, a webhook), the next wave of another is built and
+//! sent. A shard is in one group only, so its calls stay one at a time.
+//! Measured with the JetStream sink's batch receiver, 100 shards of 200
+//! messages in one round: 0.67-0.71x of min(plain drain, JetStream alone)
+//! with two groups against 0.60-0.67x with one (`--bench jetstream`, case
+//! (b)); one-message shards, one wave per round, gain nothing from it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,6 +34,11 @@ use super::report::DeliveryError;
 use crate::registry::Category;
 use crate::shard::ShardKey;
 use crate::store::ClaimedShard;
+
+/// Groups a round of many shards is split into: 2.
+const WAVE_GROUPS: usize = 2;
+/// The fewest shards of a group: 32.
+const MIN_GROUP: usize = 32;
 
 /// Delivers `shards` wave by wave, sending each shard's outcome as soon as
 /// it is decided.
@@ -47,21 +62,45 @@ pub(crate) async fn deliver_waves<C: Category>(
         }
     }
     let concurrency = drainer.config().concurrency.max(1);
+    let groups = WAVE_GROUPS.min(runs.len() / MIN_GROUP).max(1);
+    // Dealt out in claim order, so that each group holds as many shards.
+    let mut split: Vec<Vec<ShardRun<C>>> = (0..groups).map(|_| Vec::new()).collect();
+    for (index, run) in runs.into_iter().enumerate() {
+        split[index % groups].push(run);
+    }
+    let per_group = concurrency.div_ceil(groups);
+    futures::future::join_all(
+        split
+            .into_iter()
+            .map(|runs| run_waves(&drainer, runs, &outcomes, &lease, per_group, &stack)),
+    )
+    .await;
+}
+
+/// Delivers `runs` wave after wave until each has finished.
+async fn run_waves<C: Category>(
+    drainer: &Engine<C>,
+    mut runs: Vec<ShardRun<C>>,
+    outcomes: &mpsc::UnboundedSender<ShardOutcome>,
+    lease: &LeaseEnd,
+    concurrency: usize,
+    stack: &Arc<Vec<ShardKey>>,
+) {
     while !runs.is_empty() {
         let mut live = Vec::with_capacity(runs.len());
         let mut batches: HashMap<C, Vec<(usize, Call<C>)>> = HashMap::new();
         let mut singles: Vec<(usize, Call<C>)> = Vec::new();
         for mut run in runs {
-            match run.next(&drainer, &lease) {
+            match run.next(drainer, lease) {
                 None => {
-                    if outcomes.send(run.finish(&drainer)).is_err() {
+                    if outcomes.send(run.finish(drainer)).is_err() {
                         return;
                     }
                 }
                 Some(Err(error)) => {
                     // Nothing to call: recorded now, the shard goes on (or
                     // ends) in the next wave.
-                    run.record(&drainer, Err(error));
+                    run.record(drainer, Err(error));
                     live.push(run);
                 }
                 Some(Ok(call)) => {
@@ -82,9 +121,9 @@ pub(crate) async fn deliver_waves<C: Category>(
         if batches.is_empty() && singles.is_empty() {
             continue;
         }
-        let results = call_wave(&drainer, batches, singles, concurrency, &stack).await;
+        let results = call_wave(drainer, batches, singles, concurrency, stack).await;
         for (index, result) in results {
-            runs[index].record(&drainer, result);
+            runs[index].record(drainer, result);
         }
     }
 }

@@ -74,6 +74,52 @@ pub async fn a_batch_receiver_gets_each_shard_in_order_one_message_at_a_time<B: 
     }
 }
 
+/// A round of 80 shards of three webhooks each: its shards are split into
+/// two groups whose waves run concurrently (`drain/wave.rs`), each shard in
+/// one group only: six batches of 40, never two messages of one shard at
+/// once, every shard in order.
+pub async fn a_round_of_many_shards_is_delivered_in_two_wave_groups_each_in_order<B: Backend>(
+    backend: &B,
+) {
+    let store = backend.fresh("batch_groups").await;
+    let shards: Vec<ShardKey> = (1..=80).map(org).collect();
+    let mut rows: Vec<NewRow> = Vec::new();
+    for version in 1..=3 {
+        for shard in &shards {
+            rows.push(webhook(shard, version, version));
+        }
+    }
+    backend.write(&store, &rows).await;
+    let clock = ManualClock::starting_now();
+    let recorder = Recorder::new();
+    // Each call yields inside, so that the groups' calls interleave.
+    recorder.yield_inside(true);
+    let receivers = recorder.batch_receivers(&[OutboxCategory::OrganizationWebhook]);
+    let drainer = batched_drainer::<B>(store.clone(), receivers, &clock);
+
+    let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(report.deliveries, 240);
+    let batches = recorder.batches();
+    let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
+    assert_eq!(sizes, vec![40; 6], "two groups of three waves");
+    // Each group's waves carry the same shards; the two groups share none.
+    let mut groups: Vec<HashSet<&ShardKey>> = Vec::new();
+    for batch in &batches {
+        let distinct: HashSet<&ShardKey> = batch.iter().collect();
+        assert_eq!(distinct.len(), batch.len(), "one message per shard");
+        if !groups.contains(&distinct) {
+            groups.push(distinct);
+        }
+    }
+    assert_eq!(groups.len(), 2, "a shard in two groups: {groups:?}");
+    assert!(groups[0].is_disjoint(&groups[1]));
+    assert_eq!(recorder.overlaps(), 0);
+    for (shard, versions) in per_shard(&recorder.deliveries()) {
+        assert_eq!(versions, vec![1, 2, 3], "{shard}");
+    }
+}
+
 /// One shard's third message fails inside a batch: the other shards go on
 /// to their end; the failing shard delivers nothing after it until its
 /// backoff ends, then the rest in order, each message once.

@@ -319,6 +319,7 @@ macro_rules! conformance_tests {
             fencing_tokens::a_worker_whose_lease_ended_calls_no_further_receiver,
             fencing_tokens::a_flush_resumed_after_its_lease_delivers_nothing,
             batch::a_batch_receiver_gets_each_shard_in_order_one_message_at_a_time,
+            batch::a_round_of_many_shards_is_delivered_in_two_wave_groups_each_in_order,
             batch::a_failure_in_the_middle_of_a_batch_holds_its_shard_and_no_other,
             batch::a_shard_mixing_batch_and_single_receivers_keeps_its_order,
             batch::a_batch_handler_that_answers_short_or_panics_loses_nothing,
