@@ -63,7 +63,7 @@ pub(crate) async fn deliver_waves<C: Category>(
     }
     let concurrency = drainer.config().concurrency.max(1);
     let groups = WAVE_GROUPS.min(runs.len() / MIN_GROUP).max(1);
-    // Dealt out in claim order, so that each group holds as many shards.
+    // Dealt out in claim order: the groups differ by one shard at most.
     let mut split: Vec<Vec<ShardRun<C>>> = (0..groups).map(|_| Vec::new()).collect();
     for (index, run) in runs.into_iter().enumerate() {
         split[index % groups].push(run);
