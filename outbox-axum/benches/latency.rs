@@ -1,4 +1,5 @@
-//! Background-path latency (NOTIFY vs polling) and request throughput of a
+//! Background-path latency (NOTIFY vs polling; at one commit every 1 ms,
+//! with and without the worker's gathering) and request throughput of a
 //! small write endpoint, on PostgreSQL: without the outbox (a hand-written
 //! transaction), through `OutboxLayer` with `flush = false` (the worker of
 //! the process delivers, woken in-process), and with a synchronous flush of
@@ -52,9 +53,19 @@ const ORGANIZATIONS: i64 = 1_000;
 
 type Commits = Arc<Mutex<HashMap<i64, Instant>>>;
 
+/// How the background path is measured.
+struct Background {
+    listen: bool,
+    poll: Duration,
+    /// One commit every so often.
+    every: Duration,
+    /// The worker's gather window under load.
+    gather: Duration,
+}
+
 /// Sends messages from "another process" (its own pool) at a steady pace,
 /// each committed with a NOTIFY, and returns commit-to-receiver latencies.
-async fn latency(db: &TestDatabase, listen: bool, poll: Duration) -> Vec<Duration> {
+async fn latency(db: &TestDatabase, background: &Background) -> Vec<Duration> {
     let commits: Commits = Arc::default();
     let latencies: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let receivers = Receivers::new().on(OutboxCategory::BenchUpdate, {
@@ -72,15 +83,16 @@ async fn latency(db: &TestDatabase, listen: bool, poll: Duration) -> Vec<Duratio
         }
     });
     let worker = OutboxWorker::builder(db.db.clone(), receivers)
-        .listen(listen)
-        .poll_interval(poll)
+        .listen(background.listen)
+        .poll_interval(background.poll)
+        .gather(background.gather)
         .kinds([OutboxKind::Region])
         .spawn()
         .await
         .unwrap();
     worker.ready().await;
     let writer = db.connect_again(2).await.unwrap();
-    let mut pace = tokio::time::interval(Duration::from_millis(2));
+    let mut pace = tokio::time::interval(background.every);
     for n in 0..LATENCY_MESSAGES as i64 {
         pace.tick().await;
         let txn = writer.begin().await.unwrap();
@@ -281,18 +293,45 @@ async fn main() {
 
     println!(
         "PostgreSQL commit-to-receiver latency, background path, {LATENCY_MESSAGES} messages \
-         committed every 2 ms from another connection pool"
+         committed one by one from another connection pool"
     );
-    for (label, listen, poll) in [
-        ("NOTIFY (poll fallback 1 s)", true, Duration::from_secs(1)),
-        ("polling only, every 1 s   ", false, Duration::from_secs(1)),
+    let (two_ms, one_ms) = (Duration::from_millis(2), Duration::from_millis(1));
+    let gather = outbox_core::worker::DEFAULT_GATHER;
+    let notify = |every, gather| Background {
+        listen: true,
+        poll: Duration::from_secs(1),
+        every,
+        gather,
+    };
+    let polling = |poll| Background {
+        listen: false,
+        poll,
+        every: two_ms,
+        gather,
+    };
+    for (label, background) in [
         (
-            "polling only, every 100 ms",
-            false,
-            Duration::from_millis(100),
+            "NOTIFY (poll fallback 1 s), every 2 ms",
+            notify(two_ms, gather),
+        ),
+        (
+            "polling only, every 1 s, every 2 ms   ",
+            polling(Duration::from_secs(1)),
+        ),
+        (
+            "polling only, every 100 ms, every 2 ms",
+            polling(Duration::from_millis(100)),
+        ),
+        (
+            "NOTIFY, every 1 ms                    ",
+            notify(one_ms, gather),
+        ),
+        (
+            "NOTIFY, every 1 ms, no gathering      ",
+            notify(one_ms, Duration::ZERO),
         ),
     ] {
-        let latencies = latency(&db, listen, poll).await;
+        let latencies = latency(&db, &background).await;
         println!(
             "  {label}: p50 {:>8.2} ms   p99 {:>8.2} ms",
             percentile(&latencies, 0.50).as_secs_f64() * 1e3,
