@@ -24,6 +24,18 @@ fn per_shard(deliveries: &[Delivery<OutboxCategory>]) -> HashMap<ShardKey, Vec<i
     shards
 }
 
+/// Webhooks of versions 1 to `versions` for every shard, version by version
+/// (no coalescing: each is its own object).
+fn webhooks(shards: &[ShardKey], versions: i64) -> Vec<NewRow> {
+    (1..=versions)
+        .flat_map(|version| {
+            shards
+                .iter()
+                .map(move |shard| webhook(shard, version, version))
+        })
+        .collect()
+}
+
 fn batched_drainer<B: Backend>(
     store: B::Store,
     receivers: Receivers<OutboxCategory>,
@@ -43,13 +55,7 @@ pub async fn a_batch_receiver_gets_each_shard_in_order_one_message_at_a_time<B: 
 ) {
     let store = backend.fresh("batch_order").await;
     let shards: Vec<ShardKey> = (1..=6).map(org).collect();
-    let mut rows: Vec<NewRow> = Vec::new();
-    for version in 1..=5 {
-        for shard in &shards {
-            rows.push(webhook(shard, version, version));
-        }
-    }
-    backend.write(&store, &rows).await;
+    backend.write(&store, &webhooks(&shards, 5)).await;
     let clock = ManualClock::starting_now();
     let recorder = Recorder::new();
     let receivers = recorder.batch_receivers(&[OutboxCategory::OrganizationWebhook]);
@@ -83,13 +89,7 @@ pub async fn a_round_of_many_shards_is_delivered_in_two_wave_groups_each_in_orde
 ) {
     let store = backend.fresh("batch_groups").await;
     let shards: Vec<ShardKey> = (1..=80).map(org).collect();
-    let mut rows: Vec<NewRow> = Vec::new();
-    for version in 1..=3 {
-        for shard in &shards {
-            rows.push(webhook(shard, version, version));
-        }
-    }
-    backend.write(&store, &rows).await;
+    backend.write(&store, &webhooks(&shards, 3)).await;
     let clock = ManualClock::starting_now();
     let recorder = Recorder::new();
     // Each call yields inside, so that the groups' calls interleave.
