@@ -10,7 +10,10 @@
 //! it), and the first design (`Drainer::drain_shard` after the commit:
 //! claim and read, deliver, delete and release, two statements after it).
 //!
-//! Run with `cargo bench -p outbox-axum --bench latency`.
+//! Run with `cargo bench -p outbox-axum --bench latency`
+//! (`OUTBOX_BENCH_SKIP_LATENCY=1`: the throughput table alone;
+//! `OUTBOX_BENCH_ONLY=<part of a label>`: those variants, beside the two
+//! the ratios are taken against).
 //!
 //! Uses `DATABASE_URL` when set; otherwise starts a throwaway cluster with
 //! PostgreSQL's default durability (fsync on) and removes it afterwards.
@@ -304,6 +307,7 @@ async fn main() {
         every: two_ms,
         gather,
     };
+    let skip_latency = std::env::var_os("OUTBOX_BENCH_SKIP_LATENCY").is_some();
     for (label, background) in [
         (
             "NOTIFY (poll fallback 1 s), every 2 ms",
@@ -326,6 +330,9 @@ async fn main() {
             notify(one_ms, Duration::ZERO),
         ),
     ] {
+        if skip_latency {
+            break;
+        }
         let latencies = latency(&db, &background).await;
         println!(
             "  {label}: p50 {:>8.2} ms   p99 {:>8.2} ms",
@@ -374,6 +381,17 @@ async fn main() {
             Variant::Outbox(Setup::FirstDesign),
         ),
     ];
+    // `OUTBOX_BENCH_ONLY`: the variants whose label contains it, beside the
+    // two the ratios are taken against.
+    let only = std::env::var("OUTBOX_BENCH_ONLY").ok();
+    let variants: Vec<_> = variants
+        .into_iter()
+        .enumerate()
+        .filter(|(index, (label, _))| {
+            *index < 2 || only.as_deref().is_none_or(|only| label.contains(only))
+        })
+        .map(|(_, variant)| variant)
+        .collect();
     // Interleaved, median of three runs each, so that noise hits all alike.
     let requests = requests();
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
