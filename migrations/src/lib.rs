@@ -32,12 +32,7 @@
 //!   sequence on PostgreSQL), and `outbox_inbox_fence`, the highest token
 //!   each fenced consumer applied per sender and shard (see
 //!   [`FencingTokens`]), with how many deliveries it refused as superseded
-//!   ([`SupersededCounts`]);
-//! - on PostgreSQL, `outbox_region_rows_before` and
-//!   `outbox_control_rows_before`: a shard's pending rows below an id, read
-//!   with a snapshot taken after the insert that calls them waited for the
-//!   shard's lock, so that a synchronous flush can claim its shard in the
-//!   outbox insert itself ([`WriteClaims`]).
+//!   ([`SupersededCounts`]).
 //!
 //! And, opted into with [`migrations_with_partition_ring`] or
 //! [`OutboxRingMigrator`]: on PostgreSQL, the outbox tables as a ring of
@@ -137,7 +132,6 @@ mod m20261126_000012_outbox_autovacuum;
 mod m20261126_000013_operator_audit;
 mod m20261126_000014_outbox_history;
 mod m20261126_000015_outbox_partition_ring;
-mod m20261127_000016_write_claims;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
 pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
@@ -154,7 +148,6 @@ pub use m20261126_000012_outbox_autovacuum::Migration as OutboxAutovacuum;
 pub use m20261126_000013_operator_audit::Migration as OperatorAudit;
 pub use m20261126_000014_outbox_history::Migration as OutboxHistory;
 pub use m20261126_000015_outbox_partition_ring::Migration as OutboxPartitionRing;
-pub use m20261127_000016_write_claims::Migration as WriteClaims;
 
 /// Makes the migration's connection read the schema as it is now, on
 /// SQLite, before its statements are prepared.
@@ -194,7 +187,6 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(OutboxAutovacuum),
         Box::new(OperatorAudit),
         Box::new(OutboxHistory),
-        Box::new(WriteClaims),
     ]
 }
 

@@ -106,28 +106,11 @@ const FLUSH_FALSE: Budget = Budget {
     round_trips: 6,
 };
 
-/// `OutboxLayer` with its synchronous flush (the default): the outbox
-/// insert claims its shard (`claim_with_write.sql`), so no claim is left
-/// before the `COMMIT`; after the commit the request sends nothing; the
-/// completer deletes and releases in the background.
+/// `OutboxLayer` with its synchronous flush (the default): the claim is
+/// the transaction's last statement; after the commit the request sends
+/// nothing; the completer deletes and releases in the background.
 const SYNCHRONOUS_FLUSH: Budget = Budget {
     path: "`OutboxLayer`, synchronous flush",
-    statements: &[
-        "BEGIN",
-        "INSERT INTO widgets",
-        "region/claim_with_write.sql",
-        "COMMIT",
-    ],
-    after_commit: 0,
-    background: &["region/complete.sql"],
-    round_trips: 9,
-};
-
-/// The synchronous flush claimed by a statement of its own, the
-/// transaction's last (`OutboxLayer::claim_with_writes(false)`): what a
-/// request whose write took no claim with its insert costs.
-const CLAIMED_BEFORE_COMMIT: Budget = Budget {
-    path: "synchronous flush, claimed just before the commit",
     statements: &[
         "BEGIN",
         "INSERT INTO widgets",
@@ -183,26 +166,27 @@ const SYNCHRONOUS_FLUSH_NO_ACQUIRE_PING: Budget = Budget {
     statements: SYNCHRONOUS_FLUSH.statements,
     after_commit: 0,
     background: SYNCHRONOUS_FLUSH.background,
-    round_trips: 7,
+    round_trips: 8,
 };
 
 /// One request writes to three shards (three organizations), synchronous
-/// flush: each outbox insert claims its shard.
+/// flush.
 const THREE_SHARDS: Budget = Budget {
     path: "synchronous flush, three shards",
     statements: &[
         "BEGIN",
         "INSERT INTO widgets",
-        "region/claim_with_write.sql",
+        "INSERT INTO region_outbox",
         "INSERT INTO widgets",
-        "region/claim_with_write.sql",
+        "INSERT INTO region_outbox",
         "INSERT INTO widgets",
-        "region/claim_with_write.sql",
+        "INSERT INTO region_outbox",
+        "region/claim_before_commit.sql",
         "COMMIT",
     ],
     after_commit: 0,
     background: &["region/complete.sql"],
-    round_trips: 13,
+    round_trips: 14,
 };
 
 /// The shard's bucket is held by another claim, and a background drain
@@ -213,12 +197,13 @@ const HELD_SHARD: Budget = Budget {
     statements: &[
         "BEGIN",
         "INSERT INTO widgets",
-        "region/claim_with_write.sql",
+        "INSERT INTO region_outbox",
+        "region/claim_one_before_commit.sql",
         "COMMIT",
     ],
     after_commit: 0,
     background: &[],
-    round_trips: 6,
+    round_trips: 7,
 };
 
 /// A request through the layer that never touches the database.
@@ -422,12 +407,7 @@ fn app(db: &DatabaseConnection, drainer: Drainer<OutboxCategory>) -> Router {
         .merge(
             Router::new()
                 .route("/after-commit/{org}", post(create))
-                .layer(layer.clone().claim_before_commit(false)),
-        )
-        .merge(
-            Router::new()
-                .route("/before-commit/{org}", post(create))
-                .layer(layer.claim_with_writes(false)),
+                .layer(layer.claim_before_commit(false)),
         )
         // After `.layer`: not wrapped by it.
         .merge(
@@ -524,10 +504,8 @@ impl ServerStatements {
             .admin
             .query_all_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
-                // Statements sent by a client: not the ones a function
-                // runs inside them (`outbox_region_rows_before`).
                 "SELECT query, calls, rows, wal_bytes::bigint AS wal_bytes \
-                 FROM pg_stat_statements WHERE dbid = $1::oid AND toplevel",
+                 FROM pg_stat_statements WHERE dbid = $1::oid",
                 [Value::from(self.dbid)],
             ))
             .await
@@ -885,15 +863,6 @@ async fn each_request_path_stays_within_its_statement_budget() {
                 &SYNCHRONOUS_FLUSH,
                 "POST",
                 &format!("/widgets/{FLUSHED_ORG}"),
-                created,
-                None,
-            )
-            .await,
-        bench
-            .measure(
-                &CLAIMED_BEFORE_COMMIT,
-                "POST",
-                &format!("/before-commit/{FLUSHED_ORG}"),
                 created,
                 None,
             )

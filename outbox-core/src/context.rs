@@ -46,10 +46,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use crate::drain::FlushOutcome;
-use crate::drain::{Drainer, PreparedFlush, WriteClaims};
+use crate::drain::{Drainer, PreparedFlush};
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey};
-use crate::store::{ClaimRequest, ShardClaim};
 
 tokio::task_local! {
     static CURRENT: Frame;
@@ -68,9 +67,6 @@ struct State {
     /// Kinds with rows left to the background drain.
     deferred: BTreeSet<OutboxKind>,
     flush_disabled: bool,
-    /// The claims writes took with their inserts, when asked for
-    /// ([`OutboxContext::claim_with_writes`]).
-    write_claims: Option<WriteClaims>,
 }
 
 /// Rows written by one unit of work (a request, a job). Clones share state.
@@ -118,72 +114,6 @@ impl OutboxContext {
         });
     }
 
-    /// Lets the writes of this unit of work claim their shard for the
-    /// synchronous flush in the statement that inserts their rows, where
-    /// the store can (PostgreSQL, through `outbox_seaorm`'s write API), so
-    /// that no claim is left to make before the `COMMIT`
-    /// ([`PreparedFlush::is_claimed`]). `OutboxLayer` asks for it on
-    /// PostgreSQL when the flush claims inside the request's transaction.
-    ///
-    /// A bucket claimed with a write stays locked by the transaction until
-    /// it ends, and its lease runs from the write: write the outbox rows
-    /// last in the transaction, as the replicated models do (the other
-    /// shards of the bucket, one in 1,024, wait for the background drain
-    /// meanwhile).
-    pub fn claim_with_writes<C: Category>(&self, drainer: &Drainer<C>) {
-        self.lock().write_claims = Some(WriteClaims::new(drainer));
-    }
-
-    /// For the write API: the claim a write of `shard` takes with its
-    /// insert, when the current context asks for one
-    /// ([`claim_with_writes`](Self::claim_with_writes)) and its rows are
-    /// flushed; `None` otherwise. Report what the claim found with
-    /// [`note_claimed`](Self::note_claimed), or that the write took none
-    /// with [`note_unclaimed`](Self::note_unclaimed).
-    pub fn write_claim(shard: &ShardKey) -> Option<ClaimRequest> {
-        CURRENT
-            .try_with(|frame| {
-                if !frame.flush {
-                    return None;
-                }
-                let mut state = frame.context.lock();
-                if state.flush_disabled {
-                    return None;
-                }
-                state.write_claims.as_mut()?.request(shard)
-            })
-            .ok()
-            .flatten()
-    }
-
-    /// For the write API: what the claim a write took with its insert found
-    /// for `shard`, whose rows it read up to `up_to` (the highest id the
-    /// write wrote in it). The rows themselves are noted with
-    /// [`note`](Self::note).
-    pub fn note_claimed(shard: &ShardKey, up_to: i64, claim: ShardClaim) {
-        let _ = CURRENT.try_with(|frame| {
-            let mut state = frame.context.lock();
-            if let Some(claims) = state.write_claims.as_mut() {
-                claims.found(shard, up_to, claim);
-            }
-        });
-    }
-
-    /// For the write API: a write of `kind` took no claim with its insert
-    /// (several shards in one call, a backend that cannot): the flush then
-    /// claims before the `COMMIT` after all.
-    pub fn note_unclaimed(kind: OutboxKind) {
-        let _ = CURRENT.try_with(|frame| {
-            if !frame.flush {
-                return;
-            }
-            let mut state = frame.context.lock();
-            if let Some(claims) = state.write_claims.as_mut() {
-                claims.unclaimed(kind);
-            }
-        });
-    }
-
     /// Opts the whole unit of work out of the synchronous flush (`flush =
     /// false`): everything it wrote, before or after this call, is left to the
     /// background drain.
@@ -219,9 +149,6 @@ impl OutboxContext {
         let mut state = self.lock();
         state.flush.clear();
         state.deferred.clear();
-        if let Some(claims) = state.write_claims.as_mut() {
-            claims.clear();
-        }
     }
 
     /// Flushes every noted shard up to the highest id written, one after the
@@ -239,27 +166,21 @@ impl OutboxContext {
 
     /// Takes the noted shards for a flush prepared now, before the commit:
     /// claim them with [`PreparedFlush::claim`] as the last
-    /// statement of the transaction (unless the writes claimed them all:
-    /// [`PreparedFlush::is_claimed`]), then
-    /// [`finish_flush`](Self::finish_flush) after it commits. `None` when the
-    /// flush is turned off or nothing was written.
+    /// statement of the transaction, then [`finish_flush`](Self::finish_flush)
+    /// after it commits. `None` when the flush is turned off or nothing was
+    /// written.
     pub fn prepare_flush<C: Category>(&self, drainer: &Drainer<C>) -> Option<PreparedFlush<C>> {
-        let (shards, claims) = {
+        let shards = {
             let mut state = self.lock();
             if state.flush_disabled {
                 return None;
             }
-            let claims = state
-                .write_claims
-                .as_mut()
-                .map(|claims| std::mem::take(&mut claims.kinds))
-                .unwrap_or_default();
-            (std::mem::take(&mut state.flush), claims)
+            std::mem::take(&mut state.flush)
         };
         if shards.is_empty() {
             return None;
         }
-        Some(drainer.prepare_flush_claimed(shards, claims))
+        Some(drainer.prepare_flush(shards))
     }
 
     /// Delivers a prepared flush after the commit; the kinds of the shards

@@ -47,8 +47,6 @@ pub struct MigrationSchema {
     pub tables: &'static [(&'static str, &'static [&'static str])],
     /// Indexes it drops, each with its table.
     pub dropped_indexes: &'static [(&'static str, &'static str)],
-    /// Functions it creates (PostgreSQL only; SQLite has none).
-    pub functions: &'static [&'static str],
 }
 
 /// The columns the outbox tables and the dead letters share.
@@ -76,7 +74,6 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ("control_outbox", &["region_name"]),
         ],
         dropped_indexes: &[],
-        functions: &[],
     },
     MigrationSchema {
         migration: "m20261121_000002_create_backfill_tables",
@@ -88,7 +85,6 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ("outbox_option", &["key", "value"]),
         ],
         dropped_indexes: &[],
-        functions: &[],
     },
     MigrationSchema {
         migration: "m20261121_000003_create_dead_letter_table",
@@ -100,7 +96,6 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ),
         ],
         dropped_indexes: &[],
-        functions: &[],
     },
     MigrationSchema {
         migration: "m20261123_000004_bucket_claims",
@@ -125,7 +120,6 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ),
         ],
         dropped_indexes: &[],
-        functions: &[],
     },
     MigrationSchema {
         migration: "m20261123_000005_runtime_controls",
@@ -143,7 +137,6 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ],
         )],
         dropped_indexes: &[],
-        functions: &[],
     },
     MigrationSchema {
         migration: "m20261123_000006_trace_context",
@@ -153,7 +146,6 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ("outbox_dead_letter", &["traceparent"]),
         ],
         dropped_indexes: &[],
-        functions: &[],
     },
     MigrationSchema {
         migration: "m20261123_000007_message_ids",
@@ -163,13 +155,11 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ("outbox_dead_letter", &["message_id"]),
         ],
         dropped_indexes: &[],
-        functions: &[],
     },
     MigrationSchema {
         migration: "m20261123_000008_inbox",
         tables: &[("outbox_inbox", &["consumer", "message_id", "received_at"])],
         dropped_indexes: &[],
-        functions: &[],
     },
     MigrationSchema {
         migration: "m20261125_000009_flush_before_commit",
@@ -178,7 +168,6 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ("region_outbox", "region_outbox_group"),
             ("control_outbox", "control_outbox_group"),
         ],
-        functions: &[],
     },
     MigrationSchema {
         migration: "m20261125_000010_fencing_tokens",
@@ -188,13 +177,11 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             &["consumer", "sender", "shard", "fence", "applied_at"],
         )],
         dropped_indexes: &[],
-        functions: &[],
     },
     MigrationSchema {
         migration: "m20261125_000011_superseded_counts",
         tables: &[("outbox_inbox_fence", &["superseded", "superseded_at"])],
         dropped_indexes: &[],
-        functions: &[],
     },
     MigrationSchema {
         migration: "m20261126_000012_outbox_autovacuum",
@@ -202,7 +189,6 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
         // and nothing the outbox needs to run.
         tables: &[],
         dropped_indexes: &[],
-        functions: &[],
     },
     MigrationSchema {
         migration: "m20261126_000013_operator_audit",
@@ -213,7 +199,6 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ],
         )],
         dropped_indexes: &[],
-        functions: &[],
     },
     MigrationSchema {
         migration: "m20261126_000014_outbox_history",
@@ -233,13 +218,6 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
             ],
         )],
         dropped_indexes: &[],
-        functions: &[],
-    },
-    MigrationSchema {
-        migration: "m20261127_000016_write_claims",
-        tables: &[],
-        dropped_indexes: &[],
-        functions: &["outbox_region_rows_before", "outbox_control_rows_before"],
     },
 ];
 
@@ -256,7 +234,7 @@ pub enum SchemaError {
     /// missing.
     #[error(
         "the outbox tables are not migrated: {} (outbox migration {migration} has not run{}); {FIX}",
-        describe(table, *column, *index, *function),
+        describe(table, *column, *index),
         also_missing(*later)
     )]
     NotMigrated {
@@ -269,8 +247,6 @@ pub enum SchemaError {
         column: Option<&'static str>,
         /// An index the migration drops that is still there.
         index: Option<&'static str>,
-        /// A function it creates that is missing (then `table` is empty).
-        function: Option<&'static str>,
         /// How many later outbox migrations have not run either (of those
         /// the check can see: not the ones that only change settings).
         later: usize,
@@ -284,17 +260,11 @@ pub enum SchemaError {
     UnsupportedBackend(#[from] UnsupportedBackend),
 }
 
-fn describe(
-    table: &str,
-    column: Option<&str>,
-    index: Option<&str>,
-    function: Option<&str>,
-) -> String {
-    match (column, index, function) {
-        (_, _, Some(function)) => format!("function `{function}` does not exist"),
-        (Some(column), _, None) => format!("table `{table}` has no column `{column}`"),
-        (None, Some(index), None) => format!("table `{table}` still has index `{index}`"),
-        (None, None, None) => format!("table `{table}` does not exist"),
+fn describe(table: &str, column: Option<&str>, index: Option<&str>) -> String {
+    match (column, index) {
+        (Some(column), _) => format!("table `{table}` has no column `{column}`"),
+        (None, Some(index)) => format!("table `{table}` still has index `{index}`"),
+        (None, None) => format!("table `{table}` does not exist"),
     }
 }
 
@@ -317,25 +287,17 @@ fn also_missing(count: usize) -> String {
 /// database other than PostgreSQL or SQLite.
 pub async fn check_schema<C: ConnectionTrait>(db: &C) -> Result<(), SchemaError> {
     let present = catalogue(db).await?;
-    let postgres = db.get_database_backend() == DbBackend::Postgres;
     let mut missing = MIGRATIONS.iter().filter_map(|step| {
         let column = step.tables.iter().find_map(|(table, columns)| {
             let Some(have) = present.columns.get(*table) else {
-                return Some((step.migration, *table, None, None, None));
+                return Some((step.migration, *table, None, None));
             };
             columns
                 .iter()
                 .find(|column| !have.contains(**column))
-                .map(|column| (step.migration, *table, Some(*column), None, None))
+                .map(|column| (step.migration, *table, Some(*column), None))
         });
-        let function = || {
-            step.functions
-                .iter()
-                .filter(|_| postgres)
-                .find(|function| !present.functions.contains(**function))
-                .map(|function| (step.migration, "", None, None, Some(*function)))
-        };
-        column.or_else(function).or_else(|| {
+        column.or_else(|| {
             step.dropped_indexes
                 .iter()
                 .find(|(table, index)| {
@@ -346,17 +308,16 @@ pub async fn check_schema<C: ConnectionTrait>(db: &C) -> Result<(), SchemaError>
                             .get(*table)
                             .is_some_and(|indexes| indexes.contains(*index))
                 })
-                .map(|(table, index)| (step.migration, *table, None, Some(*index), None))
+                .map(|(table, index)| (step.migration, *table, None, Some(*index)))
         })
     });
     match missing.next() {
         None => Ok(()),
-        Some((migration, table, column, index, function)) => Err(SchemaError::NotMigrated {
+        Some((migration, table, column, index)) => Err(SchemaError::NotMigrated {
             migration,
             table,
             column,
             index,
-            function,
             later: missing.count(),
         }),
     }
@@ -367,7 +328,6 @@ pub async fn check_schema<C: ConnectionTrait>(db: &C) -> Result<(), SchemaError>
 struct Catalogue {
     columns: BTreeMap<String, BTreeSet<String>>,
     indexes: BTreeMap<String, BTreeSet<String>>,
-    functions: BTreeSet<String>,
 }
 
 /// What the catalogue says of the outbox tables, in one query.
@@ -390,11 +350,7 @@ async fn catalogue<C: ConnectionTrait>(db: &C) -> Result<Catalogue, SchemaError>
              WHERE table_schema = ANY (current_schemas(false)) AND table_name IN ({list}) \
              UNION ALL \
              SELECT tablename::text, indexname::text, true FROM pg_indexes \
-             WHERE schemaname = ANY (current_schemas(false)) AND tablename IN ({list}) \
-             UNION ALL \
-             SELECT '', p.proname::text, false FROM pg_proc p \
-             JOIN pg_namespace n ON n.oid = p.pronamespace \
-             WHERE n.nspname = ANY (current_schemas(false)) AND p.proname LIKE 'outbox\\_%'"
+             WHERE schemaname = ANY (current_schemas(false)) AND tablename IN ({list})"
         ),
         DbBackend::Sqlite => format!(
             "SELECT m.name AS table_name, p.name AS column_name, false AS is_index \
@@ -414,10 +370,6 @@ async fn catalogue<C: ConnectionTrait>(db: &C) -> Result<Catalogue, SchemaError>
         let table: String = row.try_get("", "table_name")?;
         let name: String = row.try_get("", "column_name")?;
         let is_index: bool = row.try_get("", "is_index")?;
-        if table.is_empty() {
-            present.functions.insert(name);
-            continue;
-        }
         let of = if is_index {
             &mut present.indexes
         } else {

@@ -6,7 +6,7 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::FutureExt;
-use sea_orm::{DatabaseConnection, DbBackend, IsolationLevel, TransactionOptions};
+use sea_orm::{DatabaseConnection, IsolationLevel, TransactionOptions};
 use tower::{Layer, Service};
 
 use outbox_core::worker::Waker;
@@ -29,7 +29,6 @@ struct Shared<C: Category> {
     on_flush_error: Arc<dyn OnFlushError>,
     waker: Option<Waker>,
     claim_before_commit: bool,
-    claim_with_writes: bool,
 }
 
 /// A [`Layer`] that gives every request a transaction and an outbox context;
@@ -82,7 +81,6 @@ impl<C: Category> OutboxLayer<C> {
                 on_flush_error: Arc::new(DefaultOnFlushError),
                 waker: None,
                 claim_before_commit: true,
-                claim_with_writes: true,
             }),
         }
     }
@@ -98,7 +96,6 @@ impl<C: Category> OutboxLayer<C> {
                 on_flush_error: shared.on_flush_error.clone(),
                 waker: shared.waker.clone(),
                 claim_before_commit: shared.claim_before_commit,
-                claim_with_writes: shared.claim_with_writes,
             },
         };
         change(&mut shared);
@@ -157,21 +154,6 @@ impl<C: Category> OutboxLayer<C> {
     /// [`Drainer::settled`](outbox_core::Drainer::settled)).
     pub fn claim_before_commit(self, before: bool) -> Self {
         self.map(|shared| shared.claim_before_commit = before)
-    }
-
-    /// Whether, on PostgreSQL, the outbox insert itself claims the shard it
-    /// writes, when the flush claims inside the transaction
-    /// ([`claim_before_commit`](Self::claim_before_commit)). Default `true`:
-    /// the insert leases the shard's bucket and reads its older pending
-    /// rows in the same statement, so that when every write of the request
-    /// did so, no claim is left to send before the `COMMIT` (see
-    /// [`OutboxContext::claim_with_writes`](outbox_core::OutboxContext::claim_with_writes)).
-    /// A request whose handler works long after its outbox write holds
-    /// that bucket's other shards (one in 1,024) from the background drain
-    /// until it commits, and its lease runs from the write: write the
-    /// outbox rows last, or set `false` to claim just before the `COMMIT`.
-    pub fn claim_with_writes(self, with_writes: bool) -> Self {
-        self.map(|shared| shared.claim_with_writes = with_writes)
     }
 }
 
@@ -252,12 +234,6 @@ where
 {
     let state = handle.0;
     let context = state.context.clone();
-    if shared.claim_with_writes
-        && claims_in_transaction(&shared)
-        && shared.db.get_database_backend() == DbBackend::Postgres
-    {
-        context.claim_with_writes(&shared.drainer);
-    }
     let outcome = AssertUnwindSafe(context.scope(inner.call(request)))
         .catch_unwind()
         .await;
@@ -303,10 +279,7 @@ where
         flush.leave_held_to_background();
     }
     if let Some(transaction) = transaction {
-        if let Some(flush) = flush
-            .as_mut()
-            .filter(|flush| claims_in_transaction(&shared) && !flush.is_claimed())
-        {
+        if let Some(flush) = flush.as_mut().filter(|_| claims_in_transaction(&shared)) {
             // The last statement before the COMMIT. A failed one leaves the
             // transaction unable to commit (PostgreSQL would answer the
             // COMMIT with a ROLLBACK): nothing is saved.

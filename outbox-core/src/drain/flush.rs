@@ -13,18 +13,12 @@
 //!   only: no statement after the `COMMIT`. A shard whose bucket was held is
 //!   left to the background drain, never waited for; a rollback takes the
 //!   claim back with the rows.
-//! - **Claimed with the writes** (PostgreSQL, inside `OutboxLayer`): the
-//!   insert that writes a shard's rows leases its bucket and reads its older
-//!   pending rows in the same statement (see `write_claim`); when every
-//!   shard written was claimed so, there is no claim left to make before
-//!   the `COMMIT`, and the flush delivers as above.
 //! - **Claimed after the commit** ([`Drainer::drain_shard`]): claims the
 //!   shard's bucket (waiting up to `sync_wait` while another worker holds
 //!   it), delivers and commits: two statements after the `COMMIT`. For
 //!   writers that cannot claim inside their transaction, and the fallback of
 //!   a prepared flush that did not claim.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -34,10 +28,9 @@ use super::engine::DELIVERING;
 use super::observe;
 use super::report::{DrainReport, FlushError};
 use super::round::Round;
-use super::write_claim::KindClaims;
 use crate::control::ControlAction;
 use crate::registry::Category;
-use crate::shard::{OutboxKind, ShardKey};
+use crate::shard::ShardKey;
 use crate::store::{ClaimBeforeCommit, ClaimRequest, ClaimedShard, ShardClaim, StoreError};
 
 /// The longest pause between two tries of a synchronous flush whose shard's
@@ -124,19 +117,6 @@ impl<C: Category> Drainer<C> {
         &self,
         shards: impl IntoIterator<Item = (ShardKey, i64)>,
     ) -> PreparedFlush<C> {
-        self.prepare_flush_claimed(shards, BTreeMap::new())
-    }
-
-    /// [`prepare_flush`](Self::prepare_flush), with what the writes claimed
-    /// with their inserts (`write_claim`): a kind whose every shard a write
-    /// claimed, up to the highest id written, is claimed already; the
-    /// others are claimed with the writes' token, so that a bucket a write
-    /// leased is taken again rather than found held.
-    pub(crate) fn prepare_flush_claimed(
-        &self,
-        shards: impl IntoIterator<Item = (ShardKey, i64)>,
-        mut claims: BTreeMap<OutboxKind, KindClaims>,
-    ) -> PreparedFlush<C> {
         let mut kinds: Vec<KindFlush> = Vec::new();
         let mut paused = Vec::new();
         for (shard, up_to) in shards {
@@ -155,16 +135,6 @@ impl<C: Category> Drainer<C> {
                     shards: vec![(shard, up_to)],
                     found: None,
                 }),
-            }
-        }
-        for flush in &mut kinds {
-            let Some(mut claimed) = claims.remove(&flush.request.kind) else {
-                continue;
-            };
-            flush.found = claimed.found_for(&flush.shards);
-            flush.request = claimed.request;
-            if flush.found.is_some() {
-                flush.completed_through = claimed.completed_through;
             }
         }
         PreparedFlush {
@@ -327,9 +297,7 @@ impl<C: Category> PreparedFlush<C> {
         &mut self,
         on: &(impl ClaimBeforeCommit + ?Sized),
     ) -> Result<(), StoreError> {
-        // A kind whose writes claimed every shard with their inserts is
-        // claimed already.
-        for flush in self.kinds.iter_mut().filter(|flush| flush.found.is_none()) {
+        for flush in &mut self.kinds {
             let now = self.drainer.now();
             flush.request.now = now;
             flush.request.lease_until = now + super::claim::to_chrono(self.drainer.config().lease);

@@ -94,7 +94,6 @@ mod round;
 mod tally;
 mod view;
 mod wave;
-mod write_claim;
 
 pub use builder::DrainerBuilder;
 pub use config::{
@@ -109,4 +108,3 @@ pub use head::HeadMessage;
 pub use operator::DrainOperator;
 pub use report::{DeliveryError, DrainReport, FlushError, ShardFailure};
 pub use view::{Backlog, DrainView, ScopeBacklog};
-pub(crate) use write_claim::WriteClaims;

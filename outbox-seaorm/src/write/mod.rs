@@ -221,11 +221,6 @@ pub enum WriteError {
     /// The connection is neither PostgreSQL nor SQLite.
     #[error(transparent)]
     UnsupportedBackend(#[from] crate::store::UnsupportedBackend),
-    /// The rows were inserted together with the synchronous flush's claim
-    /// of their shard (inside `OutboxLayer`, on PostgreSQL), and the
-    /// claim's answer could not be read. Roll the transaction back.
-    #[error("could not read the claim taken with the outbox insert: {0}")]
-    Claim(#[source] outbox_core::StoreError),
 }
 
 /// Writes one region-outbox row on `db` (your transaction).
@@ -395,55 +390,6 @@ async fn insert<C: Category, Db: ConnectionTrait>(
         )),
         _ => None,
     };
-    // The synchronous flush's claim, taken by the insert itself when the
-    // context asks for it and the call writes one shard on PostgreSQL.
-    let one_shard = match rows.as_slice() {
-        [(region, first), rest @ ..] if rows.len() <= ROWS_PER_STATEMENT => {
-            let shard = row_shard(region.as_deref(), first);
-            rest.iter()
-                .all(|(region, message)| row_shard(region.as_deref(), message) == shard)
-                .then_some(shard)
-        }
-        _ => None,
-    };
-    let claim = match (&one_shard, backend) {
-        (Some(shard), DbBackend::Postgres) => outbox_core::OutboxContext::write_claim(shard),
-        _ => None,
-    };
-    if let (Some(shard), Some(request)) = (one_shard, claim) {
-        let message_ids: Vec<Uuid> = rows.iter().map(|_| Uuid::now_v7()).collect();
-        let (sql, values) = insert_statement(
-            backend,
-            kind,
-            &rows,
-            &message_ids,
-            now,
-            traceparent,
-            locks.take().as_deref(),
-        );
-        let sql = sql.replace(" RETURNING id", " RETURNING *");
-        let (ids, found) =
-            crate::store::postgres::insert_and_claim(db, &sql, values, &request, &shard)
-                .await
-                .map_err(|error| match error {
-                    crate::store::postgres::InsertClaimError::Database(error) => {
-                        WriteError::Database(error)
-                    }
-                    crate::store::postgres::InsertClaimError::Decode(error) => {
-                        WriteError::Claim(error)
-                    }
-                })?;
-        if ids.len() != rows.len() {
-            return Err(WriteError::Database(DbErr::RecordNotInserted));
-        }
-        let up_to = ids.iter().copied().max().unwrap_or_default();
-        for ((id, message_id), (_, message)) in ids.into_iter().zip(message_ids).zip(&rows) {
-            written.push(written_row(kind, &shard, id, message_id, message));
-        }
-        outbox_core::OutboxContext::note_claimed(&shard, up_to, found);
-        return Ok(written);
-    }
-    outbox_core::OutboxContext::note_unclaimed(kind);
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
         // In VALUES order, like the row ids: each row keeps its own.
         let message_ids: Vec<Uuid> = chunk.iter().map(|_| Uuid::now_v7()).collect();
@@ -469,38 +415,22 @@ async fn insert<C: Category, Db: ConnectionTrait>(
             return Err(WriteError::Database(DbErr::RecordNotInserted));
         }
         for ((id, message_id), (region, message)) in ids.into_iter().zip(message_ids).zip(chunk) {
-            let shard = row_shard(region.as_deref(), message);
-            written.push(written_row(kind, &shard, id, message_id, message));
+            let shard = match region {
+                Some(region) => message.control_shard(region),
+                None => message.region_shard(),
+            };
+            outbox_core::OutboxContext::note(&shard, id);
+            metrics::counter!(outbox_core::metrics::SAVED, "category" => message.category.name(), "kind" => kind.as_str())
+                .increment(1);
+            written.push(WrittenRow {
+                id,
+                message_id,
+                shard,
+                category: message.category.name(),
+            });
         }
     }
     Ok(written)
-}
-
-/// The shard a row of `message` is written in (`region`: a control row's).
-fn row_shard<C: Category>(region: Option<&str>, message: &OutboxMessage<C>) -> ShardKey {
-    match region {
-        Some(region) => message.control_shard(region),
-        None => message.region_shard(),
-    }
-}
-
-/// A row written: noted in the current context and counted.
-fn written_row<C: Category>(
-    kind: OutboxKind,
-    shard: &ShardKey,
-    id: i64,
-    message_id: Uuid,
-    message: &OutboxMessage<C>,
-) -> WrittenRow {
-    outbox_core::OutboxContext::note(shard, id);
-    metrics::counter!(outbox_core::metrics::SAVED, "category" => message.category.name(), "kind" => kind.as_str())
-        .increment(1);
-    WrittenRow {
-        id,
-        message_id,
-        shard: shard.clone(),
-        category: message.category.name(),
-    }
 }
 
 /// The outbox table of `kind`.

@@ -49,10 +49,8 @@ mod health;
 mod shard_claim;
 mod sql_files;
 mod watermark;
-mod write_claim;
 
 pub(crate) use shard_claim::claim_before_commit;
-pub(crate) use write_claim::{insert_and_claim, InsertClaimError};
 use shard_claim::decode_shard_claim;
 pub use sql_files::sql_files;
 use watermark::Scan;

@@ -1,8 +1,6 @@
 //! The store's statements by the file they come from, for tools outside the
 //! crate that name the SQL a pool sends (a statement counter's labels).
 
-use outbox_core::OutboxKind;
-
 use super::{
     TableSql, CONTROL, CREATE_BUCKETS, DEAD_LETTERS, DELETE_STATES, EXPIRE_CLAIMS, FAILING_SHARDS,
     FENCE, LOCK_FREE_BUCKETS, REGION, RENEW, RETRY_STATES, TABLE_HEALTH, UPSERT_STATES,
@@ -38,14 +36,6 @@ pub fn sql_files() -> Vec<(String, &'static str)> {
     .into_iter()
     .map(|(name, sql)| (name.to_owned(), sql))
     .collect();
-    for (folder, kind) in [("region", OutboxKind::Region), ("control", OutboxKind::Control)] {
-        // A template: the write's insert and the claim's parameters are
-        // filled in (see `write_claim.rs`).
-        files.push((
-            format!("{folder}/claim_with_write.sql"),
-            super::write_claim::sql(kind),
-        ));
-    }
     for (folder, table) in [("region", &REGION), ("control", &CONTROL)] {
         files.extend(
             table

@@ -11,8 +11,7 @@ const MAX_LABEL: usize = 60;
 /// - the PostgreSQL store's own statements: the file they come from,
 ///   relative to the store's `sql` folder (`region/claim_shard.sql`,
 ///   `renew.sql`), whitespace around the text aside (as
-///   `pg_stat_statements` shows it), or the template they were made from
-///   (`region/claim_with_write.sql`, whose `{insert}` a write fills in);
+///   `pg_stat_statements` shows it);
 /// - other SQL that opens with a `--` comment: that comment's first line;
 /// - `INSERT INTO t …`, `UPDATE t …`, `DELETE FROM t …`: those words
 ///   (`INSERT INTO widgets`);
@@ -27,12 +26,6 @@ const MAX_LABEL: usize = 60;
 /// ```
 pub fn label(sql: &str) -> String {
     if let Some(file) = store_statements().get(sql.trim()) {
-        return file.clone();
-    }
-    if let Some((_, file)) = store_templates()
-        .iter()
-        .find(|(head, _)| sql.trim_start().starts_with(head.as_str()))
-    {
         return file.clone();
     }
     let text = sql.trim_start();
@@ -95,21 +88,6 @@ fn store_statements() -> &'static HashMap<String, String> {
         outbox_seaorm::store::postgres::sql_files()
             .into_iter()
             .map(|(name, sql)| (sql.trim().to_owned(), name))
-            .collect()
-    })
-}
-
-/// The PostgreSQL store's SQL templates (files with a `{insert}` the store
-/// fills in): the text before it, trimmed at the start → path.
-fn store_templates() -> &'static Vec<(String, String)> {
-    static TEMPLATES: OnceLock<Vec<(String, String)>> = OnceLock::new();
-    TEMPLATES.get_or_init(|| {
-        outbox_seaorm::store::postgres::sql_files()
-            .into_iter()
-            .filter_map(|(name, sql)| {
-                let (head, _) = sql.split_once("{insert}")?;
-                Some((head.trim_start().to_owned(), name))
-            })
             .collect()
     })
 }

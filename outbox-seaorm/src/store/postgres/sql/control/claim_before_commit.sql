@@ -17,8 +17,6 @@
 -- One result row per shard row read, with the shard's position `ord` (from
 -- 1), whether its bucket was claimed, and its backoff state; a shard
 -- without rows to deliver gets one result row, its row columns null.
--- A bucket leased with this token already (a write of this transaction
--- claimed it with its insert: claim_with_write.sql) is leased again.
 -- A bucket is leased only if unchanged since this statement's snapshot,
 -- which the read uses (see claim_due_newest.sql).
 WITH shards AS MATERIALIZED (
@@ -39,7 +37,7 @@ WITH shards AS MATERIALIZED (
       AND (sh.ord = ANY (SELECT ord FROM states WHERE retry_at > $2)) IS NOT TRUE
 ), snapshot AS MATERIALIZED (
     SELECT b.bucket, b.version FROM outbox_claim_bucket b
-    WHERE b.kind = $1 AND b.bucket = ANY($11::int[]) AND (b.lease_until <= $2 OR b.token = $3)
+    WHERE b.kind = $1 AND b.bucket = ANY($11::int[]) AND b.lease_until <= $2
       AND (b.bucket = ANY (SELECT bucket FROM wanted)) IS TRUE
 ), locked AS MATERIALIZED (
     SELECT b.bucket FROM outbox_claim_bucket b

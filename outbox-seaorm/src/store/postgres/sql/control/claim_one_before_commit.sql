@@ -18,8 +18,6 @@
 -- $8 owner, $9 lease end, $10 highest id, $11 rows.
 -- Every result row repeats `claimed` and the state; row columns are null
 -- when nothing was claimed or the shard has no rows.
--- A bucket leased with this token already (a write of this transaction
--- claimed it with its insert: claim_with_write.sql) is leased again.
 -- The bucket is leased only if unchanged since this statement's snapshot,
 -- which the read uses (see claim_due_newest.sql).
 WITH state AS (
@@ -30,8 +28,7 @@ WITH state AS (
     SELECT version FROM outbox_claim_bucket WHERE kind = $1 AND bucket = $5
 ), locked AS (
     SELECT b.bucket FROM outbox_claim_bucket b, snapshot s
-    WHERE b.kind = $1 AND b.bucket = $5 AND b.version = s.version
-      AND (b.lease_until <= $6 OR b.token = $7)
+    WHERE b.kind = $1 AND b.bucket = $5 AND b.version = s.version AND b.lease_until <= $6
       AND current_setting('transaction_isolation') = 'read committed'
       AND NOT EXISTS (SELECT 1 FROM state WHERE retry_at > $6)
     FOR UPDATE OF b SKIP LOCKED
