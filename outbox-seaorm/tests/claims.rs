@@ -357,15 +357,28 @@ async fn under_a_held_back_horizon_a_round_reads_its_buckets_where_it_left_them(
         .unwrap();
     number(&pin, "SELECT count(*) AS n FROM outbox_shard_state").await;
     // 2,000 versions of the shard's bucket row behind the horizon, as two
-    // rounds a second leave in about twenty minutes.
+    // rounds a second leave in about twenty minutes. On a connection of
+    // their own whose statistics are reported before the rounds: the index
+    // entries these updates read would otherwise be reported whenever its
+    // backend next flushes (PostgreSQL waits a second or more between
+    // flushes), perhaps in the middle of a round's count.
+    let updater = t.connect_again(1).await.unwrap();
     for _ in 0..2_000 {
-        t.db.execute_unprepared(&format!(
-            "UPDATE outbox_claim_bucket SET version = version + 1 WHERE kind = 0 AND bucket = {}",
-            shard.bucket()
-        ))
+        updater
+            .execute_unprepared(&format!(
+                "UPDATE outbox_claim_bucket SET version = version + 1 \
+                 WHERE kind = 0 AND bucket = {}",
+                shard.bucket()
+            ))
+            .await
+            .unwrap();
+    }
+    // Reported when the backend goes idle after this statement.
+    updater
+        .execute_unprepared("SELECT pg_stat_force_next_flush()")
         .await
         .unwrap();
-    }
+    updater.close().await.unwrap();
 
     let mut reads = Vec::new();
     for token in 1..=3 {
