@@ -145,7 +145,7 @@ impl<C: Category> WorkerBuilder<C> {
     /// [`GATHER_FROM_SHARDS`] shards or more, the next claim woken by new
     /// rows starts no sooner than this after it started, so that the rows
     /// committed meanwhile cost one claim, not one each. Under light load
-    /// (a shard or two per claim) a claim follows its wake-up at once.
+    /// (fewer shards per claim) a claim follows its wake-up at once.
     /// `Duration::ZERO` claims at every wake-up. Default: 4 ms.
     pub fn gather(mut self, window: Duration) -> Self {
         self.gather = window;
