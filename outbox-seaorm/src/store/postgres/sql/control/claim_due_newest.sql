@@ -173,17 +173,20 @@ LEFT JOIN LATERAL (
     -- any other shard, its rows in the window and, when deep, beyond.
     SELECT * FROM control_outbox o
     WHERE (o.region_name, o.shard_scope, o.shard_identifier, o.id) > (sh.region_name, sh.shard_scope, sh.shard_identifier, -9223372036854775807::bigint)
-      AND (o.region_name, o.shard_scope, o.shard_identifier, o.id) <= (sh.region_name, sh.shard_scope, sh.shard_identifier, $3)
+      AND o.region_name = sh.region_name AND o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
+      AND o.id <= $3
       AND (st.retry_at IS NULL OR st.retry_at <= $2)
-    -- The shard's rows as a range of the shard index's key, bounds included
-    -- in the key, and in its order: only that index has them in this
-    -- order. With the key's leading columns equal to the shard's, the
-    -- order reduces to id, which the id index has too, and a generic plan
-    -- made on a ring partition whose statistics said it was small read
-    -- them through the id index, filtered by shard: a walk over every row
-    -- the partition held, delivered ones too while vacuum's horizon was
-    -- held back, for each shard (auto_explain: 141,171 buffers for 26
-    -- shards).
+    -- The shard's rows from the shard index, in its order. The lower
+    -- bound is a row comparison on its whole key, which only that index
+    -- can use: with equalities alone the order reduces to id, which the
+    -- id index has too, and a generic plan made on a ring partition whose
+    -- statistics said it was small read the shard through the id index,
+    -- filtered by shard (auto_explain: 141,171 buffers for 26 shards). The
+    -- upper bound is equalities and `id <=`: a row comparison there does
+    -- not end the scan (PostgreSQL treats only a row comparison's first
+    -- column as required, and here the second decides), so each shard's
+    -- read went on to the end of its scope (4,915 buffers for a 10-row
+    -- shard among 100,000; 16 like this).
     ORDER BY o.region_name, o.shard_scope, o.shard_identifier, o.id
     LIMIT LEAST($10, CASE WHEN st.attempts IS NOT NULL THEN $4
                           WHEN sh.seen > 1 THEN GREATEST(sh.seen, (SELECT rows FROM beyond))

@@ -47,7 +47,8 @@ CROSS JOIN LATERAL (
            min(r.scheduled_for) AS next_scheduled_for
     FROM (SELECT o.date_added, o.scheduled_for FROM region_outbox o
           WHERE (o.shard_scope, o.shard_identifier, o.id) > (s.shard_scope, s.shard_identifier, -9223372036854775807::bigint)
-            AND (o.shard_scope, o.shard_identifier, o.id) <= (s.shard_scope, s.shard_identifier, 9223372036854775807::bigint)
+            AND o.shard_scope = s.shard_scope AND o.shard_identifier = s.shard_identifier
+            AND o.id <= 9223372036854775807::bigint
           ORDER BY o.shard_scope, o.shard_identifier, o.id LIMIT $3 + 1) r
 ) d
 ORDER BY d.depth DESC, 1, 2, 3
