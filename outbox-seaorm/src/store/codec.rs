@@ -6,8 +6,8 @@ use std::time::Duration;
 use sea_orm::{DbBackend, DbErr, QueryResult, RuntimeErr, TryGetable};
 
 use outbox_core::{
-    ClaimedShard, CommitBatch, DeadLetterRow, FailingShard, FencingToken, OutboxKind, ShardKey,
-    ShardState, StoreError, StoredRow, TraceParent,
+    ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, FailingShard, FencingToken,
+    OutboxKind, ShardCommit, ShardKey, ShardState, StoreError, StoredRow, TraceParent,
 };
 
 use crate::time;
@@ -243,6 +243,34 @@ pub(super) fn lost<'a>(
         .filter(|shard| owned.binary_search(&shard.bucket()).is_err())
         .cloned()
         .collect()
+}
+
+/// The fence of a commit in a transaction (`fence.sql` on either store): its
+/// rows are the buckets the round still owns. Returns the batch's shards
+/// whose buckets it kept, and the outcome so far (the shards it lost).
+pub(super) fn fenced<'b>(
+    batch: &'b CommitBatch,
+    rows: &[QueryResult],
+    operation: &'static str,
+) -> Result<(Vec<&'b ShardCommit>, CommitOutcome), StoreError> {
+    let mut owned = rows
+        .iter()
+        .map(|row| get::<i32>(row, "bucket", operation))
+        .collect::<Result<Vec<_>, _>>()?;
+    owned.sort_unstable();
+    let lost = lost(batch.shards.iter().map(|s| &s.shard), &owned);
+    let kept = batch
+        .shards
+        .iter()
+        .filter(|shard| !lost.contains(&shard.shard))
+        .collect();
+    Ok((
+        kept,
+        CommitOutcome {
+            lost,
+            ..CommitOutcome::default()
+        },
+    ))
 }
 
 /// Decodes `failing_shards.sql` rows.

@@ -15,6 +15,22 @@ use super::{key_arrays, statement, table, PgStore, DELETE_STATES, FENCE, UPSERT_
 use crate::store::codec::{self, get, op};
 
 impl PgStore {
+    /// The buckets a releasing statement (`commit_finished.sql`,
+    /// `complete.sql`) released, sorted, with where their rows are now
+    /// recorded (`addresses.rs`).
+    fn released(
+        &self,
+        kind: OutboxKind,
+        row: &sea_orm::QueryResult,
+        operation: &'static str,
+    ) -> Result<Vec<i32>, StoreError> {
+        let mut owned: Vec<i32> = get(row, "owned", operation)?;
+        let addresses: Vec<i64> = get(row, "addresses", operation)?;
+        self.addresses.record_all(kind, &owned, &addresses);
+        owned.sort_unstable();
+        Ok(owned)
+    }
+
     /// The common commit: one statement.
     pub(super) async fn commit_finished(
         &self,
@@ -46,10 +62,7 @@ impl PgStore {
                 what: "commit result",
                 detail: "the commit returned no row".to_owned(),
             })?;
-        let mut owned: Vec<i32> = get(&row, "owned", OP)?;
-        let addresses: Vec<i64> = get(&row, "addresses", OP)?;
-        self.addresses.record_all(batch.kind, &owned, &addresses);
-        owned.sort_unstable();
+        let owned = self.released(batch.kind, &row, OP)?;
         let deleted: i64 = get(&row, "deleted", OP)?;
         Ok(CommitOutcome {
             deleted: u64::try_from(deleted).unwrap_or(0),
@@ -103,10 +116,7 @@ impl PgStore {
                 what: "completion result",
                 detail: "the completion returned no row".to_owned(),
             })?;
-        let mut owned: Vec<i32> = get(&row, "owned", OP)?;
-        let addresses: Vec<i64> = get(&row, "addresses", OP)?;
-        self.addresses.record_all(kind, &owned, &addresses);
-        owned.sort_unstable();
+        let owned = self.released(kind, &row, OP)?;
         Ok(which
             .iter()
             .map(|&index| {
@@ -148,21 +158,7 @@ impl PgStore {
             ))
             .await
             .map_err(op(OP))?;
-        let mut owned = fenced
-            .iter()
-            .map(|row| get::<i32>(row, "bucket", OP))
-            .collect::<Result<Vec<_>, _>>()?;
-        owned.sort_unstable();
-        let lost = codec::lost(batch.shards.iter().map(|s| &s.shard), &owned);
-        let kept: Vec<&ShardCommit> = batch
-            .shards
-            .iter()
-            .filter(|shard| !lost.contains(&shard.shard))
-            .collect();
-        let mut outcome = CommitOutcome {
-            lost,
-            ..CommitOutcome::default()
-        };
+        let (kept, mut outcome) = codec::fenced(batch, &fenced, OP)?;
         outcome.deleted = delete_rows(&txn, batch.kind, &kept).await?;
         outcome.dead_lettered = dead_letter(&txn, batch, &kept).await?;
         apply_ends(&txn, batch, &kept).await?;

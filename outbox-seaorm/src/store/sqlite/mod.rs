@@ -518,21 +518,7 @@ impl DrainStore for SqliteStore {
             OP,
         )
         .await?;
-        let mut owned = fenced
-            .iter()
-            .map(|row| get::<i32>(row, "bucket", OP))
-            .collect::<Result<Vec<_>, _>>()?;
-        owned.sort_unstable();
-        let lost = codec::lost(batch.shards.iter().map(|s| &s.shard), &owned);
-        let kept: Vec<&ShardCommit> = batch
-            .shards
-            .iter()
-            .filter(|shard| !lost.contains(&shard.shard))
-            .collect();
-        let mut outcome = CommitOutcome {
-            lost,
-            ..CommitOutcome::default()
-        };
+        let (kept, mut outcome) = codec::fenced(batch, &fenced, OP)?;
         let ids: Vec<i64> = kept
             .iter()
             .flat_map(|shard| shard.delete_ids.iter().copied())
