@@ -183,9 +183,9 @@ CROSS JOIN counted c
 CROSS JOIN marks m
 CROSS JOIN LATERAL (
     SELECT * FROM region_outbox o
-    WHERE (o.shard_scope, o.shard_identifier, o.id) > (sh.shard_scope, sh.shard_identifier, sh.last)
-      AND o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
-      AND o.id <= $3
+    WHERE o.shard_scope = sh.shard_scope
+      AND (o.shard_identifier, o.id) > (sh.shard_identifier, sh.last)
+      AND (o.shard_identifier, o.id) <= (sh.shard_identifier, $3)
     -- In the shard index's order (see claim_due_newest.sql).
     ORDER BY o.shard_scope, o.shard_identifier, o.id
     LIMIT GREATEST(0, LEAST($10, (SELECT rows FROM beyond)) - sh.seen)
@@ -212,9 +212,9 @@ CROSS JOIN marks m
 LEFT JOIN LATERAL (
     SELECT * FROM region_outbox o
     WHERE st.retry_at <= $2
-      AND (o.shard_scope, o.shard_identifier, o.id) > (sh.shard_scope, sh.shard_identifier, -9223372036854775807::bigint)
-      AND o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
-      AND o.id <= $3
+      AND o.shard_scope = sh.shard_scope
+      AND (o.shard_identifier, o.id) > (sh.shard_identifier, -9223372036854775807::bigint)
+      AND (o.shard_identifier, o.id) <= (sh.shard_identifier, $3)
     -- In the shard index's order (see claim_due_newest.sql).
     ORDER BY o.shard_scope, o.shard_identifier, o.id
     LIMIT LEAST($4, $10)
