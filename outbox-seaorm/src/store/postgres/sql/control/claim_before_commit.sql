@@ -67,7 +67,7 @@ LEFT JOIN LATERAL (
     SELECT * FROM control_outbox o
     WHERE (sh.bucket = ANY (SELECT bucket FROM claimed)) IS TRUE
       AND (st.retry_at IS NULL OR st.retry_at <= $2)
-      AND o.region_name = sh.region_name AND o.shard_scope = sh.shard_scope
+      AND o.region_name = sh.region_name AND o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
       AND (o.shard_identifier, o.id) > (sh.shard_identifier, -9223372036854775807::bigint)
       AND (o.shard_identifier, o.id) <= (sh.shard_identifier, sh.up_to)
     -- In the shard index's order (see claim_due_newest.sql).

@@ -172,30 +172,33 @@ LEFT JOIN LATERAL (
     -- far as a window (its rescheduled rows sort after newer due ones);
     -- any other shard, its rows in the window and, when deep, beyond.
     SELECT * FROM control_outbox o
-    WHERE o.region_name = sh.region_name AND o.shard_scope = sh.shard_scope
+    WHERE o.region_name = sh.region_name AND o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
       AND (o.shard_identifier, o.id) > (sh.shard_identifier, -9223372036854775807::bigint)
       AND (o.shard_identifier, o.id) <= (sh.shard_identifier, $3)
       AND (st.retry_at IS NULL OR st.retry_at <= $2)
     -- The shard's rows from the shard index, in its order, and from no
-    -- other index: equalities on the key's leading columns up to the
-    -- identifier, then the identifier and id as row comparisons at both
-    -- ends. Each form tried before failed one way:
+    -- other index: equalities on the shard's columns (which keep the
+    -- planner's estimate of a shard's rows right), the identifier and id as
+    -- row comparisons at both ends, and no condition on id alone. Each
+    -- form tried before failed one way:
     -- - all equalities and `id <=` (3aba65d): the order reduces to id,
     --   which the id index has too, and `id <=` is a condition it can
     --   use, so a generic plan made on a ring partition whose statistics
     --   said it was small read the shard through the id index, filtered
     --   by shard (auto_explain under a held-back horizon: 141,171 buffers
-    --   for 26 shards; 473,904 for 24 after 3aba65d brought it back);
+    --   for 26 shards; 251,010 for 24 after 3aba65d brought it back);
     -- - the whole key as row comparisons at both ends (2dfb05e): a row
     --   comparison ends a B-tree scan only by its first column (PostgreSQL
     --   marks only that one required), the scope, so each shard's read went
     --   on to the end of its scope (4,915 buffers for a 10-row shard among
-    --   100,000).
-    -- Here the upper row comparison's first column is the identifier,
-    -- after equalities, so it ends the scan at the shard's last entry (13
-    -- buffers for that shard); the order reduces to (identifier, id), which
-    -- only the shard index has; and no condition is left on id alone.
-    -- Tested: outbox-seaorm/tests/shard_reads.rs.
+    --   100,000);
+    -- - the scope's equality and row comparisons on (identifier, id) alone:
+    --   right scans, but estimated at a ninth of the table per shard, and
+    --   the newest-end claim on a 1M backlog took ten times the CPU for the
+    --   same buffers (712 against 70 ms).
+    -- The id index offers no condition here, only a read of all of it,
+    -- priced above the shard's equalities unless a partition's statistics
+    -- say it holds one shard. Tested: outbox-seaorm/tests/shard_reads.rs.
     ORDER BY o.region_name, o.shard_scope, o.shard_identifier, o.id
     LIMIT LEAST($10, CASE WHEN st.attempts IS NOT NULL THEN $4
                           WHEN sh.seen > 1 THEN GREATEST(sh.seen, (SELECT rows FROM beyond))

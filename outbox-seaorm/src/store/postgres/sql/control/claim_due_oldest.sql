@@ -183,7 +183,7 @@ CROSS JOIN counted c
 CROSS JOIN marks m
 CROSS JOIN LATERAL (
     SELECT * FROM control_outbox o
-    WHERE o.region_name = sh.region_name AND o.shard_scope = sh.shard_scope
+    WHERE o.region_name = sh.region_name AND o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
       AND (o.shard_identifier, o.id) > (sh.shard_identifier, sh.last)
       AND (o.shard_identifier, o.id) <= (sh.shard_identifier, $3)
     -- In the shard index's order (see claim_due_newest.sql).
@@ -212,7 +212,7 @@ CROSS JOIN marks m
 LEFT JOIN LATERAL (
     SELECT * FROM control_outbox o
     WHERE st.retry_at <= $2
-      AND o.region_name = sh.region_name AND o.shard_scope = sh.shard_scope
+      AND o.region_name = sh.region_name AND o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
       AND (o.shard_identifier, o.id) > (sh.shard_identifier, -9223372036854775807::bigint)
       AND (o.shard_identifier, o.id) <= (sh.shard_identifier, $3)
     -- In the shard index's order (see claim_due_newest.sql).

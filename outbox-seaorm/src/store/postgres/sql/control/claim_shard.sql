@@ -53,7 +53,7 @@ LEFT JOIN state st ON true
 LEFT JOIN LATERAL (
     SELECT * FROM control_outbox o
     WHERE EXISTS (SELECT 1 FROM mine)
-      AND o.region_name = $2 AND o.shard_scope = $3
+      AND o.region_name = $2 AND o.shard_scope = $3 AND o.shard_identifier = $4
       AND (o.shard_identifier, o.id) > ($4, -9223372036854775807::bigint)
       AND (o.shard_identifier, o.id) <= ($4, $10)
     -- In the shard index's order (see claim_due_newest.sql).

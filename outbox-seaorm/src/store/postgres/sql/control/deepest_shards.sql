@@ -46,7 +46,7 @@ CROSS JOIN LATERAL (
     SELECT count(*) AS depth, min(r.date_added) AS oldest_date_added,
            min(r.scheduled_for) AS next_scheduled_for
     FROM (SELECT o.date_added, o.scheduled_for FROM control_outbox o
-          WHERE o.region_name = s.region_name AND o.shard_scope = s.shard_scope
+          WHERE o.region_name = s.region_name AND o.shard_scope = s.shard_scope AND o.shard_identifier = s.shard_identifier
             AND (o.shard_identifier, o.id) > (s.shard_identifier, -9223372036854775807::bigint)
             AND (o.shard_identifier, o.id) <= (s.shard_identifier, 9223372036854775807::bigint)
           ORDER BY o.region_name, o.shard_scope, o.shard_identifier, o.id LIMIT $3 + 1) r

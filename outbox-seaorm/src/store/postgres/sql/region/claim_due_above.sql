@@ -169,7 +169,7 @@ LEFT JOIN LATERAL (
     -- far as a window (its rescheduled rows sort after newer due ones);
     -- any other shard, its rows in the window and, when deep, beyond.
     SELECT * FROM region_outbox o
-    WHERE o.shard_scope = sh.shard_scope
+    WHERE o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
       AND (o.shard_identifier, o.id) > (sh.shard_identifier, -9223372036854775807::bigint)
       AND (o.shard_identifier, o.id) <= (sh.shard_identifier, $3)
       AND (st.retry_at IS NULL OR st.retry_at <= $2)
