@@ -141,6 +141,23 @@ async fn measured<F: std::future::Future<Output = usize>>(
     (rows, cost)
 }
 
+/// The rows of flush claims that must all have been taken.
+fn claimed_rows(what: &str, claims: &[ShardClaim]) -> usize {
+    claims
+        .iter()
+        .map(|claim| match claim {
+            ShardClaim::Claimed(claimed) => claimed.rows.len(),
+            other => panic!("{what}: {other:?}"),
+        })
+        .sum()
+}
+
+/// The rows a background claim from `order`'s end returned.
+async fn due_rows(store: &SeaOrmStore, token: i64, order: ClaimOrder) -> usize {
+    let claim = store.claim_due(&request(token, order, 8)).await.unwrap();
+    claim.shards.iter().map(|shard| shard.rows.len()).sum()
+}
+
 /// Every statement that reads shards by range, once: the flushes on the
 /// shards `flushed` (after a commit, before a commit, before a commit of
 /// two), the background claims and the deepest shards on what they find.
@@ -150,96 +167,59 @@ async fn read_every_way(
     connection: &DatabaseConnection,
     flushed: [i64; 4],
 ) -> Vec<(usize, Cost)> {
-    let mut costs = Vec::new();
-    // The flush after a commit.
-    costs.push(
+    let flush = |token| request(token, ClaimOrder::Oldest, 100);
+    let before_commit = |token, shards: &[i64]| {
+        let shards: Vec<_> = shards.iter().map(|&id| (org(id), i64::MAX)).collect();
+        async move {
+            ClaimOn(connection)
+                .claim_before_commit(&flush(token), &shards)
+                .await
+                .unwrap()
+        }
+    };
+    vec![
+        // The flush after a commit.
         measured(t, connection, "claim_shard", async {
-            match store
-                .claim_shard(&request(1, ClaimOrder::Oldest, 100), &org(flushed[0]))
-                .await
-                .unwrap()
-            {
-                ShardClaim::Claimed(claimed) => claimed.rows.len(),
-                other => panic!("claim_shard: {other:?}"),
-            }
+            let claim = store.claim_shard(&flush(1), &org(flushed[0])).await;
+            claimed_rows("claim_shard", &[claim.unwrap()])
         })
         .await,
-    );
-    // The flush's claims before a commit, of one shard and of several.
-    costs.push(
+        // The flush's claims before a commit, of one shard and of several.
         measured(t, connection, "claim_one_before_commit", async {
-            let claims = ClaimOn(connection)
-                .claim_before_commit(
-                    &request(2, ClaimOrder::Oldest, 100),
-                    &[(org(flushed[1]), i64::MAX)],
-                )
-                .await
-                .unwrap();
-            claims
-                .iter()
-                .map(|claim| match claim {
-                    ShardClaim::Claimed(claimed) => claimed.rows.len(),
-                    other => panic!("claim_one_before_commit: {other:?}"),
-                })
-                .sum()
+            let claims = before_commit(2, &flushed[1..2]).await;
+            claimed_rows("claim_one_before_commit", &claims)
         })
         .await,
-    );
-    costs.push(
         measured(t, connection, "claim_before_commit", async {
-            let claims = ClaimOn(connection)
-                .claim_before_commit(
-                    &request(3, ClaimOrder::Oldest, 100),
-                    &[(org(flushed[2]), i64::MAX), (org(flushed[3]), i64::MAX)],
-                )
-                .await
-                .unwrap();
-            claims
-                .iter()
-                .map(|claim| match claim {
-                    ShardClaim::Claimed(claimed) => claimed.rows.len(),
-                    other => panic!("claim_before_commit: {other:?}"),
-                })
-                .sum()
+            let claims = before_commit(3, &flushed[2..4]).await;
+            claimed_rows("claim_before_commit", &claims)
         })
         .await,
-    );
-    // A background claim from the newest end reads every shard it leases
-    // by range.
-    costs.push(
-        measured(t, connection, "claim_due_newest", async {
-            let claim = store
-                .claim_due(&request(4, ClaimOrder::Newest, 8))
-                .await
-                .unwrap();
-            claim.shards.iter().map(|shard| shard.rows.len()).sum()
-        })
+        // A background claim from the newest end reads every shard it
+        // leases by range.
+        measured(
+            t,
+            connection,
+            "claim_due_newest",
+            due_rows(store, 4, ClaimOrder::Newest),
+        )
         .await,
-    );
-    // From the oldest end, a shard with more than one row in a full window
-    // is read further by range.
-    costs.push(
-        measured(t, connection, "claim_due_oldest", async {
-            let claim = store
-                .claim_due(&request(5, ClaimOrder::Oldest, 8))
-                .await
-                .unwrap();
-            claim.shards.iter().map(|shard| shard.rows.len()).sum()
-        })
+        // From the oldest end, a shard with more than one row in a full
+        // window is read further by range.
+        measured(
+            t,
+            connection,
+            "claim_due_oldest",
+            due_rows(store, 5, ClaimOrder::Oldest),
+        )
         .await,
-    );
-    // The deepest shards of the admin views, each shard's oldest rows.
-    costs.push(
+        // The deepest shards of the admin views, each shard's oldest rows.
         measured(t, connection, "deepest_shards", async {
-            store
-                .shard_depths(OutboxKind::Region, 3)
-                .await
-                .unwrap()
-                .len()
+            let depths = store.shard_depths(OutboxKind::Region, 3).await;
+            depths.unwrap().len()
         })
         .await,
-    );
-    costs
+    ]
 }
 
 fn check(costs: &[(usize, Cost)], pages_per_read: i64) {
