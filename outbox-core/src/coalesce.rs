@@ -127,7 +127,7 @@ mod tests {
             shard: ShardKey::from_raw(OutboxKind::Region, 0, 1, None),
             category,
             object_identifier: object,
-            payload: Some(json!({ "id": id })),
+            payload: Some(json!({ "id": id }).into()),
             scheduled_from: now,
             scheduled_for: now,
             date_added: now,
@@ -164,7 +164,7 @@ mod tests {
                 (1, 11, vec![3], 3),
             ]
         );
-        assert_eq!(groups[0].newest.payload, Some(json!({ "id": 5 })));
+        assert_eq!(groups[0].newest.payload, Some(json!({ "id": 5 }).into()));
         assert_eq!(groups[0].first.id, 1);
     }
 

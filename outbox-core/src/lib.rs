@@ -71,6 +71,7 @@ pub mod history;
 pub mod memory;
 pub mod message;
 pub mod metrics;
+pub mod payload;
 pub mod receiver;
 pub mod registry;
 pub mod shard;
@@ -92,6 +93,7 @@ pub use drain::{
 pub use fence::FencingToken;
 pub use memory::{MemoryStore, MemoryTransaction};
 pub use message::{Message, PayloadError, StoredRow};
+pub use payload::Payload;
 pub use receiver::{
     is_permanent, permanent, requested_retry_after, retry_after, BatchFuture, BatchItem,
     HandlerError, IncompleteReceivers, Permanent, Receivers, RetryAfter,

@@ -2,10 +2,10 @@
 
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 use uuid::Uuid;
 
 use crate::fence::FencingToken;
+use crate::payload::Payload;
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey};
 use crate::trace::TraceParent;
@@ -26,8 +26,8 @@ pub struct StoredRow {
     pub category: i32,
     /// The object the row is about; with the category, the coalescing group.
     pub object_identifier: i64,
-    /// What the receiver needs.
-    pub payload: Option<Value>,
+    /// What the receiver needs: JSON, parsed when asked ([`Payload`]).
+    pub payload: Option<Payload>,
     /// When `scheduled_for` was last set.
     pub scheduled_from: DateTime<Utc>,
     /// When the row is due.
@@ -66,8 +66,9 @@ pub struct Message<C> {
     pub category: C,
     /// The object the message is about.
     pub object_identifier: i64,
-    /// The newest payload of the group.
-    pub payload: Option<Value>,
+    /// The newest payload of the group: JSON, parsed when asked
+    /// ([`payload_as`](Self::payload_as), [`Payload::deserialize`]).
+    pub payload: Option<Payload>,
     /// When the group's oldest row was written.
     pub date_added: DateTime<Utc>,
     /// When the delivered row was due.
@@ -114,12 +115,14 @@ impl<C: Category> Message<C> {
             category: self.category.name(),
             id: self.id,
         })?;
-        T::deserialize(payload).map_err(|source| PayloadError::Malformed {
-            category: self.category.name(),
-            id: self.id,
-            expected: std::any::type_name::<T>(),
-            source,
-        })
+        payload
+            .deserialize()
+            .map_err(|source| PayloadError::Malformed {
+                category: self.category.name(),
+                id: self.id,
+                expected: std::any::type_name::<T>(),
+                source,
+            })
     }
 }
 

@@ -345,10 +345,11 @@ async fn rename(
     inbox: &Inbox,
     message: &Message<OutboxCategory>,
 ) -> Result<Applied<()>, InboxError<DbErr>> {
-    let name = message.payload.as_ref().unwrap()["name"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    #[derive(serde::Deserialize)]
+    struct Named {
+        name: String,
+    }
+    let name = message.payload_as::<Named>().unwrap().name;
     let key = FenceKey::of("region-a", message);
     inbox
         .apply_fenced(db, message.message_id, &key, |txn| {

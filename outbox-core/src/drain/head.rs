@@ -48,6 +48,6 @@ impl HeadMessage {
         self.row
             .payload
             .as_ref()
-            .map_or(0, |payload| payload.to_string().len())
+            .map_or(0, |payload| payload.as_str().len())
     }
 }

@@ -62,8 +62,11 @@
 //! for name in ["a", "b", "c"] {
 //!     store.write(&shard, OutboxCategory::OrgUpdate, 42, Some(serde_json::json!({ "name": name })));
 //! }
+//! #[derive(serde::Deserialize)]
+//! struct Org { name: String }
 //! let receivers = Receivers::new().on(OutboxCategory::OrgUpdate, |msg: Message<OutboxCategory>| async move {
-//!     assert_eq!(msg.payload.unwrap()["name"], "c"); // coalesced: newest payload only
+//!     let org: Org = msg.payload_as()?; // parsed from the stored JSON, when asked
+//!     assert_eq!(org.name, "c"); // coalesced: newest payload only
 //!     Ok::<_, outbox_core::HandlerError>(())
 //! });
 //! let drainer = Drainer::new(store.clone(), receivers);

@@ -16,6 +16,7 @@ use serde_json::Value;
 use crate::clock::Clock;
 use crate::fence::FencingToken;
 use crate::message::StoredRow;
+use crate::payload::Payload;
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey, MAX_BUCKETS_PER_CLAIM};
 use crate::store::{
@@ -313,7 +314,7 @@ impl MemoryStore {
             shard: shard.clone(),
             category,
             object_identifier,
-            payload,
+            payload: payload.map(Payload::from),
             scheduled_from: now,
             scheduled_for: crate::the_past(),
             date_added: now,

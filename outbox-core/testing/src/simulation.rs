@@ -577,7 +577,7 @@ impl Receiver {
             shard: message.shard.clone(),
             id: message.id,
             first_id: message.first_id,
-            payload: message.payload.clone(),
+            payload: message.payload.as_ref().map(outbox_core::Payload::to_value),
             at: now,
             fence: message.fence,
         });

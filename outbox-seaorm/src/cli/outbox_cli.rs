@@ -261,7 +261,11 @@ impl<C: Category> OutboxCli<C> {
                     category: dead.row.category,
                     category_name: category_name::<C>(dead.row.category),
                     object_identifier: dead.row.object_identifier,
-                    payload: dead.row.payload.clone(),
+                    payload: dead
+                        .row
+                        .payload
+                        .as_ref()
+                        .map(outbox_core::Payload::to_value),
                     error: dead.error.clone(),
                     date_added: dead.row.date_added,
                     dead_lettered_at: dead.dead_lettered_at,

@@ -439,8 +439,8 @@ pub async fn deliver_region<M: RegionReplication>(
     match find::<M, _>(&db, message.object_identifier).await? {
         Some(model) => model.handle_async_replication(&context, shard).await,
         None => {
-            M::handle_async_deletion(&context, message.object_identifier, shard, message.payload)
-                .await
+            let payload = message.payload.map(Value::from);
+            M::handle_async_deletion(&context, message.object_identifier, shard, payload).await
         }
     }
 }
@@ -470,7 +470,7 @@ pub async fn deliver_control<M: ControlReplication>(
                 &region,
                 message.object_identifier,
                 shard,
-                message.payload,
+                message.payload.map(Value::from),
             )
             .await
         }

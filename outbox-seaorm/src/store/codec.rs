@@ -70,6 +70,32 @@ pub(super) fn shard(row: &QueryResult, kind: OutboxKind) -> Result<ShardKey, Sto
     Ok(ShardKey::from_raw(kind, scope, identifier, Some(region)))
 }
 
+/// A payload column (`json` on both backends) as its JSON text: read
+/// through `sqlx::types::Json`, checked to be JSON but not parsed into a
+/// `Value` (see [`outbox_core::Payload`]).
+#[derive(serde::Deserialize)]
+#[serde(transparent)]
+pub(super) struct StoredPayload(Box<serde_json::value::RawValue>);
+
+impl sea_orm::TryGetableFromJson for StoredPayload {}
+
+impl From<StoredPayload> for outbox_core::Payload {
+    fn from(stored: StoredPayload) -> Self {
+        stored.0.into()
+    }
+}
+
+/// A row's payload column.
+pub(super) fn payload(
+    row: &QueryResult,
+    column: impl sea_orm::ColIdx,
+    operation: &'static str,
+) -> Result<Option<outbox_core::Payload>, StoreError> {
+    row.try_get_by::<Option<StoredPayload>, _>(column)
+        .map(|stored| stored.map(Into::into))
+        .map_err(op(operation))
+}
+
 /// The outbox row of a result row; `None` when its `id` is null (a shard
 /// returned without rows).
 pub(super) fn stored_row(
@@ -90,7 +116,7 @@ pub(super) fn stored_row(
         shard: shard.clone(),
         category: get(row, "category", OP)?,
         object_identifier: get(row, "object_identifier", OP)?,
-        payload: get(row, "payload", OP)?,
+        payload: payload(row, "payload", OP)?,
         scheduled_from: time::get(row, backend, "scheduled_from")?,
         scheduled_for: time::get(row, backend, "scheduled_for")?,
         date_added,

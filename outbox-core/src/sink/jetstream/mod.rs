@@ -487,7 +487,7 @@ impl JetStreamSink {
     fn outgoing<C: Category>(&self, message: &Message<C>) -> Result<Outgoing, JetStreamError> {
         let subject = self.subject(message)?;
         let body = match &message.payload {
-            Some(payload) => payload.to_string().into_bytes(),
+            Some(payload) => payload.as_bytes().to_vec(),
             None => Vec::new(),
         };
         Ok(Outgoing {

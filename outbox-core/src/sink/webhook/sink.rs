@@ -157,7 +157,7 @@ impl WebhookSink {
         timestamp: i64,
     ) -> SignedRequest {
         let body = match &message.payload {
-            Some(payload) => payload.to_string().into_bytes(),
+            Some(payload) => payload.as_bytes().to_vec(),
             None => b"null".to_vec(),
         };
         let id = message.message_id.to_string();

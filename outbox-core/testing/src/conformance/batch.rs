@@ -140,7 +140,11 @@ pub async fn a_failure_in_the_middle_of_a_batch_holds_its_shard_and_no_other<B: 
     let recorder = Recorder::new();
     let refused = failing.clone();
     recorder.fail_when(move |message| {
-        message.shard == refused && message.payload.as_ref().is_some_and(|p| p["v"] == 3)
+        message.shard == refused
+            && message
+                .payload
+                .as_ref()
+                .is_some_and(|p| p.to_value()["v"] == 3)
     });
     let receivers = recorder.batch_receivers(&[OutboxCategory::OrganizationWebhook]);
     let drainer = batched_drainer::<B>(store.clone(), receivers, &clock);

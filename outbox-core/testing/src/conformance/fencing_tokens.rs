@@ -72,10 +72,10 @@ struct Replica {
 impl Replica {
     fn apply(&self, book: &FenceBook, message: &Message<OutboxCategory>) {
         let fenced = book.apply(message, || {
-            self.state
-                .lock()
-                .unwrap()
-                .insert(message.object_identifier, v(&message.payload));
+            self.state.lock().unwrap().insert(
+                message.object_identifier,
+                v(&message.payload.as_ref().map(outbox_core::Payload::to_value)),
+            );
         });
         if let Fenced::Superseded { .. } = fenced {
             self.superseded.fetch_add(1, Ordering::SeqCst);
