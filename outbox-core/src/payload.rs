@@ -40,7 +40,15 @@ use serde_json::Value;
 /// A message's JSON payload, kept as text until a receiver parses it (see
 /// the [module](self)).
 #[derive(Clone)]
-pub struct Payload(Box<RawValue>);
+pub struct Payload(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// Checked to be one JSON value.
+    Json(Box<RawValue>),
+    /// A stored text that is not JSON ([`Payload::from_stored`]).
+    NotJson(Box<str>),
+}
 
 impl Payload {
     /// The payload of `text`, checked to be one JSON value (surrounding
@@ -50,43 +58,90 @@ impl Payload {
     ///
     /// When `text` is not JSON.
     pub fn from_json(text: String) -> Result<Self, serde_json::Error> {
-        RawValue::from_string(text).map(Self)
+        RawValue::from_string(text).map(|raw| Self(Repr::Json(raw)))
+    }
+
+    /// The payload of a stored text, as a store reads it: JSON when it
+    /// parses, and kept as it is otherwise (SQLite's `json` column is text,
+    /// so a row written by hand may hold anything). A payload that is not
+    /// JSON is still delivered: the receiver's
+    /// [`payload_as`](crate::Message::payload_as) then fails with
+    /// [`PayloadError::Malformed`](crate::PayloadError::Malformed), which
+    /// backs off that row's shard alone (an operator sets the row aside),
+    /// instead of failing every claim that reads it.
+    pub fn from_stored(text: String) -> Self {
+        // Checked without taking the text, so that it is kept when it is not
+        // JSON (`RawValue::from_string` drops it with its error).
+        if serde_json::from_str::<&RawValue>(&text).is_err() {
+            return Self(Repr::NotJson(text.into_boxed_str()));
+        }
+        match RawValue::from_string(text) {
+            Ok(raw) => Self(Repr::Json(raw)),
+            Err(_) => Self(Repr::NotJson(Box::default())),
+        }
     }
 
     /// The payload of `value`, as `serde_json` prints it.
     pub fn from_value(value: &Value) -> Self {
         // A `Value` always serializes (its map keys are strings).
-        Self(serde_json::value::to_raw_value(value).unwrap_or_else(|_| null()))
+        Self(Repr::Json(
+            serde_json::value::to_raw_value(value).unwrap_or_else(|_| null()),
+        ))
     }
 
-    /// The JSON text.
+    /// Whether the payload is JSON: always, except for a stored text that
+    /// is not ([`from_stored`](Self::from_stored)).
+    pub fn is_json(&self) -> bool {
+        matches!(self.0, Repr::Json(_))
+    }
+
+    /// The text, as stored: JSON unless [`is_json`](Self::is_json) says not.
     pub fn as_str(&self) -> &str {
-        self.0.get()
+        match &self.0 {
+            Repr::Json(raw) => raw.get(),
+            Repr::NotJson(text) => text,
+        }
     }
 
-    /// The JSON text's bytes, as a sink publishes them.
+    /// The text's bytes, as a sink sends them.
     pub fn as_bytes(&self) -> &[u8] {
-        self.0.get().as_bytes()
+        self.as_str().as_bytes()
     }
 
     /// Parses the payload into `T`, from the text (no intermediate `Value`).
     ///
     /// # Errors
     ///
-    /// When the JSON does not have `T`'s shape.
+    /// When the JSON does not have `T`'s shape, or the text is not JSON.
     pub fn deserialize<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
-        serde_json::from_str(self.0.get())
+        serde_json::from_str(self.as_str())
     }
 
     /// The payload as a [`Value`] (parsed anew on each call).
-    pub fn to_value(&self) -> Value {
-        // Checked to be JSON when built: parsing it again does not fail.
-        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    ///
+    /// # Errors
+    ///
+    /// When the stored text is not JSON.
+    pub fn to_value(&self) -> Result<Value, serde_json::Error> {
+        self.deserialize()
     }
 
-    /// The raw JSON value, for code that embeds it in a larger document.
-    pub fn as_raw(&self) -> &RawValue {
-        &self.0
+    /// What a view shows (the admin API, the CLI, test recorders): the
+    /// payload's [`Value`], or the stored text as a JSON string when it is
+    /// not JSON. Not for a receiver's logic, which should fail on such a
+    /// payload ([`deserialize`](Self::deserialize)).
+    pub fn to_value_or_text(&self) -> Value {
+        self.to_value()
+            .unwrap_or_else(|_| Value::String(self.as_str().to_owned()))
+    }
+
+    /// The raw JSON value, for code that embeds it in a larger document;
+    /// `None` when the stored text is not JSON.
+    pub fn as_raw(&self) -> Option<&RawValue> {
+        match &self.0 {
+            Repr::Json(raw) => Some(raw),
+            Repr::NotJson(_) => None,
+        }
     }
 }
 
@@ -110,59 +165,69 @@ impl From<&Value> for Payload {
 
 impl From<Box<RawValue>> for Payload {
     fn from(raw: Box<RawValue>) -> Self {
-        Self(raw)
-    }
-}
-
-impl From<Payload> for Value {
-    fn from(payload: Payload) -> Self {
-        payload.to_value()
+        Self(Repr::Json(raw))
     }
 }
 
 impl PartialEq for Payload {
-    /// The same JSON value, whatever the text's spacing and key order.
+    /// The same JSON value, whatever the text's spacing and key order; a
+    /// stored text that is not JSON equals only the same text.
     fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str() || self.to_value() == other.to_value()
+        if self.as_str() == other.as_str() {
+            return true;
+        }
+        match (self.to_value(), other.to_value()) {
+            (Ok(one), Ok(two)) => one == two,
+            _ => false,
+        }
     }
 }
 
 impl PartialEq<Value> for Payload {
     fn eq(&self, other: &Value) -> bool {
-        self.to_value() == *other
+        self.to_value().is_ok_and(|value| value == *other)
     }
 }
 
 impl PartialEq<Payload> for Value {
     fn eq(&self, other: &Payload) -> bool {
-        *self == other.to_value()
+        other == self
     }
 }
 
 impl fmt::Debug for Payload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Payload").field(&self.as_str()).finish()
+        let name = if self.is_json() {
+            "Payload"
+        } else {
+            "Payload::NotJson"
+        };
+        f.debug_tuple(name).field(&self.as_str()).finish()
     }
 }
 
 impl fmt::Display for Payload {
-    /// The JSON text.
+    /// The text.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
 impl Serialize for Payload {
-    /// As the JSON it holds (embedded as is by `serde_json`).
+    /// As the JSON it holds (embedded as is by `serde_json`); a stored text
+    /// that is not JSON as a string.
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
+        match &self.0 {
+            Repr::Json(raw) => raw.serialize(serializer),
+            Repr::NotJson(text) => serializer.serialize_str(text),
+        }
     }
 }
 
 impl<'de> Deserialize<'de> for Payload {
     /// Any one JSON value, kept as its text (with `serde_json`).
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Box::<RawValue>::deserialize(deserializer).map(Self)
+        Box::<RawValue>::deserialize(deserializer).map(|raw| Self(Repr::Json(raw)))
     }
 }
 
@@ -192,7 +257,25 @@ mod tests {
         }
         assert_eq!(payload.deserialize::<N>().unwrap().n, 7);
         assert!(payload.deserialize::<Vec<u8>>().is_err());
-        assert_eq!(payload.to_value(), json!({ "n": 7 }));
+        assert_eq!(payload.to_value().unwrap(), json!({ "n": 7 }));
+    }
+
+    #[test]
+    fn a_stored_text_that_is_not_json_is_kept_and_fails_to_parse() {
+        let stored = Payload::from_stored("{not json".to_owned());
+        assert!(!stored.is_json());
+        assert_eq!(stored.as_str(), "{not json");
+        assert!(stored.deserialize::<Value>().is_err());
+        assert!(stored.to_value().is_err());
+        assert!(stored.as_raw().is_none());
+        assert_eq!(stored.to_value_or_text(), json!("{not json"));
+        assert_eq!(stored, Payload::from_stored("{not json".to_owned()));
+        assert_ne!(stored, json!("{not json"));
+        assert_eq!(serde_json::to_string(&stored).unwrap(), r#""{not json""#);
+        assert_eq!(format!("{stored:?}"), r#"Payload::NotJson("{not json")"#);
+        let json = Payload::from_stored(r#"{"a": 1}"#.to_owned());
+        assert!(json.is_json());
+        assert_eq!(json, json!({ "a": 1 }));
     }
 
     #[test]

@@ -415,7 +415,7 @@ async fn a_scope_that_opts_in_dead_letters_a_poison_group_and_the_shard_goes_on(
                     if message
                         .payload
                         .as_ref()
-                        .is_some_and(|p| p.to_value()["poison"] == true)
+                        .is_some_and(|p| p.to_value_or_text()["poison"] == true)
                     {
                         return Err::<(), HandlerError>("cannot handle this".into());
                     }
@@ -500,7 +500,7 @@ async fn after_a_dead_letter_the_next_poison_group_gets_its_full_attempts() {
             if message
                 .payload
                 .as_ref()
-                .is_some_and(|p| p.to_value()["poison"] == true)
+                .is_some_and(|p| p.to_value_or_text()["poison"] == true)
             {
                 return Err::<(), HandlerError>("poison".into());
             }

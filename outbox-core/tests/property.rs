@@ -99,7 +99,10 @@ impl Harness {
                         group: (message.category.value(), message.object_identifier),
                         id: message.id,
                         first_id: message.first_id,
-                        payload: message.payload.as_ref().map(outbox_core::Payload::to_value),
+                        payload: message
+                            .payload
+                            .as_ref()
+                            .map(outbox_core::Payload::to_value_or_text),
                         epoch: harness.epoch.load(Ordering::SeqCst),
                         synchronous: message.synchronous,
                     });

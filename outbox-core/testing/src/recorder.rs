@@ -277,7 +277,10 @@ impl<C: Category> Recorder<C> {
             id: message.id,
             first_id: message.first_id,
             coalesced: message.coalesced,
-            payload: message.payload.as_ref().map(outbox_core::Payload::to_value),
+            payload: message
+                .payload
+                .as_ref()
+                .map(outbox_core::Payload::to_value_or_text),
             synchronous: message.synchronous,
             traceparent: message.traceparent,
             message_id: message.message_id,

@@ -577,7 +577,10 @@ impl Receiver {
             shard: message.shard.clone(),
             id: message.id,
             first_id: message.first_id,
-            payload: message.payload.as_ref().map(outbox_core::Payload::to_value),
+            payload: message
+                .payload
+                .as_ref()
+                .map(outbox_core::Payload::to_value_or_text),
             at: now,
             fence: message.fence,
         });

@@ -265,7 +265,7 @@ impl<C: Category> OutboxCli<C> {
                         .row
                         .payload
                         .as_ref()
-                        .map(outbox_core::Payload::to_value),
+                        .map(outbox_core::Payload::to_value_or_text),
                     error: dead.error.clone(),
                     date_added: dead.row.date_added,
                     dead_lettered_at: dead.dead_lettered_at,

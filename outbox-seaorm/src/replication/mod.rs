@@ -439,9 +439,18 @@ pub async fn deliver_region<M: RegionReplication>(
     match find::<M, _>(&db, message.object_identifier).await? {
         Some(model) => model.handle_async_replication(&context, shard).await,
         None => {
-            let payload = message.payload.map(Value::from);
+            let payload = deletion_payload(&message)?;
             M::handle_async_deletion(&context, message.object_identifier, shard, payload).await
         }
+    }
+}
+
+/// What a deletion handler gets: the message's payload, parsed (a stored
+/// text that is not JSON fails the delivery with `PayloadError::Malformed`).
+fn deletion_payload<C: Category>(message: &Message<C>) -> Result<Option<Value>, HandlerError> {
+    match message.payload {
+        None => Ok(None),
+        Some(_) => message.payload_as().map(Some).map_err(Into::into),
     }
 }
 
@@ -470,7 +479,7 @@ pub async fn deliver_control<M: ControlReplication>(
                 &region,
                 message.object_identifier,
                 shard,
-                message.payload.map(Value::from),
+                deletion_payload(&message)?,
             )
             .await
         }

@@ -70,30 +70,34 @@ pub(super) fn shard(row: &QueryResult, kind: OutboxKind) -> Result<ShardKey, Sto
     Ok(ShardKey::from_raw(kind, scope, identifier, Some(region)))
 }
 
-/// A payload column (`json` on both backends) as its JSON text: read
-/// through `sqlx::types::Json`, checked to be JSON but not parsed into a
-/// `Value` (see [`outbox_core::Payload`]).
+/// A PostgreSQL payload column (`jsonb`) as its JSON text: read through
+/// `sqlx::types::Json`, checked to be JSON but not parsed into a `Value`
+/// (see [`outbox_core::Payload`]).
 #[derive(serde::Deserialize)]
 #[serde(transparent)]
 pub(super) struct StoredPayload(Box<serde_json::value::RawValue>);
 
 impl sea_orm::TryGetableFromJson for StoredPayload {}
 
-impl From<StoredPayload> for outbox_core::Payload {
-    fn from(stored: StoredPayload) -> Self {
-        stored.0.into()
-    }
-}
-
-/// A row's payload column.
+/// A row's payload column. PostgreSQL's `jsonb` holds JSON only; SQLite's
+/// `json` column is text and may hold anything a hand wrote, which is kept
+/// as it is ([`outbox_core::Payload::from_stored`]): its receiver fails on
+/// it, its shard alone backs off, and no claim fails on it.
 pub(super) fn payload(
     row: &QueryResult,
+    backend: DbBackend,
     column: impl sea_orm::ColIdx,
     operation: &'static str,
 ) -> Result<Option<outbox_core::Payload>, StoreError> {
-    row.try_get_by::<Option<StoredPayload>, _>(column)
-        .map(|stored| stored.map(Into::into))
-        .map_err(op(operation))
+    match backend {
+        DbBackend::Sqlite => row
+            .try_get_by::<Option<String>, _>(column)
+            .map(|stored| stored.map(outbox_core::Payload::from_stored)),
+        _ => row
+            .try_get_by::<Option<StoredPayload>, _>(column)
+            .map(|stored| stored.map(|stored| stored.0.into())),
+    }
+    .map_err(op(operation))
 }
 
 /// The outbox row of a result row; `None` when its `id` is null (a shard
@@ -116,7 +120,7 @@ pub(super) fn stored_row(
         shard: shard.clone(),
         category: get(row, "category", OP)?,
         object_identifier: get(row, "object_identifier", OP)?,
-        payload: payload(row, "payload", OP)?,
+        payload: payload(row, backend, "payload", OP)?,
         scheduled_from: time::get(row, backend, "scheduled_from")?,
         scheduled_for: time::get(row, backend, "scheduled_for")?,
         date_added,

@@ -144,7 +144,7 @@ pub async fn a_failure_in_the_middle_of_a_batch_holds_its_shard_and_no_other<B: 
             && message
                 .payload
                 .as_ref()
-                .is_some_and(|p| p.to_value()["v"] == 3)
+                .is_some_and(|p| p.to_value_or_text()["v"] == 3)
     });
     let receivers = recorder.batch_receivers(&[OutboxCategory::OrganizationWebhook]);
     let drainer = batched_drainer::<B>(store.clone(), receivers, &clock);

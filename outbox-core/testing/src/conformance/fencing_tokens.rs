@@ -74,7 +74,10 @@ impl Replica {
         let fenced = book.apply(message, || {
             self.state.lock().unwrap().insert(
                 message.object_identifier,
-                v(&message.payload.as_ref().map(outbox_core::Payload::to_value)),
+                v(&message
+                    .payload
+                    .as_ref()
+                    .map(outbox_core::Payload::to_value_or_text)),
             );
         });
         if let Fenced::Superseded { .. } = fenced {

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{QueryResult, TryGetable};
+use sea_orm::{DbBackend, QueryResult, TryGetable};
 
 use outbox_core::uuid::Uuid;
 use outbox_core::{
@@ -215,7 +215,7 @@ fn stored_row(row: &QueryResult, shard: &ShardKey) -> Result<Option<StoredRow>, 
         shard: shard.clone(),
         category: at(row, column::CATEGORY)?,
         object_identifier: at(row, column::OBJECT_IDENTIFIER)?,
-        payload: codec::payload(row, column::PAYLOAD, OP)?,
+        payload: codec::payload(row, DbBackend::Postgres, column::PAYLOAD, OP)?,
         scheduled_from: at(row, column::SCHEDULED_FROM)?,
         scheduled_for: at(row, column::SCHEDULED_FOR)?,
         date_added,
