@@ -128,6 +128,18 @@ pub enum JetStreamError {
         /// What the client or the server said.
         source: PublishError,
     },
+    /// The message's stored payload is not JSON (a row written by hand on
+    /// SQLite, whose `json` column is text): not published. Permanent: it
+    /// will not become JSON.
+    #[error(
+        "message {message_id}'s stored payload is not JSON (written outside the library?), so it \
+         is not published; it is quarantined, or dead-lettered where its scope allows, until an \
+         operator sets it aside"
+    )]
+    PayloadNotJson {
+        /// The message id.
+        message_id: Uuid,
+    },
     /// Any other failure: the connection is lost, the stream refused the
     /// message (full, with `discard: new`), JetStream answered an error.
     /// Transient.
@@ -146,11 +158,14 @@ pub enum JetStreamError {
 }
 
 impl JetStreamError {
-    /// Whether retrying cannot help: [`InvalidSubject`](Self::InvalidSubject)
-    /// and [`TooLarge`](Self::TooLarge). [`JetStreamSink::receiver`](super::JetStreamSink::receiver)
+    /// Whether retrying cannot help: [`InvalidSubject`](Self::InvalidSubject),
+    /// [`TooLarge`](Self::TooLarge) and [`PayloadNotJson`](Self::PayloadNotJson). [`JetStreamSink::receiver`](super::JetStreamSink::receiver)
     /// returns those as [`permanent`](crate::permanent) errors.
     pub fn is_permanent(&self) -> bool {
-        matches!(self, Self::InvalidSubject(_) | Self::TooLarge { .. })
+        matches!(
+            self,
+            Self::InvalidSubject(_) | Self::TooLarge { .. } | Self::PayloadNotJson { .. }
+        )
     }
 
     pub(super) fn from_publish(subject: &str, message_id: Uuid, source: PublishError) -> Self {

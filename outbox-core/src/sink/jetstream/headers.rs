@@ -122,6 +122,21 @@ mod tests {
     }
 
     #[test]
+    fn the_body_is_the_stored_json_and_a_text_that_is_not_json_is_refused() {
+        let mut message = message(None);
+        assert_eq!(super::super::body(&message).unwrap(), b"");
+        message.payload = Some(crate::Payload::from_stored(r#"{"cents": 990}"#.to_owned()));
+        assert_eq!(super::super::body(&message).unwrap(), br#"{"cents": 990}"#);
+        message.payload = Some(crate::Payload::from_stored("{not json".to_owned()));
+        let error = super::super::body(&message).unwrap_err();
+        assert!(
+            matches!(error, super::super::JetStreamError::PayloadNotJson { .. }),
+            "{error}"
+        );
+        assert!(error.is_permanent());
+    }
+
+    #[test]
     fn headers_describe_the_message() {
         let headers = headers(&message(None));
         assert_eq!(

@@ -486,14 +486,10 @@ impl JetStreamSink {
     /// payload's JSON text; empty without a payload).
     fn outgoing<C: Category>(&self, message: &Message<C>) -> Result<Outgoing, JetStreamError> {
         let subject = self.subject(message)?;
-        let body = match &message.payload {
-            Some(payload) => payload.as_bytes().to_vec(),
-            None => Vec::new(),
-        };
         Ok(Outgoing {
             subject,
             headers: headers(message),
-            body,
+            body: body(message)?,
         })
     }
 
@@ -599,6 +595,18 @@ impl JetStreamSink {
     pub fn with_ack_timeout(mut self, timeout: Duration) -> Self {
         self.ack_timeout = timeout;
         self
+    }
+}
+
+/// The body published for `message`: the payload's JSON text, empty without
+/// a payload; a stored text that is not JSON is refused.
+fn body<C: Category>(message: &Message<C>) -> Result<Vec<u8>, JetStreamError> {
+    match &message.payload {
+        Some(payload) if payload.is_json() => Ok(payload.as_bytes().to_vec()),
+        Some(_) => Err(JetStreamError::PayloadNotJson {
+            message_id: message.message_id,
+        }),
+        None => Ok(Vec::new()),
     }
 }
 

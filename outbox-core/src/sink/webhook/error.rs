@@ -42,6 +42,7 @@ pub enum WebhookSetupError {
 /// | any other failure of the request | [`Request`](Self::Request) | transient |
 /// | `5xx`, `408 Request Timeout`, `429 Too Many Requests` | [`Status`](Self::Status) | transient, waiting at least its `Retry-After` |
 /// | any other `4xx`, a `3xx` (redirects are not followed) | [`Status`](Self::Status) | permanent: quarantine or dead letter |
+/// | a stored payload that is not JSON (written by hand on SQLite) | [`PayloadNotJson`](Self::PayloadNotJson) | permanent, nothing sent |
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WebhookError {
@@ -85,6 +86,19 @@ pub enum WebhookError {
         message_id: Uuid,
         /// The client's error (without the URL).
         source: reqwest::Error,
+    },
+    /// The message's stored payload is not JSON (a row written by hand on
+    /// SQLite, whose `json` column is text): not sent. Permanent.
+    #[error(
+        "message {message_id}'s stored payload is not JSON (written outside the library?), so it \
+         is not sent to webhook {endpoint}; it is quarantined, or dead-lettered where its scope \
+         allows, until an operator sets it aside"
+    )]
+    PayloadNotJson {
+        /// The endpoint, without credentials or query.
+        endpoint: String,
+        /// The message id.
+        message_id: Uuid,
     },
     /// The endpoint answered with a status that is not a success.
     #[error(
@@ -133,6 +147,7 @@ impl WebhookError {
     pub fn is_permanent(&self) -> bool {
         match self {
             Self::Status { status, .. } => is_permanent_status(*status),
+            Self::PayloadNotJson { .. } => true,
             _ => false,
         }
     }

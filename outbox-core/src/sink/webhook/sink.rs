@@ -219,6 +219,16 @@ impl WebhookSink {
         err(level = "debug")
     )]
     pub async fn deliver<C: Category>(&self, message: &Message<C>) -> Result<(), WebhookError> {
+        if message
+            .payload
+            .as_ref()
+            .is_some_and(|payload| !payload.is_json())
+        {
+            return Err(WebhookError::PayloadNotJson {
+                endpoint: self.endpoint.to_string(),
+                message_id: message.message_id,
+            });
+        }
         let SignedRequest { headers, body } = self.signed_request(message, unix_now());
         let message_id = message.message_id;
         let client_error =
@@ -286,5 +296,48 @@ fn parse_url(url: &str) -> Result<Url, WebhookSetupError> {
         scheme => Err(WebhookSetupError::UnsupportedScheme {
             scheme: scheme.to_owned(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FencingToken, Payload, ShardKey};
+
+    crate::registry! {
+        ShopScope = 0 {
+            PriceChanged = 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stored_payload_that_is_not_json_is_refused_before_any_request() {
+        // Port 9 (discard): a request would fail to connect, a transient
+        // error; the refusal comes first, and is permanent.
+        let keys = WebhookKeys::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let sink = WebhookSink::new("http://127.0.0.1:9/hook", keys).unwrap();
+        let now = chrono::Utc::now();
+        let message = Message {
+            id: 1,
+            message_id: uuid::Uuid::nil(),
+            first_id: 1,
+            coalesced: 1,
+            shard: ShardKey::region(OutboxScope::ShopScope, 42),
+            fence: FencingToken::new(1),
+            category: OutboxCategory::PriceChanged,
+            object_identifier: 7,
+            payload: Some(Payload::from_stored("{not json".to_owned())),
+            date_added: now,
+            scheduled_for: now,
+            scheduled_from: now,
+            synchronous: false,
+            traceparent: None,
+        };
+        let error = sink.deliver(&message).await.unwrap_err();
+        assert!(
+            matches!(error, WebhookError::PayloadNotJson { .. }),
+            "{error}"
+        );
+        assert!(error.is_permanent());
     }
 }
