@@ -136,6 +136,7 @@
 //! | connection lost, stream full, any other JetStream error | [`JetStreamError::Publish`] | transient |
 //! | message larger than the server's `max_payload` or the stream's `max_message_size` | [`JetStreamError::TooLarge`] | permanent |
 //! | a region name that cannot be a subject token | [`JetStreamError::InvalidSubject`] | permanent |
+//! | a stored payload that is not JSON (written by hand on SQLite) | [`JetStreamError::PayloadNotJson`] | permanent, nothing published |
 //!
 //! A missing stream is transient, not permanent: it is what a deploy that
 //! starts the workers before the stream is created looks like, and a
