@@ -16,7 +16,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{DbBackend, QueryResult, TryGetable};
+use std::sync::Arc;
+
+use sea_orm::sqlx;
+use sea_orm::{DbErr, QueryResult, RuntimeErr};
 
 use outbox_core::uuid::Uuid;
 use outbox_core::{
@@ -59,8 +62,21 @@ mod column {
 
 const OP: &str = "claim due shards";
 
-fn at<T: TryGetable>(row: &QueryResult, index: usize) -> Result<T, StoreError> {
-    row.try_get_by_index(index).map_err(codec::op(OP))
+/// Reads column `index` straight from the driver's row: SeaORM's reader
+/// formats an error text for every NULL it then reads as `None` (the
+/// leased bucket and the trace context are NULL on most rows of a claim).
+fn at<T>(row: &QueryResult, index: usize) -> Result<T, StoreError>
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
+    match row.try_as_pg_row() {
+        Some(pg) => sqlx::Row::try_get(pg, index)
+            .map_err(|error| codec::op(OP)(DbErr::Query(RuntimeErr::SqlxError(Arc::new(error))))),
+        None => Err(StoreError::Malformed {
+            what: OP,
+            detail: "a PostgreSQL claim's row did not come from PostgreSQL".to_owned(),
+        }),
+    }
 }
 
 /// Builds a [`DueClaim`] from its rows, one at a time.
@@ -215,7 +231,11 @@ fn stored_row(row: &QueryResult, shard: &ShardKey) -> Result<Option<StoredRow>, 
         shard: shard.clone(),
         category: at(row, column::CATEGORY)?,
         object_identifier: at(row, column::OBJECT_IDENTIFIER)?,
-        payload: codec::payload(row, DbBackend::Postgres, column::PAYLOAD, OP)?,
+        payload: at::<Option<sqlx::types::Json<Box<serde_json::value::RawValue>>>>(
+            row,
+            column::PAYLOAD,
+        )?
+        .map(|json| json.0.into()),
         scheduled_from: at(row, column::SCHEDULED_FROM)?,
         scheduled_for: at(row, column::SCHEDULED_FOR)?,
         date_added,
