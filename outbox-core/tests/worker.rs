@@ -208,3 +208,50 @@ async fn after_a_claim_of_several_shards_rows_woken_meanwhile_wait_for_one_claim
     assert_eq!(fences[0], fences[1], "the gathered rows took two claims");
     worker.shutdown().await;
 }
+
+/// Rows passed over because another round of the worker held their bucket
+/// are claimed when that round ends, not at the next poll: here a round
+/// whose claim took everything it saw (so it wakes nobody as it releases
+/// its bucket) holds the bucket of a row written after its claim. On tokio's
+/// paused clock a wait for the poll interval would be a jump of an hour.
+#[tokio::test(start_paused = true)]
+async fn rows_passed_over_in_a_held_bucket_are_claimed_when_the_holder_ends() {
+    use tokio::time::Instant;
+    let poll = Duration::from_secs(3600);
+    let store = MemoryStore::new();
+    let recorder = Recorder::<OutboxCategory>::new();
+    let gate = recorder.hold_when(|message| message.shard_identifier() == 1);
+    store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
+    let worker = WorkerBuilder::new(Drainer::new(store.clone(), recorder.receivers()))
+        .poll_interval(poll)
+        .gauge_interval(None)
+        .spawn();
+    // The first round holds org 1's bucket while its receiver waits.
+    gate.reached(1).await;
+
+    // A row of another shard of that bucket, written after the first
+    // round's claim: the claim it wakes passes it over.
+    let neighbour = org(1 + i64::from(outbox_core::CLAIM_BUCKETS));
+    assert_eq!(neighbour.bucket(), org(1).bucket());
+    store.write(&neighbour, OutboxCategory::OrgUpdate, 2, None);
+    worker.waker().wake(OutboxKind::Region).await;
+    // Paused time moves only once every task waits: that claim is done.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(recorder.deliveries().is_empty(), "the bucket was held");
+
+    let released = Instant::now();
+    gate.open();
+    assert!(recorder.wait_for(2, poll * 2).await);
+    // Nothing here waits on the clock: any time passed is the poll's.
+    assert!(
+        released.elapsed() < Duration::from_secs(1),
+        "the passed-over row waited for the poll interval"
+    );
+    let shards: Vec<_> = recorder
+        .deliveries()
+        .iter()
+        .map(|delivery| delivery.shard.identifier())
+        .collect();
+    assert_eq!(shards, [1, neighbour.identifier()]);
+    worker.shutdown().await;
+}

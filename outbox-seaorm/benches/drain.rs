@@ -37,7 +37,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 use serde_json::json;
 
 mod support;
-use support::{drain_all, fill, floor, median, rate, stmt, OutboxCategory};
+use support::{drain_all, drain_as_worker, fill, floor, median, rate, stmt, OutboxCategory};
 
 /// One drain scenario.
 struct Scenario {
@@ -47,6 +47,9 @@ struct Scenario {
     /// Objects per shard (coalescing), or one object per message.
     objects_per_shard: Option<i64>,
     tasks: usize,
+    /// Drained by an `OutboxWorker` with its defaults instead of `tasks`
+    /// loops of `drain_due`.
+    worker: bool,
     repeats: usize,
 }
 
@@ -59,7 +62,11 @@ async fn drain(db: &DatabaseConnection, scenario: &Scenario) -> (Duration, usize
         scenario.objects_per_shard,
     )
     .await;
-    drain_all(db, config(), scenario.tasks).await
+    if scenario.worker {
+        drain_as_worker(db, config(), scenario.messages as usize).await
+    } else {
+        drain_all(db, config(), scenario.tasks).await
+    }
 }
 
 /// The drain's tuning: defaults, or `OUTBOX_BENCH_BATCH_SIZE` to explore.
@@ -136,6 +143,7 @@ async fn main() {
             shards: 20_000,
             objects_per_shard: None,
             tasks: 1,
+            worker: false,
             repeats: 5,
         },
         Scenario {
@@ -144,6 +152,16 @@ async fn main() {
             shards: 20_000,
             objects_per_shard: None,
             tasks: 2,
+            worker: false,
+            repeats: 5,
+        },
+        Scenario {
+            label: "(aw) the same, OutboxWorker's defaults",
+            messages: 20_000,
+            shards: 20_000,
+            objects_per_shard: None,
+            tasks: 1,
+            worker: true,
             repeats: 5,
         },
         Scenario {
@@ -152,6 +170,7 @@ async fn main() {
             shards: 100,
             objects_per_shard: None,
             tasks: 1,
+            worker: false,
             repeats: 5,
         },
         Scenario {
@@ -160,6 +179,7 @@ async fn main() {
             shards: 100,
             objects_per_shard: Some(10),
             tasks: 1,
+            worker: false,
             repeats: 5,
         },
     ];
@@ -170,6 +190,7 @@ async fn main() {
             shards: 100_000,
             objects_per_shard: None,
             tasks: 1,
+            worker: false,
             repeats: 1,
         });
         scenarios.push(Scenario {
@@ -178,6 +199,7 @@ async fn main() {
             shards: 1_000_000,
             objects_per_shard: None,
             tasks: 1,
+            worker: false,
             repeats: 1,
         });
     }
@@ -192,6 +214,7 @@ async fn main() {
         "  {:<44}  {:>9} {:>9} {:>6}  {:>9} {:>6}  deliveries",
         "scenario", "floor/s", "msgs/s", "ratio", "WAL B/msg", "ratio"
     );
+    let verbose = std::env::var("OUTBOX_BENCH_VERBOSE").is_ok_and(|v| v == "1");
     for scenario in &scenarios {
         // Each run of ours right after a run of the floor; the ratios are
         // the median of those pairs (the machine's speed drifts between
@@ -209,6 +232,13 @@ async fn main() {
             rates.push(ours);
             ratios.push(ours / floor_rate);
             wal_ratios.push(bytes as f64 / floor_bytes as f64);
+            if verbose {
+                eprintln!(
+                    "    {}: floor {floor_rate:.0}/s, ours {ours:.0}/s ({:.2}x)",
+                    scenario.label,
+                    ours / floor_rate
+                );
+            }
             our_wal.push(bytes as f64 / scenario.messages as f64);
             deliveries = delivered;
         }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch, Semaphore};
+use tokio::sync::{oneshot, watch, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -69,6 +69,10 @@ pub(super) async fn drain_loop<C: Category>(
     rounds_in_flight: Arc<Semaphore>,
 ) {
     let _draining = shared.waker.draining(kind);
+    // Every round of this loop says here when it has ended (see the sleep
+    // below).
+    let round_ended = Arc::new(Notify::new());
+    let rounds_at_most = rounds_in_flight.available_permits();
     let mut error_delay = FIRST_ERROR_DELAY;
     let mut announced = false;
     loop {
@@ -84,6 +88,11 @@ pub(super) async fn drain_loop<C: Category>(
         let notified = shared.waker.notified(kind);
         tokio::pin!(notified);
         notified.as_mut().enable();
+        let ended = round_ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        // Rounds still delivering hold buckets this claim will pass over.
+        let others_in_flight = rounds_in_flight.available_permits() < rounds_at_most;
         let permit = tokio::select! {
             permit = rounds_in_flight.clone().acquire_owned() => match permit {
                 Ok(permit) => permit,
@@ -95,14 +104,18 @@ pub(super) async fn drain_loop<C: Category>(
         let claim_started = tokio::time::Instant::now();
         let drainer = shared.drainer.clone();
         let cut_off = shared.cut_off.clone();
+        let ended_here = round_ended.clone();
         shared.rounds.spawn(async move {
             let _permit = permit;
             tokio::select! {
-                result = drainer.round_due(kind, None, Some(started)) => {
-                    if let Err(error) = result {
+                result = drainer.round_due(kind, None, Some(started)) => match result {
+                    // It held buckets, and has released them.
+                    Ok(report) if report.shards > 0 => ended_here.notify_waiters(),
+                    Ok(_) => {}
+                    Err(error) => {
                         tracing::warn!(%error, kind = kind.as_str(), "outbox drain round failed");
                     }
-                }
+                },
                 // Dropping the round files its claims for release.
                 () = cut_off.cancelled() => {}
             }
@@ -136,17 +149,24 @@ pub(super) async fn drain_loop<C: Category>(
             }
         };
         shared.announce(&mut announced);
-        tokio::select! {
-            () = &mut notified => {
-                if let Some(at) = gathered {
-                    tokio::select! {
-                        () = tokio::time::sleep_until(at) => {}
-                        () = shared.stop.cancelled() => {}
-                    }
-                }
+        // Woken by new rows, or, when other rounds were in flight as the
+        // claim began, by the end of a round (since the claim began: the
+        // future was registered then): the claim found nothing more among
+        // the buckets it could take, but rows due in buckets those rounds
+        // held were passed over, and a round whose own claim took
+        // everything it saw wakes nobody when it releases them (they then
+        // waited for the poll interval: a second, under a backlog).
+        let woken = tokio::select! {
+            () = &mut notified => true,
+            () = &mut ended, if others_in_flight => true,
+            () = tokio::time::sleep(wait) => false,
+            () = shared.stop.cancelled() => false,
+        };
+        if let (true, Some(at)) = (woken, gathered) {
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => {}
+                () = shared.stop.cancelled() => {}
             }
-            () = tokio::time::sleep(wait) => {}
-            () = shared.stop.cancelled() => {}
         }
     }
 }

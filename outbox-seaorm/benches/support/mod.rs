@@ -165,6 +165,60 @@ pub async fn drain_all(
     (elapsed, deliveries, wal)
 }
 
+/// The drain as a service runs it: an `OutboxWorker` with its defaults
+/// (`DEFAULT_ROUNDS_IN_FLIGHT` rounds at once, each claimed as soon as the
+/// last one's claim returned), from its start until `messages` rows have been
+/// delivered: elapsed time, deliveries, WAL bytes. The backlog gauges and
+/// the history's pruning are off (they have nothing to do with the drain's
+/// rate and would run once at start).
+pub async fn drain_as_worker(
+    db: &DatabaseConnection,
+    config: DrainConfig,
+    messages: usize,
+) -> (Duration, usize, i64) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let delivered = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(tokio::sync::Notify::new());
+    let receivers = Receivers::new().on(OutboxCategory::BenchUpdate, {
+        let delivered = delivered.clone();
+        let done = done.clone();
+        move |_message| {
+            if delivered.fetch_add(1, Ordering::Relaxed) + 1 == messages {
+                done.notify_one();
+            }
+            async { Ok::<_, HandlerError>(()) }
+        }
+    });
+    let drainer = Drainer::builder(SeaOrmStore::new(db.clone()).unwrap(), receivers)
+        .config(config)
+        .build();
+    let wal = wal_position(db).await;
+    // It claims as soon as it starts.
+    let started = Instant::now();
+    let worker = outbox_core::worker::WorkerBuilder::new(drainer.clone())
+        .kinds([OutboxKind::Region])
+        .gauge_interval(None)
+        .history_retention(None)
+        .spawn();
+    done.notified().await;
+    // The last rounds' commits, counted in the time as the floor's last
+    // delete is: the shutdown lets the rounds in flight finish.
+    worker.shutdown().await;
+    let elapsed = started.elapsed();
+    let wal = wal_since(db, &wal).await;
+    assert_eq!(
+        drainer
+            .view()
+            .pending_count(OutboxKind::Region)
+            .await
+            .unwrap(),
+        0
+    );
+    (elapsed, delivered.load(Ordering::Relaxed), wal)
+}
+
 /// The median (sorts `values`).
 pub fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
