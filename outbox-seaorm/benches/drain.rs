@@ -12,7 +12,9 @@
 //!   UPDATE SKIP LOCKED) RETURNING …` through the same driver, over a table of
 //!   the same size;
 //! - (a) 20,000 messages over 20,000 shards, (a′) the same with two drain
-//!   tasks, (b) over 100 shards, (c) 20,000 updates of 1,000 objects
+//!   tasks, (aw) the same drained by an `OutboxWorker` with its defaults (up
+//!   to four rounds in flight, from its start until the last commit), (b)
+//!   over 100 shards, (c) 20,000 updates of 1,000 objects
 //!   (coalescing); (d) a 1,000,000-message backlog, 10 per shard, and (e) one
 //!   per shard: each in messages per second and WAL bytes per message, with
 //!   its ratio to the floor run right before it (medians of 5 such pairs;
@@ -24,7 +26,10 @@
 //! ring (`outbox_migrations::OutboxRingMigrator`; the floor stays on its
 //! plain table). `OUTBOX_BENCH_SKIP_BACKLOG=1` leaves out (d) and (e); `OUTBOX_BENCH_ONLY=a`
 //! runs only scenario (a);
-//! `OUTBOX_BENCH_BATCH_SIZE` sets the drain's batch size.
+//! `OUTBOX_BENCH_BATCH_SIZE` sets the drain's batch size;
+//! `OUTBOX_BENCH_WORKER=1` drains every scenario as (aw) does, by an
+//! `OutboxWorker` with its defaults; `OUTBOX_BENCH_VERBOSE=1` prints each
+//! pair's rates.
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -62,7 +67,7 @@ async fn drain(db: &DatabaseConnection, scenario: &Scenario) -> (Duration, usize
         scenario.objects_per_shard,
     )
     .await;
-    if scenario.worker {
+    if scenario.worker || std::env::var("OUTBOX_BENCH_WORKER").is_ok_and(|v| v == "1") {
         drain_as_worker(db, config(), scenario.messages as usize).await
     } else {
         drain_all(db, config(), scenario.tasks).await

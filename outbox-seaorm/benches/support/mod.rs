@@ -167,10 +167,11 @@ pub async fn drain_all(
 
 /// The drain as a service runs it: an `OutboxWorker` with its defaults
 /// (`DEFAULT_ROUNDS_IN_FLIGHT` rounds at once, each claimed as soon as the
-/// last one's claim returned), from its start until `messages` rows have been
-/// delivered: elapsed time, deliveries, WAL bytes. The backlog gauges and
-/// the history's pruning are off (they have nothing to do with the drain's
-/// rate and would run once at start).
+/// last one's claim returned), from its start until `messages` rows have
+/// been acknowledged (coalesced rows included) and its rounds have ended:
+/// elapsed time, deliveries, WAL bytes. The backlog gauges and the
+/// history's pruning are off (they have nothing to do with the drain's rate
+/// and would run once at start).
 pub async fn drain_as_worker(
     db: &DatabaseConnection,
     config: DrainConfig,
@@ -180,14 +181,19 @@ pub async fn drain_as_worker(
     use std::sync::Arc;
 
     let delivered = Arc::new(AtomicUsize::new(0));
+    let acknowledged = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(tokio::sync::Notify::new());
     let receivers = Receivers::new().on(OutboxCategory::BenchUpdate, {
         let delivered = delivered.clone();
+        let acknowledged = acknowledged.clone();
         let done = done.clone();
-        move |_message| {
-            if delivered.fetch_add(1, Ordering::Relaxed) + 1 == messages {
+        move |message| {
+            // Rows acknowledged, coalesced ones included.
+            let rows = message.coalesced;
+            if acknowledged.fetch_add(rows, Ordering::Relaxed) + rows == messages {
                 done.notify_one();
             }
+            delivered.fetch_add(1, Ordering::Relaxed);
             async { Ok::<_, HandlerError>(()) }
         }
     });
