@@ -13,7 +13,9 @@
 //!   `LISTEN`), or by its poll interval, whichever comes first. Under load
 //!   (its last claim took [`GATHER_FROM_SHARDS`] shards or more) a wake-up
 //!   waits out the gather window first ([`WorkerBuilder::gather`]), so that
-//!   the rows committed meanwhile go to one claim.
+//!   the rows committed meanwhile go to one claim. When other rounds were in
+//!   flight as its claim began, the end of one of them wakes it too: the rows
+//!   of the buckets they held were passed over.
 //! - When the store fails, rounds are retried with doubling delays (100 ms up
 //!   to 30 s); when the wake-up source fails, the worker says so once and
 //!   polls until it is back.
