@@ -63,8 +63,10 @@ struct Progress {
     handed: AtomicU64,
     /// The sequence up to which every hand-off is completed (or failed).
     completed: watch::Sender<u64>,
-    /// The buckets whose lease waits for a completion, with the sequence of
-    /// its hand-off.
+    /// Every bucket a hand-off of this process leased, with the sequence of
+    /// the last such hand-off: its lease waits for that completion while the
+    /// sequence is above `completed`, and was released by it once not. (At
+    /// most one entry per bucket: the map stays as small as the buckets.)
     buckets: Mutex<HashMap<(OutboxKind, i32), u64>>,
 }
 
@@ -162,7 +164,20 @@ impl Completer {
     /// The hand-off whose completion will release `bucket` of `kind`, if
     /// one waits for it in this process.
     pub(crate) fn releasing(&self, kind: OutboxKind, bucket: i32) -> Option<u64> {
-        lock(&self.progress.buckets).get(&(kind, bucket)).copied()
+        let sequence = lock(&self.progress.buckets).get(&(kind, bucket)).copied()?;
+        (sequence > self.completed_through()).then_some(sequence)
+    }
+
+    /// Whether a completion since the hand-off `since` (the sequence
+    /// completed through then) released `bucket` of `kind`: a flush that
+    /// found the bucket held may find it free now. A bucket another
+    /// process holds, or one this process's flushes released before, says
+    /// no, however many other buckets were released meanwhile.
+    pub(crate) fn released_since(&self, kind: OutboxKind, bucket: i32, since: u64) -> bool {
+        let completed = self.completed_through();
+        lock(&self.progress.buckets)
+            .get(&(kind, bucket))
+            .is_some_and(|&sequence| sequence > since && sequence <= completed)
     }
 
     /// The sequence up to which hand-offs are completed (or failed).
@@ -226,7 +241,6 @@ async fn run(
                 }
             }
         }
-        lock(&progress.buckets).retain(|_, sequence| *sequence > last);
         progress
             .completed
             .send_modify(|done| *done = (*done).max(last));

@@ -10,9 +10,11 @@
 //!   the claim visible together. After the commit the rows the claim read
 //!   are delivered at once, and the delete and release go to the drainer's
 //!   completer (`drain::complete`), so the caller waits for its receivers
-//!   only: no statement after the `COMMIT`. A shard whose bucket was held is
-//!   left to the background drain, never waited for; a rollback takes the
-//!   claim back with the rows.
+//!   only: no statement after the `COMMIT`. A shard whose bucket another
+//!   process or round held is left to the background drain, never waited
+//!   for (one that a completion of this process's flushes is about to
+//!   release, or released since the claim, is claimed again once free); a
+//!   rollback takes the claim back with the rows.
 //! - **Claimed after the commit** ([`Drainer::drain_shard`]): claims the
 //!   shard's bucket (waiting up to `sync_wait` while another worker holds
 //!   it), delivers and commits: two statements after the `COMMIT`. For
@@ -327,14 +329,12 @@ impl<C: Category> PreparedFlush<C> {
             match flush.found {
                 Some(found) => {
                     let leave_held = self.leave_held;
-                    let released_since = self.drainer.engine().completer().completed_through()
-                        > flush.completed_through;
                     deliver_claimed(
                         &self.drainer,
                         flush.request,
                         flush.shards.into_iter().zip(found).collect(),
                         leave_held,
-                        released_since,
+                        flush.completed_through,
                         &mut outcome,
                     )
                     .await;
@@ -359,7 +359,7 @@ async fn deliver_claimed<C: Category>(
     request: ClaimRequest,
     found: Vec<((ShardKey, i64), ShardClaim)>,
     leave_held: bool,
-    released_since: bool,
+    claimed_through: u64,
     outcome: &mut FlushOutcome,
 ) {
     let sorted = sort_found(
@@ -367,7 +367,7 @@ async fn deliver_claimed<C: Category>(
         &request,
         found,
         leave_held,
-        released_since,
+        claimed_through,
         outcome,
     );
     if !sorted.claimed.is_empty() {
@@ -403,12 +403,14 @@ struct Found {
 
 /// Sorts the claim's answer per shard; a held shard left to the background
 /// and a shard that backs off are reported in `outcome` at once.
+/// `claimed_through`: the hand-offs the completer had completed when the
+/// claim ran.
 fn sort_found<C: Category>(
     drainer: &Drainer<C>,
     request: &ClaimRequest,
     found: Vec<((ShardKey, i64), ShardClaim)>,
     leave_held: bool,
-    released_since: bool,
+    claimed_through: u64,
     outcome: &mut FlushOutcome,
 ) -> Found {
     let mut sorted = Found {
@@ -429,15 +431,17 @@ fn sort_found<C: Category>(
             }
             ShardClaim::Held if !leave_held => sorted.unfinished.push((shard, up_to, sync_wait)),
             // Held by a flush of this process whose completion is on its way
-            // (the previous request on the shard, say), or a completion of
-            // this process released buckets since the claim (this one,
-            // perhaps): claimed again once it is released. The background
-            // drain, woken by this request's commit, may take the bucket
-            // first: then the flush waits for its round (which delivers
-            // these rows) up to `sync_wait`, instead of answering before
-            // they are delivered.
+            // (the previous request on the shard, say), or whose completion
+            // released this very bucket since the claim: claimed again once
+            // it is released. The background drain, woken by this request's
+            // commit, may take the bucket first: then the flush waits for
+            // its round (which delivers these rows) up to `sync_wait`,
+            // instead of answering before they are delivered. A bucket held
+            // by another process is not waited for, whatever this process
+            // released meanwhile (a paused process's lease would hold the
+            // request until it ends).
             ShardClaim::Held
-                if released_since
+                if completer.released_since(shard.kind(), shard.bucket(), claimed_through)
                     || completer.releasing(shard.kind(), shard.bucket()).is_some() =>
             {
                 sorted.unfinished.push((shard, up_to, sync_wait));

@@ -403,3 +403,84 @@ pub async fn a_flush_delivers_the_older_rows_of_its_shard_first<B: Backend>(back
     );
     assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
 }
+
+/// Another process holds a shard's bucket (its round delivers it); a request
+/// writes that shard and claims before its commit, finds the bucket held,
+/// and meanwhile another request of the same process, on a shard of
+/// another bucket, is flushed and completed. The first flush still reports
+/// [`FlushError::ShardBusy`] at once: what this process released says
+/// nothing of a bucket another process holds (it used to wait up to
+/// `sync_wait` for that lease: in the chaos suite's pause scenario, a
+/// create through the other process of a frozen one waited 2.7 s).
+pub async fn a_flush_waits_for_no_bucket_held_elsewhere_when_other_buckets_were_released<
+    B: Backend,
+>(
+    backend: &B,
+) {
+    let store = backend.fresh("flush_held_elsewhere").await;
+    let shard = org(1);
+    let elsewhere = org(2);
+    assert_ne!(shard.bucket(), elsewhere.bucket());
+    let first = backend.write(&store, &[update(&shard, 1, 1)]).await[0];
+    let clock = ManualClock::starting_now();
+    let config = DrainConfig::default().lease(LONG_LEASE);
+    let drained = Recorder::new();
+    let gate = drained.hold_when(|message| message.object_identifier == 1);
+    let holder = drainer(store.clone(), &drained, &clock, config);
+    let round = tokio::spawn({
+        let holder = holder.clone();
+        async move { holder.drain_due(OutboxKind::Region).await.unwrap() }
+    });
+    gate.reached(1).await;
+
+    let flushed = Recorder::new();
+    let flusher = drainer(
+        backend.reconnect(&store).await,
+        &flushed,
+        &clock,
+        config.sync_wait(Duration::from_secs(3600)),
+    );
+    let (txn, ids) = begin_with(backend, &store, &[update(&shard, 2, 2)]).await;
+    let mut held = flusher.prepare_flush([(shard.clone(), ids[0])]);
+    held.leave_held_to_background();
+    at_once("the claim of a held shard", held.claim(&*txn))
+        .await
+        .unwrap();
+    txn.commit().await;
+
+    // Another request of this process, flushed and completed meanwhile.
+    let (txn, other_ids) = begin_with(backend, &store, &[update(&elsewhere, 3, 3)]).await;
+    let mut other = flusher.prepare_flush([(elsewhere.clone(), other_ids[0])]);
+    other.leave_held_to_background();
+    other.claim(&*txn).await.unwrap();
+    txn.commit().await;
+    let outcome = at_once("a flush of a free shard", other.deliver()).await;
+    assert_eq!((outcome.report.deliveries, outcome.errors.len()), (1, 0));
+    flusher.settled().await;
+
+    let outcome = at_once(
+        "a flush of a shard held elsewhere, after this process released another bucket",
+        held.deliver(),
+    )
+    .await;
+    assert_eq!(outcome.report.deliveries, 0);
+    match outcome.errors.as_slice() {
+        [FlushError::ShardBusy {
+            shard: busy,
+            waited,
+        }] => {
+            assert_eq!(busy, &shard);
+            assert_eq!(*waited, Duration::ZERO);
+        }
+        other => panic!("expected the shard to be busy, got {other:?}"),
+    }
+
+    gate.open();
+    assert_eq!(round.await.unwrap().deliveries, 1);
+    let report = holder.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(report.deliveries, 1);
+    assert_eq!(shape(&drained), vec![(1, first, false), (2, ids[0], false)]);
+    assert_eq!(shape(&flushed), vec![(3, other_ids[0], true)]);
+    flusher.settled().await;
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+}

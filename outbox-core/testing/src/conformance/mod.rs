@@ -327,6 +327,7 @@ macro_rules! conformance_tests {
             flush::a_request_that_rolls_back_after_its_claim_leaves_its_bucket_free,
             flush::a_flush_whose_completion_is_lost_is_delivered_again_once_its_lease_ends,
             flush::a_flush_whose_shard_is_held_leaves_it_to_the_background_at_once,
+            flush::a_flush_waits_for_no_bucket_held_elsewhere_when_other_buckets_were_released,
             flush::a_flush_delivers_the_older_rows_of_its_shard_first,
         );
     };
