@@ -60,7 +60,8 @@ impl<C: Category> Shared<C> {
 /// that more may be due, the next one starts while it delivers (at most
 /// `rounds_in_flight` at once), and so it does when the claim is still
 /// reading after `CLAIM_PATIENCE`; when the claim took everything due, the
-/// loop sleeps until woken (rows committed meanwhile wake it) or until its
+/// loop sleeps until woken (rows committed meanwhile wake it, and so does
+/// the end of a round that was in flight as the claim began) or until its
 /// poll interval has passed, and after a claim of several shards a wake-up
 /// waits out the gather window (`gather.rs`).
 pub(super) async fn drain_loop<C: Category>(
