@@ -12,8 +12,9 @@
 //!   UPDATE SKIP LOCKED) RETURNING …` through the same driver, over a table of
 //!   the same size;
 //! - (a) 20,000 messages over 20,000 shards, (a′) the same with two drain
-//!   tasks, (aw) the same drained by an `OutboxWorker` with its defaults (up
-//!   to four rounds in flight, from its start until the last commit), (b)
+//!   tasks, (aw) the same drained by the worker `OutboxWorker` runs, with its
+//!   defaults (up to four rounds in flight, from its start until the last
+//!   commit), (b)
 //!   over 100 shards, (c) 20,000 updates of 1,000 objects
 //!   (coalescing); (d) a 1,000,000-message backlog, 10 per shard, and (e) one
 //!   per shard: each in messages per second and WAL bytes per message, with
@@ -27,8 +28,7 @@
 //! plain table). `OUTBOX_BENCH_SKIP_BACKLOG=1` leaves out (d) and (e); `OUTBOX_BENCH_ONLY=a`
 //! runs only scenario (a);
 //! `OUTBOX_BENCH_BATCH_SIZE` sets the drain's batch size;
-//! `OUTBOX_BENCH_WORKER=1` drains every scenario as (aw) does, by an
-//! `OutboxWorker` with its defaults; `OUTBOX_BENCH_VERBOSE=1` prints each
+//! `OUTBOX_BENCH_WORKER=1` drains every scenario as (aw) does; `OUTBOX_BENCH_VERBOSE=1` prints each
 //! pair's rates.
 
 #![allow(missing_docs, clippy::unwrap_used)]
@@ -52,8 +52,8 @@ struct Scenario {
     /// Objects per shard (coalescing), or one object per message.
     objects_per_shard: Option<i64>,
     tasks: usize,
-    /// Drained by an `OutboxWorker` with its defaults instead of `tasks`
-    /// loops of `drain_due`.
+    /// Drained by the worker (`outbox_core::worker`) with its defaults
+    /// instead of `tasks` loops of `drain_due`.
     worker: bool,
     repeats: usize,
 }
@@ -161,7 +161,7 @@ async fn main() {
             repeats: 5,
         },
         Scenario {
-            label: "(aw) the same, OutboxWorker's defaults",
+            label: "(aw) the same, the worker's defaults",
             messages: 20_000,
             shards: 20_000,
             objects_per_shard: None,

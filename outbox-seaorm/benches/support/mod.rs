@@ -165,7 +165,8 @@ pub async fn drain_all(
     (elapsed, deliveries, wal)
 }
 
-/// The drain as a service runs it: an `OutboxWorker` with its defaults
+/// The drain as a service runs it: the worker `OutboxWorker` spawns
+/// (`outbox_core::worker`, here without a wake-up source) with its defaults
 /// (`DEFAULT_ROUNDS_IN_FLIGHT` rounds at once, each claimed as soon as the
 /// last one's claim returned), from its start until `messages` rows have
 /// been acknowledged (coalesced rows included) and its rounds have ended:
