@@ -286,28 +286,15 @@ pub async fn a_flush_whose_completion_is_lost_is_delivered_again_once_its_lease_
 pub async fn a_flush_whose_shard_is_held_leaves_it_to_the_background_at_once<B: Backend>(
     backend: &B,
 ) {
-    let store = backend.fresh("flush_held").await;
     let shard = org(1);
-    let first = backend.write(&store, &[update(&shard, 1, 1)]).await[0];
-    let clock = ManualClock::starting_now();
-    let config = DrainConfig::default().lease(LONG_LEASE);
-    let drained = Recorder::new();
-    let gate = drained.hold_when(|message| message.object_identifier == 1);
-    let holder = drainer(store.clone(), &drained, &clock, config);
-    let round = tokio::spawn({
-        let holder = holder.clone();
-        async move { holder.drain_due(OutboxKind::Region).await.unwrap() }
-    });
-    gate.reached(1).await;
-
-    let flushed = Recorder::new();
-    let flusher = drainer(
-        backend.reconnect(&store).await,
-        &flushed,
-        &clock,
-        config.sync_wait(Duration::from_secs(3600)),
-    );
-    let (txn, ids) = begin_with(backend, &store, &[update(&shard, 2, 2)]).await;
+    let held = HeldElsewhere::start(backend, "flush_held", &shard).await;
+    let HeldElsewhere {
+        ref store,
+        ref flusher,
+        ref flushed,
+        ..
+    } = held;
+    let (txn, ids) = begin_with(backend, store, &[update(&shard, 2, 2)]).await;
     let mut flush = flusher.prepare_flush([(shard.clone(), ids[0])]);
     flush.leave_held_to_background();
     at_once("the claim of a held shard", flush.claim(&*txn))
@@ -315,27 +302,91 @@ pub async fn a_flush_whose_shard_is_held_leaves_it_to_the_background_at_once<B: 
         .unwrap();
     txn.commit().await;
     let outcome = at_once("a flush of a held shard", flush.deliver()).await;
+    assert_busy_at_once(&outcome, &shard);
+    assert_eq!(flushed.calls(), 0, "the flush delivered nothing");
+    held.finish(ids[0]).await;
+}
+
+/// Another process's round holding a shard's bucket (its receiver waits at
+/// a gate for the shard's first row, object 1), and a flusher of this
+/// process with an hour of `sync_wait`.
+struct HeldElsewhere<B: Backend> {
+    store: B::Store,
+    first: i64,
+    holder: outbox_core::Drainer<super::OutboxCategory>,
+    round: tokio::task::JoinHandle<DrainReport>,
+    gate: crate::Gate,
+    drained: Recorder<super::OutboxCategory>,
+    flusher: outbox_core::Drainer<super::OutboxCategory>,
+    flushed: Recorder<super::OutboxCategory>,
+}
+
+impl<B: Backend> HeldElsewhere<B> {
+    async fn start(backend: &B, label: &str, shard: &outbox_core::ShardKey) -> Self {
+        let store = backend.fresh(label).await;
+        let first = backend.write(&store, &[update(shard, 1, 1)]).await[0];
+        let clock = ManualClock::starting_now();
+        let config = DrainConfig::default().lease(LONG_LEASE);
+        let drained = Recorder::new();
+        let gate = drained.hold_when(|message| message.object_identifier == 1);
+        let holder = drainer(store.clone(), &drained, &clock, config);
+        let round = tokio::spawn({
+            let holder = holder.clone();
+            async move { holder.drain_due(OutboxKind::Region).await.unwrap() }
+        });
+        gate.reached(1).await;
+        let flushed = Recorder::new();
+        let flusher = drainer(
+            backend.reconnect(&store).await,
+            &flushed,
+            &clock,
+            config.sync_wait(Duration::from_secs(3600)),
+        );
+        Self {
+            store,
+            first,
+            holder,
+            round,
+            gate,
+            drained,
+            flusher,
+            flushed,
+        }
+    }
+
+    /// Lets the round end; the next drain delivers the row `left` (object
+    /// 2) that a flush left to it; then nothing is pending.
+    async fn finish(self, left: i64) {
+        self.gate.open();
+        let report: DrainReport = self.round.await.unwrap();
+        assert_eq!(report.deliveries, 1);
+        let report = self.holder.drain_due(OutboxKind::Region).await.unwrap();
+        assert_eq!(report.deliveries, 1);
+        assert_eq!(
+            shape(&self.drained),
+            vec![(1, self.first, false), (2, left, false)]
+        );
+        self.flusher.settled().await;
+        assert_eq!(
+            self.store.pending_count(OutboxKind::Region).await.unwrap(),
+            0
+        );
+    }
+}
+
+/// The flush delivered nothing and reported `shard` busy, without waiting.
+fn assert_busy_at_once(outcome: &outbox_core::FlushOutcome, shard: &outbox_core::ShardKey) {
     assert_eq!(outcome.report.deliveries, 0);
     match outcome.errors.as_slice() {
         [FlushError::ShardBusy {
             shard: busy,
             waited,
         }] => {
-            assert_eq!(busy, &shard);
+            assert_eq!(busy, shard);
             assert_eq!(*waited, Duration::ZERO);
         }
         other => panic!("expected the shard to be busy, got {other:?}"),
     }
-    assert_eq!(flushed.calls(), 0, "the flush delivered nothing");
-
-    gate.open();
-    let report: DrainReport = round.await.unwrap();
-    assert_eq!(report.deliveries, 1);
-    let report = holder.drain_due(OutboxKind::Region).await.unwrap();
-    assert_eq!(report.deliveries, 1);
-    assert_eq!(shape(&drained), vec![(1, first, false), (2, ids[0], false)]);
-    flusher.settled().await;
-    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
 }
 
 /// A shard has older rows, committed earlier and still pending, and a
@@ -417,30 +468,17 @@ pub async fn a_flush_waits_for_no_bucket_held_elsewhere_when_other_buckets_were_
 >(
     backend: &B,
 ) {
-    let store = backend.fresh("flush_held_elsewhere").await;
     let shard = org(1);
     let elsewhere = org(2);
     assert_ne!(shard.bucket(), elsewhere.bucket());
-    let first = backend.write(&store, &[update(&shard, 1, 1)]).await[0];
-    let clock = ManualClock::starting_now();
-    let config = DrainConfig::default().lease(LONG_LEASE);
-    let drained = Recorder::new();
-    let gate = drained.hold_when(|message| message.object_identifier == 1);
-    let holder = drainer(store.clone(), &drained, &clock, config);
-    let round = tokio::spawn({
-        let holder = holder.clone();
-        async move { holder.drain_due(OutboxKind::Region).await.unwrap() }
-    });
-    gate.reached(1).await;
-
-    let flushed = Recorder::new();
-    let flusher = drainer(
-        backend.reconnect(&store).await,
-        &flushed,
-        &clock,
-        config.sync_wait(Duration::from_secs(3600)),
-    );
-    let (txn, ids) = begin_with(backend, &store, &[update(&shard, 2, 2)]).await;
+    let held_elsewhere = HeldElsewhere::start(backend, "flush_held_elsewhere", &shard).await;
+    let HeldElsewhere {
+        ref store,
+        ref flusher,
+        ref flushed,
+        ..
+    } = held_elsewhere;
+    let (txn, ids) = begin_with(backend, store, &[update(&shard, 2, 2)]).await;
     let mut held = flusher.prepare_flush([(shard.clone(), ids[0])]);
     held.leave_held_to_background();
     at_once("the claim of a held shard", held.claim(&*txn))
@@ -449,7 +487,7 @@ pub async fn a_flush_waits_for_no_bucket_held_elsewhere_when_other_buckets_were_
     txn.commit().await;
 
     // Another request of this process, flushed and completed meanwhile.
-    let (txn, other_ids) = begin_with(backend, &store, &[update(&elsewhere, 3, 3)]).await;
+    let (txn, other_ids) = begin_with(backend, store, &[update(&elsewhere, 3, 3)]).await;
     let mut other = flusher.prepare_flush([(elsewhere.clone(), other_ids[0])]);
     other.leave_held_to_background();
     other.claim(&*txn).await.unwrap();
@@ -463,24 +501,7 @@ pub async fn a_flush_waits_for_no_bucket_held_elsewhere_when_other_buckets_were_
         held.deliver(),
     )
     .await;
-    assert_eq!(outcome.report.deliveries, 0);
-    match outcome.errors.as_slice() {
-        [FlushError::ShardBusy {
-            shard: busy,
-            waited,
-        }] => {
-            assert_eq!(busy, &shard);
-            assert_eq!(*waited, Duration::ZERO);
-        }
-        other => panic!("expected the shard to be busy, got {other:?}"),
-    }
-
-    gate.open();
-    assert_eq!(round.await.unwrap().deliveries, 1);
-    let report = holder.drain_due(OutboxKind::Region).await.unwrap();
-    assert_eq!(report.deliveries, 1);
-    assert_eq!(shape(&drained), vec![(1, first, false), (2, ids[0], false)]);
-    assert_eq!(shape(&flushed), vec![(3, other_ids[0], true)]);
-    flusher.settled().await;
-    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+    assert_busy_at_once(&outcome, &shard);
+    assert_eq!(shape(flushed), vec![(3, other_ids[0], true)]);
+    held_elsewhere.finish(ids[0]).await;
 }
