@@ -66,13 +66,15 @@ const INSERT: &str = "INSERT INTO region_outbox (shard_scope, shard_identifier, 
     object_identifier, payload, scheduled_from, scheduled_for, date_added, message_id) \
     VALUES (0, $1, 1, $2, '{\"v\": 1}', now(), '2016-08-01', now(), gen_random_uuid()) RETURNING id";
 
-/// The shipped statement's shape for one shard: the first row's id is
-/// drawn by the subquery that takes the lock, after it.
-const INSERT_LOCKED: &str = "INSERT INTO region_outbox (id, shard_scope, shard_identifier, \
+/// The shipped statement's shape for one shard: its row is selected under
+/// a one-time filter that takes the lock, and its id drawn by the column
+/// default after it.
+const INSERT_LOCKED: &str = "INSERT INTO region_outbox (shard_scope, shard_identifier, \
     category, object_identifier, payload, scheduled_from, scheduled_for, date_added, message_id) \
-    VALUES ((SELECT nextval(pg_get_serial_sequence('region_outbox', 'id')) \
-    FROM (SELECT pg_advisory_xact_lock(1330774017, hashint8($1))) AS locked), \
-    0, $1, 1, $2, '{\"v\": 1}', now(), '2016-08-01', now(), gen_random_uuid()) RETURNING id";
+    SELECT * FROM (VALUES (0, $1::bigint, 1, $2::bigint, '{\"v\": 1}'::jsonb, now(), \
+    '2016-08-01'::timestamptz, now(), gen_random_uuid())) AS rows \
+    WHERE (SELECT count(*) FROM (SELECT pg_advisory_xact_lock(1330774017, hashint8($1))) AS locks) > 0 \
+    RETURNING id";
 
 const INSERT_STAMPED: &str = "INSERT INTO region_outbox (shard_scope, shard_identifier, category, \
     object_identifier, payload, scheduled_from, scheduled_for, date_added, message_id, xact_bound) \

@@ -5,10 +5,11 @@
 //! other order, and the drain (or a flush) deliver the higher id before the
 //! lower one exists. The insert statement of a write therefore takes a
 //! transaction-level advisory lock per shard it writes, before it draws
-//! its ids (the first row's id is drawn by the subquery that takes the
-//! locks, the other rows' after it): a second writer of the shard waits, in
-//! its insert, for the first one's commit or rollback, and draws higher ids
-//! after it. Writers
+//! its ids (the rows are selected from their `VALUES` under a one-time
+//! filter that takes the locks, and each id is drawn by the column default
+//! as its row comes, after the filter): a second writer of the shard waits,
+//! in its insert, for the first one's commit or rollback, and draws higher
+//! ids after it. Writers
 //! of different shards never wait for each other (up to the rare collision
 //! of two shards' 32-bit keys, which only makes them wait).
 //!
