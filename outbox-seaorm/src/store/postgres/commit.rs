@@ -11,7 +11,9 @@ use outbox_core::{
     CommitBatch, CommitOutcome, OutboxKind, ShardCommit, ShardEnd, ShardKey, StoreError,
 };
 
-use super::{key_arrays, statement, table, PgStore, DELETE_STATES, FENCE, UPSERT_STATES};
+use super::{
+    addresses, key_arrays, statement, table, PgStore, DELETE_STATES, FENCE, UPSERT_STATES,
+};
 use crate::store::codec::{self, get, op};
 
 impl PgStore {
@@ -25,7 +27,8 @@ impl PgStore {
         operation: &'static str,
     ) -> Result<Vec<i32>, StoreError> {
         let mut owned: Vec<i32> = get(row, "owned", operation)?;
-        let addresses: Vec<i64> = get(row, "addresses", operation)?;
+        let addresses: Vec<String> = get(row, "addresses", operation)?;
+        let addresses: Vec<i64> = addresses.iter().map(|tid| addresses::parse(tid)).collect();
         self.addresses.record_all(kind, &owned, &addresses);
         owned.sort_unstable();
         Ok(owned)

@@ -114,8 +114,15 @@ impl Decoder {
     pub(super) fn push(&mut self, row: &QueryResult) -> Result<(), StoreError> {
         if let Some(bucket) = at::<Option<i32>>(row, column::LEASED_BUCKET)? {
             // A leased bucket's address, on a row of its own.
-            let address = at::<Option<i64>>(row, column::LEASED_AT)?;
-            self.leased.push((bucket, address.unwrap_or(0)));
+            // A `tid`'s text, read in place.
+            let address = match row.try_as_pg_row() {
+                Some(pg) => sqlx::Row::try_get::<Option<&str>, _>(pg, column::LEASED_AT)
+                    .ok()
+                    .flatten()
+                    .map_or(0, super::addresses::parse),
+                None => 0,
+            };
+            self.leased.push((bucket, address));
             return Ok(());
         }
         if self.marks.is_none() {

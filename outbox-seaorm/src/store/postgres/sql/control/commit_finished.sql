@@ -24,7 +24,7 @@ WITH relaxed AS (
             WHERE a > 0))
       AND b.kind = $1 AND (b.bucket = ANY($5::int[])) IS TRUE AND b.token = $2
       AND b.lease_until > $3
-    RETURNING b.bucket, ((b.ctid::text::point)[0] * 65536 + (b.ctid::text::point)[1])::bigint AS address
+    RETURNING b.bucket, b.ctid::text AS address
 ), by_key AS (
     -- The others, through the key.
     UPDATE outbox_claim_bucket b
@@ -32,7 +32,7 @@ WITH relaxed AS (
     WHERE b.kind = $1
       AND b.bucket = ANY(ARRAY(SELECT unnest($5::int[]) EXCEPT SELECT bucket FROM by_address))
       AND b.token = $2 AND b.lease_until > $3
-    RETURNING b.bucket, ((b.ctid::text::point)[0] * 65536 + (b.ctid::text::point)[1])::bigint AS address
+    RETURNING b.bucket, b.ctid::text AS address
 ), released AS MATERIALIZED (
     SELECT bucket, address FROM by_address UNION ALL SELECT bucket, address FROM by_key
 ), deleted AS (

@@ -18,7 +18,7 @@ WITH relaxed AS (
     SET token = NULL, owner = NULL, lease_until = $2, version = b.version + 1
     WHERE b.kind = $1 AND b.bucket = ANY((SELECT $3::int[])::int[]) AND b.lease_until > $2
       AND b.token = ANY((SELECT $4::bigint[])::bigint[])
-    RETURNING b.bucket, ((b.ctid::text::point)[0] * 65536 + (b.ctid::text::point)[1])::bigint AS address
+    RETURNING b.bucket, b.ctid::text AS address
 ), deleted AS (
     -- A hashed subplan, not a semi-join (see commit_finished.sql).
     DELETE FROM region_outbox o
