@@ -288,23 +288,11 @@ pub async fn a_flush_whose_shard_is_held_leaves_it_to_the_background_at_once<B: 
 ) {
     let shard = org(1);
     let held = HeldElsewhere::start(backend, "flush_held", &shard).await;
-    let HeldElsewhere {
-        ref store,
-        ref flusher,
-        ref flushed,
-        ..
-    } = held;
-    let (txn, ids) = begin_with(backend, store, &[update(&shard, 2, 2)]).await;
-    let mut flush = flusher.prepare_flush([(shard.clone(), ids[0])]);
-    flush.leave_held_to_background();
-    at_once("the claim of a held shard", flush.claim(&*txn))
-        .await
-        .unwrap();
-    txn.commit().await;
+    let (flush, id) = held.claim_held(backend, &shard).await;
     let outcome = at_once("a flush of a held shard", flush.deliver()).await;
     assert_busy_at_once(&outcome, &shard);
-    assert_eq!(flushed.calls(), 0, "the flush delivered nothing");
-    held.finish(ids[0]).await;
+    assert_eq!(held.flushed.calls(), 0, "the flush delivered nothing");
+    held.finish(id).await;
 }
 
 /// Another process's round holding a shard's bucket (its receiver waits at
@@ -352,6 +340,24 @@ impl<B: Backend> HeldElsewhere<B> {
             flusher,
             flushed,
         }
+    }
+
+    /// A request of the flushing process that writes `shard`'s row
+    /// (object 2), claims it before its commit (held: left to the
+    /// background, at once) and commits; the flush and the row's id.
+    async fn claim_held(
+        &self,
+        backend: &B,
+        shard: &outbox_core::ShardKey,
+    ) -> (outbox_core::PreparedFlush<super::OutboxCategory>, i64) {
+        let (txn, ids) = begin_with(backend, &self.store, &[update(shard, 2, 2)]).await;
+        let mut flush = self.flusher.prepare_flush([(shard.clone(), ids[0])]);
+        flush.leave_held_to_background();
+        at_once("the claim of a held shard", flush.claim(&*txn))
+            .await
+            .unwrap();
+        txn.commit().await;
+        (flush, ids[0])
     }
 
     /// Lets the round end; the next drain delivers the row `left` (object
@@ -472,19 +478,13 @@ pub async fn a_flush_waits_for_no_bucket_held_elsewhere_when_other_buckets_were_
     let elsewhere = org(2);
     assert_ne!(shard.bucket(), elsewhere.bucket());
     let held_elsewhere = HeldElsewhere::start(backend, "flush_held_elsewhere", &shard).await;
+    let (held, id) = held_elsewhere.claim_held(backend, &shard).await;
     let HeldElsewhere {
         ref store,
         ref flusher,
         ref flushed,
         ..
     } = held_elsewhere;
-    let (txn, ids) = begin_with(backend, store, &[update(&shard, 2, 2)]).await;
-    let mut held = flusher.prepare_flush([(shard.clone(), ids[0])]);
-    held.leave_held_to_background();
-    at_once("the claim of a held shard", held.claim(&*txn))
-        .await
-        .unwrap();
-    txn.commit().await;
 
     // Another request of this process, flushed and completed meanwhile.
     let (txn, other_ids) = begin_with(backend, store, &[update(&elsewhere, 3, 3)]).await;
@@ -503,5 +503,5 @@ pub async fn a_flush_waits_for_no_bucket_held_elsewhere_when_other_buckets_were_
     .await;
     assert_busy_at_once(&outcome, &shard);
     assert_eq!(shape(flushed), vec![(3, other_ids[0], true)]);
-    held_elsewhere.finish(ids[0]).await;
+    held_elsewhere.finish(id).await;
 }
