@@ -1,12 +1,15 @@
 //! Decoding a background claim's rows (`claim_due_oldest.sql`,
 //! `claim_due_newest.sql`) as they arrive.
 //!
-//! Every result row carries its shard's key, place in the window and
-//! backoff state, and one of its rows; a row without a shard carries only
-//! the window's counts (nothing was leased), or a leased bucket and where
-//! its row is now (`addresses.rs`). Rows of one shard may come in
-//! several runs (the oldest-end claim returns its window rows, then the
-//! deep shards' rows beyond). Columns are read by position (the order of
+//! Every result row carries its shard's key, backoff state and one of its
+//! rows, and its place in the window (NULL: the row's own id). The claim's
+//! own figures come once, on a row without a shard: the window's counts,
+//! the watermark's marks and the fencing token of every shard leased
+//! (NULL when none was); other rows without a shard carry a leased bucket
+//! and where its row is now (`addresses.rs`). Rows come in no promised
+//! order: rows of one shard may come in several runs (the oldest-end claim
+//! returns its window rows, then the deep shards' rows beyond), and the
+//! claim's figures before or after them. Columns are read by position (the order of
 //! the statements' `SELECT`, named below), not by name: a claim returns
 //! thousands of rows, and a lookup by name per column and row costs more
 //! than the rest of the decoding. The key and the state are read once per
@@ -89,8 +92,10 @@ pub(super) struct Decoder {
     index: HashMap<ShardKey, usize>,
     /// The shard of the last row.
     current: Option<usize>,
-    /// What the statement tells the watermark (read from its first row).
+    /// What the statement tells the watermark (its figures' row).
     marks: Option<Marks>,
+    /// The fencing token of every shard leased (its figures' row).
+    fence: Option<FencingToken>,
     /// The highest row id returned.
     max_id: Option<i64>,
     /// Each leased bucket and where its row is now (`addresses.rs`).
@@ -106,6 +111,7 @@ impl Decoder {
             index: HashMap::new(),
             current: None,
             marks: None,
+            fence: None,
             max_id: None,
             leased: Vec::new(),
         }
@@ -125,18 +131,8 @@ impl Decoder {
             self.leased.push((bucket, address));
             return Ok(());
         }
-        if self.marks.is_none() {
-            self.marks = Some(Marks {
-                head: at(row, column::HEAD)?,
-                xmin: at(row, column::SNAPSHOT_XMIN)?,
-                xmax: at(row, column::SNAPSHOT_XMAX)?,
-                scanned_all: at::<Option<bool>>(row, column::SCANNED_ALL)?.unwrap_or(false),
-            });
-        }
         let Some(scope) = at::<Option<i32>>(row, column::SHARD_SCOPE)? else {
-            // No shard was leased: the one row carries the counts only.
-            self.count(row)?;
-            return Ok(());
+            return self.figures(row);
         };
         let identifier: i64 = at(row, column::SHARD_IDENTIFIER)?;
         let region = match self.kind {
@@ -150,11 +146,12 @@ impl Decoder {
                 && shard.region_name() == region.as_deref()
         });
         if !same_shard {
-            if self.claim.shards.is_empty() {
-                self.count(row)?;
-            }
             let shard = ShardKey::from_raw(self.kind, scope, identifier, region);
-            let first: i64 = at(row, column::FIRST)?;
+            // NULL on a window row returned as read: the row's own id.
+            let first: i64 = match at::<Option<i64>>(row, column::FIRST)? {
+                Some(first) => first,
+                None => at(row, column::ID)?,
+            };
             let at = match self.index.get(&shard) {
                 Some(&at) => {
                     self.firsts[at] = self.firsts[at].min(first);
@@ -167,7 +164,8 @@ impl Decoder {
                         shard,
                         rows: Vec::new(),
                         state: state(row)?,
-                        fence: fence(row)?,
+                        // The claim's, set by `finish`.
+                        fence: FencingToken::new(0),
                     });
                     self.claim.shards.len() - 1
                 }
@@ -184,11 +182,23 @@ impl Decoder {
         Ok(())
     }
 
-    /// The window's and the scan's rows (every result row repeats them).
-    fn count(&mut self, row: &QueryResult) -> Result<(), StoreError> {
-        let count = |index| at::<i64>(row, index).map(|count| usize::try_from(count).unwrap_or(0));
-        self.claim.window = count(column::WINDOW_ROWS)?;
-        self.claim.scanned = count(column::SCANNED_ROWS)?;
+    /// The claim's own figures: the window's and the scan's rows, the
+    /// watermark's marks (the newest-end claim has none) and the fencing
+    /// token. A row with neither a shard nor figures is skipped.
+    fn figures(&mut self, row: &QueryResult) -> Result<(), StoreError> {
+        let Some(window) = at::<Option<i64>>(row, column::WINDOW_ROWS)? else {
+            return Ok(());
+        };
+        let count = |count: i64| usize::try_from(count).unwrap_or(0);
+        self.claim.window = count(window);
+        self.claim.scanned = count(at(row, column::SCANNED_ROWS)?);
+        self.marks = Some(Marks {
+            head: at(row, column::HEAD)?,
+            xmin: at(row, column::SNAPSHOT_XMIN)?,
+            xmax: at(row, column::SNAPSHOT_XMAX)?,
+            scanned_all: at::<Option<bool>>(row, column::SCANNED_ALL)?.unwrap_or(false),
+        });
+        self.fence = at::<Option<i64>>(row, column::FENCE)?.map(FencingToken::new);
         Ok(())
     }
 
@@ -203,23 +213,43 @@ impl Decoder {
         &self.leased
     }
 
-    /// The claim: shards in window order, each one's rows in id order.
-    pub(super) fn finish(self) -> DueClaim {
+    /// The claim: shards in window order, each one's rows in id order, each
+    /// with the claim's fencing token.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Malformed`] when shards were leased and the statement
+    /// gave no fencing token.
+    pub(super) fn finish(self) -> Result<DueClaim, StoreError> {
         let Self {
-            mut claim, firsts, ..
+            mut claim,
+            firsts,
+            fence,
+            ..
         } = self;
+        let fence = match (fence, claim.shards.is_empty()) {
+            (Some(fence), _) => fence,
+            (None, true) => FencingToken::new(0),
+            (None, false) => {
+                return Err(StoreError::Malformed {
+                    what: OP,
+                    detail: "shards were leased without a fencing token".to_owned(),
+                })
+            }
+        };
         let mut shards: Vec<(i64, ClaimedShard)> = firsts.into_iter().zip(claim.shards).collect();
         shards.sort_by_key(|(first, _)| *first);
         claim.shards = shards
             .into_iter()
             .map(|(_, mut shard)| {
+                shard.fence = fence;
                 if !shard.rows.is_sorted_by_key(|row| row.id) {
                     shard.rows.sort_by_key(|row| row.id);
                 }
                 shard
             })
             .collect();
-        claim
+        Ok(claim)
     }
 }
 
@@ -251,16 +281,6 @@ fn stored_row(row: &QueryResult, shard: &ShardKey) -> Result<Option<StoredRow>, 
 }
 
 /// The shard's backoff state; `None` when it has none.
-/// The claim's fencing token: on every row of a leased shard.
-fn fence(row: &QueryResult) -> Result<FencingToken, StoreError> {
-    at::<Option<i64>>(row, column::FENCE)?
-        .map(FencingToken::new)
-        .ok_or_else(|| StoreError::Malformed {
-            what: "claim due shards",
-            detail: "a leased shard came without a fencing token".to_owned(),
-        })
-}
-
 fn state(row: &QueryResult) -> Result<Option<ShardState>, StoreError> {
     let Some(attempts) = at::<Option<i32>>(row, column::ATTEMPTS)? else {
         return Ok(None);

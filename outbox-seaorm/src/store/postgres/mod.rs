@@ -302,7 +302,7 @@ impl DrainStore for PgStore {
                 }
                 let (marks, max_id) = decoder.marks();
                 let took = started.elapsed();
-                let claim = decoder.finish();
+                let claim = decoder.finish()?;
                 let returned = claim.shards.iter().map(|shard| shard.rows.len()).sum();
                 let rows = claim.scanned.max(returned);
                 let cost = watermark::Cost { took, rows };

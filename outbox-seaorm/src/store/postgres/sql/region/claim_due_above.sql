@@ -148,19 +148,16 @@ WITH scanned AS MATERIALIZED (
       AND ((s.region_name, s.shard_scope, s.shard_identifier) = ANY (
           SELECT ''::text, shard_scope, shard_identifier FROM shards)) IS TRUE
 )
-SELECT sh.first, (SELECT rows FROM window_rows) AS window_rows, (SELECT count(*) FROM scanned) AS scanned_rows,
-       o.id, ''::text AS region_name, sh.shard_scope, sh.shard_identifier, o.category,
+SELECT sh.first, NULL::bigint AS window_rows, NULL::bigint AS scanned_rows,
+       o.id, NULL::text AS region_name, sh.shard_scope, sh.shard_identifier, o.category,
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
        o.traceparent, o.message_id,
        st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
-       (SELECT value FROM fence) AS fence,
-       m.head, m.snapshot_xmin, m.snapshot_xmax, m.scanned_all,
+       NULL::bigint AS fence,
+       NULL::bigint AS head, NULL::bigint AS snapshot_xmin, NULL::bigint AS snapshot_xmax,
+       NULL::bool AS scanned_all,
        NULL::int AS leased_bucket, NULL::text AS leased_at
-FROM (SELECT 1) AS one
-CROSS JOIN marks m
--- One row with null columns when no shard was leased: the counts still
--- tell the planner whether the scan was blocked.
-LEFT JOIN shards sh ON true
+FROM shards sh
 LEFT JOIN states st
   ON st.region_name = '' AND st.shard_scope = sh.shard_scope
  AND st.shard_identifier = sh.shard_identifier
@@ -179,6 +176,16 @@ LEFT JOIN LATERAL (
                           WHEN sh.seen > 1 THEN GREATEST(sh.seen, (SELECT rows FROM beyond))
                           ELSE sh.seen END)
 ) o ON true
+UNION ALL
+-- The claim's own figures, once: the counts (for the planner), the
+-- watermark's marks and the fencing token of every shard it leased (none:
+-- NULL). The rows above leave these columns NULL (see
+-- claim_due_oldest.sql).
+SELECT NULL, (SELECT rows FROM window_rows), (SELECT count(*) FROM scanned),
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, (SELECT value FROM fence),
+       m.head, m.snapshot_xmin, m.snapshot_xmax, m.scanned_all, NULL::int, NULL::text
+FROM marks m
 UNION ALL
 -- Where each leased bucket's row is now (the store's `addresses.rs`): the
 -- round's commit releases the lease there.

@@ -157,30 +157,29 @@ WITH scanned AS MATERIALIZED (
           SELECT ''::text, shard_scope, shard_identifier FROM shards)) IS TRUE
 )
 -- The window rows of the leased shards without a state: as read.
-SELECT w.id AS first, c.window_rows, c.scanned_rows,
-       w.id, ''::text AS region_name, w.shard_scope, w.shard_identifier, w.category,
+SELECT NULL::bigint AS first, NULL::bigint AS window_rows, NULL::bigint AS scanned_rows,
+       w.id, NULL::text AS region_name, w.shard_scope, w.shard_identifier, w.category,
        w.object_identifier, w.payload, w.scheduled_from, w.scheduled_for, w.date_added,
        w.traceparent, w.message_id,
        NULL::int AS attempts, NULL::bigint AS last_backoff_ms, NULL::timestamptz AS retry_at,
        NULL::text AS last_error, NULL::timestamptz AS failed_at,
-       (SELECT value FROM fence) AS fence,
-       m.head, m.snapshot_xmin, m.snapshot_xmax, m.scanned_all,
+       NULL::bigint AS fence,
+       NULL::bigint AS head, NULL::bigint AS snapshot_xmin, NULL::bigint AS snapshot_xmax,
+       NULL::bool AS scanned_all,
        NULL::int AS leased_bucket, NULL::text AS leased_at
-FROM taken w, counted c, marks m
+FROM taken w
 WHERE ((w.shard_scope, w.shard_identifier) = ANY (
       SELECT shard_scope, shard_identifier FROM states)) IS NOT TRUE
 UNION ALL
 -- Deep shards without a state, beyond their window rows.
-SELECT sh.first, c.window_rows, c.scanned_rows,
-       o.id, ''::text, sh.shard_scope, sh.shard_identifier, o.category,
+SELECT sh.first, NULL, NULL,
+       o.id, NULL, sh.shard_scope, sh.shard_identifier, o.category,
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
        o.traceparent, o.message_id,
        NULL::int, NULL::bigint, NULL::timestamptz, NULL::text, NULL::timestamptz,
-       (SELECT value FROM fence), m.head, m.snapshot_xmin, m.snapshot_xmax, m.scanned_all,
+       NULL, NULL, NULL, NULL, NULL,
        NULL::int, NULL::text
 FROM shards sh
-CROSS JOIN counted c
-CROSS JOIN marks m
 CROSS JOIN LATERAL (
     SELECT * FROM region_outbox o
     WHERE o.shard_scope = sh.shard_scope AND o.shard_identifier = sh.shard_identifier
@@ -196,19 +195,17 @@ WHERE sh.seen > 1 AND LEAST($10, (SELECT rows FROM beyond)) > sh.seen
 UNION ALL
 -- Shards with a state: in id order once they may be tried again, as far as
 -- a window; until then, their state alone.
-SELECT sh.first, c.window_rows, c.scanned_rows,
-       o.id, ''::text, sh.shard_scope, sh.shard_identifier, o.category,
+SELECT sh.first, NULL, NULL,
+       o.id, NULL, sh.shard_scope, sh.shard_identifier, o.category,
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
        o.traceparent, o.message_id,
        st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
-       (SELECT value FROM fence), m.head, m.snapshot_xmin, m.snapshot_xmax, m.scanned_all,
+       NULL, NULL, NULL, NULL, NULL,
        NULL::int, NULL::text
 FROM shards sh
 JOIN states st
   ON st.region_name = '' AND st.shard_scope = sh.shard_scope
  AND st.shard_identifier = sh.shard_identifier
-CROSS JOIN counted c
-CROSS JOIN marks m
 LEFT JOIN LATERAL (
     SELECT * FROM region_outbox o
     WHERE st.retry_at <= $2
@@ -220,15 +217,18 @@ LEFT JOIN LATERAL (
     LIMIT LEAST($4, $10)
 ) o ON true
 UNION ALL
--- Nothing leased: the counts alone, for the planner.
+-- The claim's own figures, once: the counts (for the planner), the
+-- watermark's marks, and the fencing token of every shard it leased (none:
+-- NULL). The rows above leave these columns NULL: a constant repeated on
+-- each of thousands of rows cost the server a send function per value and
+-- the store a decode.
 SELECT NULL, c.window_rows, c.scanned_rows,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL::bigint,
+       NULL, NULL, NULL, NULL, NULL, (SELECT value FROM fence),
        m.head, m.snapshot_xmin, m.snapshot_xmax, m.scanned_all,
        NULL::int, NULL::text
 FROM counted c
 CROSS JOIN marks m
-WHERE NOT EXISTS (SELECT 1 FROM shards)
 UNION ALL
 -- Where each leased bucket's row is now (the store's `addresses.rs`): the
 -- round's commit releases the lease there.
