@@ -834,6 +834,7 @@ async fn each_request_path_stays_within_its_statement_budget() {
         order: outbox_core::ClaimOrder::Oldest,
         beyond: 0,
         shard_rows: usize::MAX,
+        held_rows: 0,
     };
     let holder = db.store().claim_shard(&claim, &held).await.unwrap();
     assert!(matches!(holder, ShardClaim::Claimed(_)), "{holder:?}");

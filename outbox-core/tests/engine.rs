@@ -286,6 +286,7 @@ async fn a_sync_flush_reports_a_busy_shard() {
         order: outbox_core::ClaimOrder::Oldest,
         beyond: 0,
         shard_rows: usize::MAX,
+        held_rows: 0,
     };
     assert!(matches!(
         store.claim_shard(&request, &org(1)).await.unwrap(),

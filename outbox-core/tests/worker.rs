@@ -1,13 +1,19 @@
 //! The worker loop over `MemoryStore`: wake-ups, polling when the wake-up
-//! source fails, and shutdown.
+//! source fails, shutdown, and one claim at a time.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use outbox_core::store::{
+    ClaimRequest, CommitBatch, CommitOutcome, DrainStore, DueClaim, ShardClaim, StoreError,
+};
 use outbox_core::worker::{WakeSource, Wakeup, WorkerBuilder};
-use outbox_core::{BoxError, Drainer, MemoryStore, OutboxKind, ShardKey};
+use outbox_core::{BoxError, Drainer, DrainerBuilder, MemoryStore, OutboxKind, ShardKey};
 use outbox_testing::Recorder;
 use tokio::sync::mpsc;
 
@@ -253,5 +259,104 @@ async fn rows_passed_over_in_a_held_bucket_are_claimed_when_the_holder_ends() {
         .map(|delivery| delivery.shard.identifier())
         .collect();
     assert_eq!(shards, [1, neighbour.identifier()]);
+    worker.shutdown().await;
+}
+
+/// A store whose first claim waits until the test lets it go, and which
+/// counts the claims in progress at once.
+struct SlowFirstClaim {
+    inner: MemoryStore,
+    started: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Semaphore>,
+    claims: AtomicUsize,
+    in_progress: AtomicUsize,
+    most: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl DrainStore for SlowFirstClaim {
+    async fn claim_due(&self, request: &ClaimRequest) -> Result<DueClaim, StoreError> {
+        let now = self.in_progress.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        if self.claims.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.started.notify_one();
+            self.release.acquire().await.unwrap().forget();
+        }
+        let claim = self.inner.claim_due(request).await;
+        self.in_progress.fetch_sub(1, Ordering::SeqCst);
+        claim
+    }
+
+    async fn claim_shard(
+        &self,
+        request: &ClaimRequest,
+        shard: &ShardKey,
+    ) -> Result<ShardClaim, StoreError> {
+        self.inner.claim_shard(request, shard).await
+    }
+
+    async fn renew(
+        &self,
+        kind: OutboxKind,
+        token: i64,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        self.inner.renew(kind, token, now, until).await
+    }
+
+    async fn commit(&self, batch: &CommitBatch) -> Result<CommitOutcome, StoreError> {
+        self.inner.commit(batch).await
+    }
+
+    async fn expire_claims(
+        &self,
+        kind: OutboxKind,
+        token: i64,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        self.inner.expire_claims(kind, token, now).await
+    }
+}
+
+/// The worker never claims beside one of its claims still reading: two at
+/// once would read the same rows, and the second would lease none of the
+/// buckets the first leases. On tokio's paused clock, time moves on while
+/// the first claim waits (a long scan), and the worker waits for it.
+#[tokio::test(start_paused = true)]
+async fn the_worker_never_claims_beside_its_claim_still_reading() {
+    let store = MemoryStore::new();
+    for org_id in 0..10 {
+        store.write(&org(org_id), OutboxCategory::OrgUpdate, org_id, None);
+    }
+    let most = Arc::new(AtomicUsize::new(0));
+    let slow = SlowFirstClaim {
+        inner: store.clone(),
+        started: Arc::new(tokio::sync::Notify::new()),
+        release: Arc::new(tokio::sync::Semaphore::new(0)),
+        claims: AtomicUsize::new(0),
+        in_progress: AtomicUsize::new(0),
+        most: most.clone(),
+    };
+    let (started, release) = (slow.started.clone(), slow.release.clone());
+    let recorder = Recorder::<OutboxCategory>::new();
+    let drainer = DrainerBuilder::from_parts(
+        Arc::new(slow),
+        Arc::new(store.clone()),
+        Arc::new(recorder.receivers()),
+    )
+    .build();
+    let worker = WorkerBuilder::new(drainer)
+        .kinds([OutboxKind::Region])
+        .poll_interval(Duration::from_secs(3600))
+        .gauge_interval(None)
+        .spawn();
+    started.notified().await;
+    // Paused time moves only once every task waits: the worker has had
+    // every chance to claim again.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(most.load(Ordering::SeqCst), 1, "claims at once");
+    release.add_permits(1);
+    assert!(recorder.wait_for(10, Duration::from_secs(60)).await);
     worker.shutdown().await;
 }

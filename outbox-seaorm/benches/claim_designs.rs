@@ -251,6 +251,7 @@ async fn buckets(db: DatabaseConnection, rows_per_claim: usize) -> u64 {
             order: outbox_core::ClaimOrder::Oldest,
             beyond: 0,
             shard_rows: usize::MAX,
+            held_rows: 0,
         };
         let claimed = store.claim_due(&request).await.unwrap().shards;
         if claimed.is_empty() {

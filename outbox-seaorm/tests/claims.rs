@@ -32,6 +32,7 @@ fn request(token: i64) -> ClaimRequest {
         order: outbox_core::ClaimOrder::Oldest,
         beyond: 0,
         shard_rows: usize::MAX,
+        held_rows: 0,
     }
 }
 

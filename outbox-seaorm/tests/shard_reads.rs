@@ -51,6 +51,7 @@ fn request(token: i64, order: ClaimOrder, rows: usize) -> ClaimRequest {
         order,
         beyond: 100,
         shard_rows: usize::MAX,
+        held_rows: 0,
     }
 }
 

@@ -31,6 +31,7 @@ fn request(now: DateTime<Utc>, token: i64) -> ClaimRequest {
         order: ClaimOrder::Oldest,
         beyond: 0,
         shard_rows: usize::MAX,
+        held_rows: 0,
     }
 }
 

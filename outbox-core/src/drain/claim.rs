@@ -28,6 +28,7 @@ impl<C: Category> Engine<C> {
             order: ClaimOrder::Oldest,
             beyond: 0,
             shard_rows: usize::MAX,
+            held_rows: 0,
         }
     }
 }

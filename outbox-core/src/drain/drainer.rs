@@ -233,6 +233,7 @@ impl<C: Category> Drainer<C> {
         let engine = &self.engine;
         let mut request = engine.claim_request(kind, 0, up_to_id);
         engine.planner.plan(&engine.config, &mut request);
+        request.held_rows = engine.held.rows(kind);
         let (shards, more) = match engine.store.claim_due(&request).await {
             Ok(claim) => {
                 engine.planner.observe(&request, &claim);
@@ -259,6 +260,10 @@ impl<C: Category> Drainer<C> {
             }
             return Ok(DrainReport::default());
         }
+        // Held until the round ends: claims meanwhile scan past them.
+        let _held = engine
+            .held
+            .hold(kind, shards.iter().map(|shard| shard.rows.len()).sum());
         // Claimed: the worker may claim again while this round delivers (a
         // claim passes over the buckets it holds). Waiting for its first
         // commit would keep every other shard waiting behind its slowest

@@ -40,6 +40,8 @@ pub(crate) struct Engine<C: Category> {
     pub(super) planner: Arc<ClaimPlanner>,
     pub(super) recovery: Arc<Recovery>,
     pub(super) completer: Arc<Completer>,
+    /// Rows the background rounds hold while they deliver.
+    pub(super) held: Arc<super::held::HeldRows>,
     /// What the rounds did since the last history sample.
     pub(crate) tally: Arc<super::tally::Tally>,
 }
@@ -59,6 +61,7 @@ impl<C: Category> Clone for Engine<C> {
             planner: self.planner.clone(),
             recovery: self.recovery.clone(),
             completer: self.completer.clone(),
+            held: self.held.clone(),
             tally: self.tally.clone(),
         }
     }
@@ -87,6 +90,7 @@ impl<C: Category> Engine<C> {
             planner: Arc::default(),
             recovery: Arc::default(),
             completer: Arc::default(),
+            held: Arc::default(),
             tally: Arc::default(),
         }
     }

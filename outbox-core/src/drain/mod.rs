@@ -86,6 +86,7 @@ mod drainer;
 mod engine;
 mod flush;
 mod head;
+mod held;
 mod lease;
 pub(crate) mod observe;
 mod operator;

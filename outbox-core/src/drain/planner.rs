@@ -208,6 +208,7 @@ mod tests {
             order: ClaimOrder::Oldest,
             beyond: 0,
             shard_rows: usize::MAX,
+            held_rows: 0,
         }
     }
 

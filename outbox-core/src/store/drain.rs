@@ -46,14 +46,26 @@ pub struct ClaimRequest {
     /// other shards' claims need not wait for it for long
     /// ([`claim_due`](DrainStore::claim_due) only).
     pub shard_rows: usize,
+    /// Due rows that this drainer's own background rounds hold while they
+    /// deliver (their buckets leased, their rows not deleted yet). A claim
+    /// from the oldest end beside them meets them among the first rows it
+    /// scans, and scans this many more (see [`scan_limit`](Self::scan_limit));
+    /// 0 for any other claim ([`claim_due`](DrainStore::claim_due) only).
+    pub held_rows: usize,
 }
 
 impl ClaimRequest {
     /// How many due rows a background claim scans at most to fill its
-    /// window: a quarter more than the window, whatever is held, so that a
-    /// deep shard whose bucket is held costs a claim a bounded scan.
+    /// window: a quarter more than the window, whatever is held elsewhere,
+    /// so that a deep shard whose bucket is held costs a claim a bounded
+    /// scan; from the oldest end, past the rows this drainer's own rounds
+    /// hold too ([`held_rows`](Self::held_rows)).
     pub fn scan_limit(&self) -> usize {
-        self.rows.saturating_add(self.rows / 4)
+        let held = match self.order {
+            ClaimOrder::Oldest => self.held_rows,
+            ClaimOrder::Newest => 0,
+        };
+        self.rows.saturating_add(self.rows / 4).saturating_add(held)
     }
 }
 

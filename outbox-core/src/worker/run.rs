@@ -17,11 +17,6 @@ use crate::shard::OutboxKind;
 const FIRST_ERROR_DELAY: Duration = Duration::from_millis(100);
 /// The longest delay between retries: 30 s.
 const MAX_ERROR_DELAY: Duration = Duration::from_secs(30);
-/// How long the loop waits for a round's claim to answer before it claims
-/// again anyway (within `rounds_in_flight`): 5 ms. A claim that takes longer
-/// is reading a lot (a deep shard's batch), and the rest of the work should
-/// not wait for it.
-const CLAIM_PATIENCE: Duration = Duration::from_millis(5);
 
 /// What the loops of one worker share.
 #[derive(Clone)]
@@ -58,8 +53,11 @@ impl<C: Category> Shared<C> {
 
 /// Claims round after round of `kind`. Once a round's claim has answered
 /// that more may be due, the next one starts while it delivers (at most
-/// `rounds_in_flight` at once), and so it does when the claim is still
-/// reading after `CLAIM_PATIENCE`; when the claim took everything due, the
+/// `rounds_in_flight` at once), never beside a claim still reading: two
+/// claims of one loop at once would read the same rows and buckets, and
+/// the second would lease none of those the first leases (each claim
+/// scans past the rows of the rounds in flight instead, see
+/// `drain::held`); when the claim took everything due, the
 /// loop sleeps until woken (rows committed meanwhile wake it, and so does
 /// the end of a round that was in flight as the claim began) or until its
 /// poll interval has passed, and after a claim of several shards a wake-up
@@ -121,14 +119,7 @@ pub(super) async fn drain_loop<C: Category>(
                 () = cut_off.cancelled() => {}
             }
         });
-        let answer = tokio::select! {
-            answer = claim_answer => answer,
-            () = tokio::time::sleep(CLAIM_PATIENCE) => {
-                // Still reading: claim again beside it.
-                continue;
-            }
-        };
-        let (wait, gathered) = match answer {
+        let (wait, gathered) = match claim_answer.await {
             Ok(Ok(answer)) if answer.more => {
                 error_delay = FIRST_ERROR_DELAY;
                 continue;

@@ -168,6 +168,7 @@ pub async fn a_commit_releases_the_buckets_of_its_shards_only<B: Backend>(backen
         order: ClaimOrder::Oldest,
         beyond: 0,
         shard_rows: usize::MAX,
+        held_rows: 0,
     };
     let claimed = store.claim_due(&request(1)).await.unwrap();
     let mut shards: Vec<ShardKey> = claimed
@@ -212,4 +213,42 @@ pub async fn a_commit_releases_the_buckets_of_its_shards_only<B: Backend>(backen
         other.claim_shard(&request(4), &second).await.unwrap(),
         ShardClaim::Claimed(_)
     ));
+}
+
+/// A claim made while a round of the same drainer still delivers scans past
+/// the rows that round holds ([`ClaimRequest::held_rows`]): it finds a full
+/// window among the rows after them. Scanning only a quarter more than its
+/// window, it would meet the held rows first and take part of a window.
+pub async fn a_claim_beside_its_drainers_round_scans_past_the_rows_it_holds<B: Backend>(
+    backend: &B,
+) {
+    let store = backend.fresh("held_rows").await;
+    // 768 one-row shards, each in a bucket of its own.
+    let rows: Vec<NewRow> = (0..768).map(|n| update(&org(n), n, n)).collect();
+    backend.write(&store, &rows).await;
+
+    let clock = ManualClock::starting_now();
+    let recorder = Recorder::new();
+    // The first round (the first claim's window: 256 rows, the oldest)
+    // waits at the gate while it holds its rows.
+    let gate = recorder.hold_when(|message| message.shard.identifier() < 256);
+    let drainer = drainer(store.clone(), &recorder, &clock, DrainConfig::default());
+    let first = tokio::spawn({
+        let drainer = drainer.clone();
+        async move { drainer.drain_due(OutboxKind::Region).await.unwrap() }
+    });
+    gate.reached(1).await;
+
+    // The window doubled after a full one: 512 rows. A scan of 640 would
+    // meet the 256 held rows first and find 384 others.
+    let second = drainer.drain_due(OutboxKind::Region).await.unwrap();
+    assert_eq!(
+        second.shards, 512,
+        "a claim beside a round holding 256 rows took {} shards",
+        second.shards
+    );
+    gate.open();
+    assert_eq!(first.await.unwrap().shards, 256);
+    assert_eq!(store.pending_count(OutboxKind::Region).await.unwrap(), 0);
+    assert_eq!(recorder.calls(), 768);
 }

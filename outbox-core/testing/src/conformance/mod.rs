@@ -290,6 +290,7 @@ macro_rules! conformance_tests {
             exclusivity::concurrent_drains_and_flushes_never_share_a_shard,
             exclusivity::a_held_bucket_blocks_its_shards_and_no_other,
             exclusivity::a_commit_releases_the_buckets_of_its_shards_only,
+            exclusivity::a_claim_beside_its_drainers_round_scans_past_the_rows_it_holds,
             coalescing::only_the_newest_payload_of_a_group_is_delivered,
             coalescing::rows_written_during_a_delivery_stay_for_the_next_round,
             coalescing::a_category_that_does_not_coalesce_delivers_every_row_in_order,

@@ -284,6 +284,9 @@ impl DrainStore for PgStore {
             (ClaimOrder::Oldest, Scan::Above(_)) => table(kind).claim_due_above,
             (ClaimOrder::Newest, _) => table(kind).claim_due_newest,
         };
+        if request.order == ClaimOrder::Oldest {
+            values.push(codec::limit(request.held_rows).into());
+        }
         // Decoded as they arrive, while the server still sends the rest.
         let mut decoder = due::Decoder::new(kind);
         let started = std::time::Instant::now();

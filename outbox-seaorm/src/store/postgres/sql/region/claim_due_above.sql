@@ -10,7 +10,8 @@
 -- rows of one shard at most, $11 and $12 the watermark: rows before
 -- ($11 scheduled_for, $12 id) are not scanned, $13 the `scheduled_for` of
 -- rows due since they were written, $14 where this process last wrote
--- each bucket's row (0: not known; the store's `addresses.rs`).
+-- each bucket's row (0: not known; the store's `addresses.rs`), $15 the rows
+-- this process's rounds hold (`ClaimRequest::held_rows`).
 --
 -- The watermark only limits which shards a claim finds, never what it
 -- reads of them: each leased shard is read by range from its oldest
@@ -34,7 +35,7 @@ WITH scanned AS MATERIALIZED (
     FROM region_outbox o
     WHERE o.scheduled_for <= $2 AND o.id <= $3 AND (o.scheduled_for, o.id) >= ($11, $12)
     ORDER BY o.scheduled_for, o.id
-    LIMIT $4 + $4 / 4
+    LIMIT $4 + $4 / 4 + $15
 ), marks AS MATERIALIZED (
     -- The watermark's next candidate (see the header) and the snapshot's
     -- horizon, which tells the caller when a candidate holds.
@@ -43,7 +44,7 @@ WITH scanned AS MATERIALIZED (
     SELECT (SELECT id FROM scanned WHERE scheduled_for = $13 LIMIT 1) AS head,
            pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snapshot_xmin,
            pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax,
-           (SELECT count(*) FROM scanned) < $4 + $4 / 4 AS scanned_all
+           (SELECT count(*) FROM scanned) < $4 + $4 / 4 + $15 AS scanned_all
 ), scanned_buckets AS MATERIALIZED (
     SELECT DISTINCT bucket FROM scanned
 ), addressed AS MATERIALIZED (

@@ -7,12 +7,13 @@
 -- claim scans from the very start; claim_due_above.sql from the
 -- watermark), $13 the `scheduled_for` of rows due since they were
 -- written, $14 where this process last wrote each bucket's row (0: not
--- known; the store's `addresses.rs`).
+-- known; the store's `addresses.rs`), $15 the rows this process's rounds hold.
 --
 -- The window: the first $4 due rows of free buckets, oldest first, whole
--- rows. The scan is bounded, at a quarter more than the window
--- (`ClaimRequest::scan_limit`), whatever is held: a deep shard being
--- delivered, its bucket held, costs a claim at most that much. When the
+-- rows. The scan is bounded (`ClaimRequest::scan_limit`): a quarter more than
+-- the window and the rows this process's rounds in flight hold ($15),
+-- whatever is held elsewhere: a deep shard being delivered, its
+-- bucket held, costs a claim at most that much. When the
 -- window came out less than half full, the rows scanned are counted (a
 -- claim that found mostly held rows says so); otherwise `scanned_rows` is
 -- the window's.
@@ -37,7 +38,7 @@ WITH scanned AS MATERIALIZED (
     FROM region_outbox o
     WHERE o.scheduled_for <= $2 AND o.id <= $3
     ORDER BY o.scheduled_for, o.id
-    LIMIT $4 + $4 / 4
+    LIMIT $4 + $4 / 4 + $15
 ), scanned_buckets AS MATERIALIZED (
     SELECT DISTINCT bucket FROM scanned
 ), addressed AS MATERIALIZED (
@@ -77,7 +78,7 @@ WITH scanned AS MATERIALIZED (
     SELECT (SELECT id FROM scanned WHERE scheduled_for = $13 LIMIT 1) AS head,
            pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snapshot_xmin,
            pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax,
-           c.rows < $4 + $4 / 4 AS scanned_all, c.rows AS scanned_rows
+           c.rows < $4 + $4 / 4 + $15 AS scanned_all, c.rows AS scanned_rows
     FROM (SELECT count(*) AS rows FROM scanned) c
 ), win AS MATERIALIZED (
     -- In scan order (a CTE is read back as it was written).
