@@ -119,7 +119,14 @@ pub(super) async fn drain_loop<C: Category>(
                 () = cut_off.cancelled() => {}
             }
         });
-        let (wait, gathered) = match claim_answer.await {
+        // The claim answers once its statement returns; a worker told to
+        // stop meanwhile stops claiming (the round ends on its own, within
+        // the shutdown's bound).
+        let answer = tokio::select! {
+            answer = claim_answer => answer,
+            () = shared.stop.cancelled() => return,
+        };
+        let (wait, gathered) = match answer {
             Ok(Ok(answer)) if answer.more => {
                 error_delay = FIRST_ERROR_DELAY;
                 continue;
