@@ -9,11 +9,11 @@
 //! and where its row is now (`addresses.rs`). Rows come in no promised
 //! order: rows of one shard may come in several runs (the oldest-end claim
 //! returns its window rows, then the deep shards' rows beyond), and the
-//! claim's figures before or after them. Columns are read by position (the order of
-//! the statements' `SELECT`, named below), not by name: a claim returns
-//! thousands of rows, and a lookup by name per column and row costs more
-//! than the rest of the decoding. The key and the state are read once per
-//! run of a shard's rows.
+//! claim's figures before or after them. Columns are read by position
+//! (the order of the statements' `SELECT`, named below), not by name: a
+//! claim returns thousands of rows, and a lookup by name per column and
+//! row costs more than the rest of the decoding. The key and the state are
+//! read once per run of a shard's rows.
 
 use std::collections::HashMap;
 use std::time::Duration;
