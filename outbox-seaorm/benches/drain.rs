@@ -26,7 +26,8 @@
 //! `OUTBOX_BENCH_RING=1` drains the outbox tables migrated to the partition
 //! ring (`outbox_migrations::OutboxRingMigrator`; the floor stays on its
 //! plain table). `OUTBOX_BENCH_SKIP_BACKLOG=1` leaves out (d) and (e); `OUTBOX_BENCH_ONLY=a`
-//! runs only scenario (a);
+//! runs only scenario (a) (`a,aw`: those two); `OUTBOX_BENCH_SETUP_SQL` runs its
+//! `;`-separated statements after the migrations (a table setting to try);
 //! `OUTBOX_BENCH_BATCH_SIZE` sets the drain's batch size;
 //! `OUTBOX_BENCH_WORKER=1` drains every scenario as (aw) does; `OUTBOX_BENCH_VERBOSE=1` prints each
 //! pair's rates.
@@ -140,6 +141,14 @@ async fn main() {
             .unwrap();
         println!("on the partition ring (OutboxRingMigrator)");
     }
+    // Statements run once after the migrations, `;`-separated (one at a
+    // time: `VACUUM` cannot run in a transaction), to try a table setting.
+    if let Ok(setup) = std::env::var("OUTBOX_BENCH_SETUP_SQL") {
+        for statement in setup.split(';').filter(|s| !s.trim().is_empty()) {
+            db.execute_unprepared(statement).await.unwrap();
+        }
+        println!("after: {setup}");
+    }
 
     let mut scenarios = vec![
         Scenario {
@@ -209,7 +218,8 @@ async fn main() {
         });
     }
     if let Ok(only) = std::env::var("OUTBOX_BENCH_ONLY") {
-        scenarios.retain(|scenario| scenario.label.starts_with(&format!("({only})")));
+        let only: Vec<String> = only.split(',').map(|o| format!("({o})")).collect();
+        scenarios.retain(|scenario| only.iter().any(|o| scenario.label.starts_with(o)));
     }
     println!(
         "PostgreSQL drain of pre-filled messages, one process, no-op receiver; each figure \
