@@ -15,8 +15,8 @@
 //!   entry of the partition, the dead ones a held-back horizon keeps
 //!   included. Checked here by the id index's entries read (none allowed),
 //!   though this file's ring setup did not bring that plan about for that
-//!   form; the vacuum-pressure bench under a pinned horizon did (README,
-//!   Drain throughput).
+//!   form; the vacuum-pressure bench under a pinned horizon did
+//!   (`docs/benchmark-log.md`, Drain throughput).
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
