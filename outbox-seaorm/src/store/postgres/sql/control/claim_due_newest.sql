@@ -55,14 +55,21 @@ WITH scanned AS MATERIALIZED (
     -- the store's `addresses.rs`): a TID scan, one read. An address that
     -- no longer holds the version this statement's snapshot sees (another
     -- holder or statement wrote the row since, vacuum moved things) finds
-    -- nothing, or another bucket's row, which is then that row as seen.
-    SELECT b.bucket, b.version, b.lease_until > $2 AS leased, b.ctid
-    FROM outbox_claim_bucket b
-    WHERE b.ctid = ANY(ARRAY(
-            SELECT format('(%s,%s)', a.at / 65536, a.at % 65536)::tid
-            FROM (SELECT ($14::bigint[])[s.bucket + 1] AS at FROM scanned_buckets s) a
-            WHERE a.at > 0))
-      AND b.kind = $1 AND (b.bucket = ANY (SELECT bucket FROM scanned_buckets)) IS TRUE
+    -- nothing, or another bucket's row, not taken: the key finds the
+    -- bucket. One TID scan per address (`OFFSET 0` keeps the lateral read
+    -- a subquery the planner cannot turn around), not `ctid = ANY(array)`:
+    -- on a table of a few pages the planner reads it whole instead, and
+    -- compares every row with every address.
+    SELECT b.bucket, b.version, b.leased, b.ctid
+    FROM (SELECT s.bucket, ($14::bigint[])[s.bucket + 1] AS at FROM scanned_buckets s) a
+    CROSS JOIN LATERAL (
+        SELECT b.bucket, b.version, b.lease_until > $2 AS leased, b.ctid
+        FROM outbox_claim_bucket b
+        WHERE b.ctid = format('(%s,%s)', a.at / 65536, a.at % 65536)::tid
+          AND b.kind = $1 AND b.bucket = a.bucket
+        OFFSET 0
+    ) b
+    WHERE a.at > 0
 ), known AS MATERIALIZED (
     -- The scanned rows' buckets as this statement's snapshot sees them,
     -- read once: whether each is leased, its version (the claim leases it
@@ -98,19 +105,28 @@ WITH scanned AS MATERIALIZED (
 ), locked AS MATERIALIZED (
     -- By the address the snapshot's version was read at. A version changed
     -- since (committed after this statement's snapshot) is locked at its
-    -- newest and then fails the version test: left alone.
-    SELECT b.bucket, b.ctid FROM outbox_claim_bucket b
-    WHERE b.ctid = ANY(ARRAY(SELECT ctid FROM snapshot)) AND b.kind = $1
-      AND ((b.bucket, b.version) = ANY (SELECT bucket, version FROM snapshot)) IS TRUE
-    ORDER BY b.bucket
-    FOR UPDATE SKIP LOCKED
+    -- newest and then fails the version test: left alone. One TID scan
+    -- per address, in bucket order (see `addressed`).
+    SELECT b.bucket, b.ctid
+    FROM (SELECT * FROM snapshot ORDER BY bucket) s
+    CROSS JOIN LATERAL (
+        SELECT b.bucket, b.ctid FROM outbox_claim_bucket b
+        WHERE b.ctid = s.ctid AND b.kind = $1 AND b.bucket = s.bucket
+          AND b.version = s.version
+        OFFSET 0
+        FOR UPDATE SKIP LOCKED
+    ) b
 ), claimed AS (
     -- The versions locked, by their address (a TID scan): no third walk.
     -- A version the snapshot cannot see (renewed since, its lease ended by
     -- this clock) is left alone.
+    -- A join on the address: nothing else narrows the table's side, so
+    -- the planner reads the locked list once (a TID scan per address, or
+    -- one hash of them), never the table once per address.
     UPDATE outbox_claim_bucket b
     SET token = $6, owner = $7, lease_until = $8, version = b.version + 1
-    WHERE b.ctid = ANY(ARRAY(SELECT ctid FROM locked))
+    FROM locked l
+    WHERE b.ctid = l.ctid
     RETURNING b.bucket, b.ctid::text AS address
 ), created AS (
     -- A bucket's row is created with the tables, and again here after a
