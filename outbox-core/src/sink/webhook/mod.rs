@@ -68,7 +68,9 @@
 //! | `outbox-signature` ([`DELIVERY_SIGNATURE_HEADER`]) | the signatures of the `outbox-*` headers (below) |
 //! | `traceparent` ([`TRACEPARENT_HEADER`]) | W3C trace context, when there is one |
 //!
-//! Secrets are `whsec_` and the key in base64 ([`WebhookSecret`]); a
+//! Secrets are `whsec_` and a key of 24 bytes or more in base64
+//! ([`WebhookSecret`]; a key without the prefix, or shorter, is refused
+//! when parsed, with how to generate one); a
 //! timestamp more than 5 minutes away from the endpoint's clock (the
 //! [tolerance](WebhookKeys::with_tolerance)) is refused, which bounds how
 //! long a captured request can be replayed: within that window, the
@@ -119,7 +121,9 @@ mod signature;
 mod sink;
 
 pub use error::{WebhookError, WebhookSetupError};
-pub use secret::{InvalidSecret, WebhookSecret, GENERATED_SECRET_LEN, SECRET_PREFIX};
+pub use secret::{
+    InvalidSecret, WebhookSecret, GENERATED_SECRET_LEN, MIN_SECRET_LEN, SECRET_PREFIX,
+};
 pub use signature::{
     VerifyError, WebhookKeys, DEFAULT_TOLERANCE, DELIVERY_SIGNATURE_HEADER, ID_HEADER,
     SIGNATURE_HEADER, TIMESTAMP_HEADER,

@@ -15,15 +15,21 @@ pub const SECRET_PREFIX: &str = "whsec_";
 /// (Standard Webhooks asks for 24 to 64).
 pub const GENERATED_SECRET_LEN: usize = 32;
 
+/// The shortest secret accepted: 24 bytes, Standard Webhooks' minimum.
+pub const MIN_SECRET_LEN: usize = 24;
+
 pub(super) type HmacSha256 = Hmac<Sha256>;
 
 /// A symmetric signing secret (HMAC-SHA256), shared by a sender and the
 /// endpoint it delivers to.
 ///
-/// Written as `whsec_` followed by the key in base64 (the prefix is
-/// optional when parsing). Its `Debug` shows no key, and it has no
-/// `Display`: [`expose`](Self::expose) is the one way to read it back, to
-/// hand it to the other side.
+/// Written as `whsec_` followed by the key in base64, and parsed only in
+/// that form: the prefix says how the rest is encoded, so that a hex token
+/// or a password pasted where a secret belongs (many of which are valid
+/// base64 too) is refused at start instead of becoming a key the other
+/// side does not have. A key has [`MIN_SECRET_LEN`] bytes or more. Its
+/// `Debug` shows no key, and it has no `Display`: [`expose`](Self::expose)
+/// is the one way to read it back, to hand it to the other side.
 #[derive(Clone)]
 pub struct WebhookSecret {
     key: Box<[u8]>,
@@ -51,11 +57,15 @@ impl WebhookSecret {
     ///
     /// # Errors
     ///
-    /// [`InvalidSecret::Empty`] for no bytes.
+    /// [`InvalidSecret::Empty`] for no bytes, [`InvalidSecret::TooShort`]
+    /// for fewer than [`MIN_SECRET_LEN`].
     pub fn from_bytes(key: impl Into<Vec<u8>>) -> Result<Self, InvalidSecret> {
         let key = key.into();
         if key.is_empty() {
             return Err(InvalidSecret::Empty);
+        }
+        if key.len() < MIN_SECRET_LEN {
+            return Err(InvalidSecret::TooShort { len: key.len() });
         }
         // HMAC takes keys of any length: this cannot fail.
         let mac = HmacSha256::new_from_slice(&key).map_err(|_| InvalidSecret::Empty)?;
@@ -102,9 +112,14 @@ impl WebhookSecret {
 impl FromStr for WebhookSecret {
     type Err = InvalidSecret;
 
-    /// Parses `whsec_<base64>`, or the base64 alone.
+    /// Parses `whsec_<base64>`.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let encoded = text.strip_prefix(SECRET_PREFIX).unwrap_or(text);
+        if text.is_empty() {
+            return Err(InvalidSecret::Empty);
+        }
+        let encoded = text
+            .strip_prefix(SECRET_PREFIX)
+            .ok_or(InvalidSecret::NoPrefix)?;
         let key = base64::engine::general_purpose::STANDARD
             .decode(encoded)
             .map_err(|_| InvalidSecret::NotBase64)?;
@@ -128,6 +143,24 @@ pub enum InvalidSecret {
          check that it was copied whole"
     )]
     NotBase64,
+    /// Does not start with `whsec_`, the form Standard Webhooks writes
+    /// secrets in.
+    #[error(
+        "the webhook secret does not start with `whsec_`: give `whsec_` followed by the key in \
+         base64 (generate one with `WebhookSecret::generate().expose()`, or \
+         `echo whsec_$(openssl rand -base64 32)`)"
+    )]
+    NoPrefix,
+    /// Fewer than [`MIN_SECRET_LEN`] key bytes: guessable.
+    #[error(
+        "the webhook secret's key has {len} bytes, Standard Webhooks asks for at least 24: \
+         generate one with `WebhookSecret::generate().expose()`, or \
+         `echo whsec_$(openssl rand -base64 32)`"
+    )]
+    TooShort {
+        /// The key's length in bytes.
+        len: usize,
+    },
 }
 
 #[cfg(test)]
@@ -135,12 +168,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_secret_reads_with_or_without_its_prefix_and_shows_no_key() {
+    fn a_secret_reads_back_from_its_whsec_form_and_shows_no_key() {
         let with: WebhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".parse().unwrap();
-        let without: WebhookSecret = "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".parse().unwrap();
-        assert_eq!(with, without);
         assert_eq!(with.expose(), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
         assert_eq!(format!("{with:?}"), "WebhookSecret(<redacted>)");
+    }
+
+    #[test]
+    fn a_secret_without_its_prefix_or_under_24_bytes_is_refused_with_how_to_make_one() {
+        // Valid base64 of 24 bytes, but not in the whsec_ form.
+        assert_eq!(
+            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".parse::<WebhookSecret>(),
+            Err(InvalidSecret::NoPrefix)
+        );
+        // `nope` is base64 for 3 bytes.
+        assert_eq!(
+            "whsec_nope".parse::<WebhookSecret>(),
+            Err(InvalidSecret::TooShort { len: 3 })
+        );
+        assert_eq!(
+            WebhookSecret::from_bytes(vec![7; MIN_SECRET_LEN - 1]),
+            Err(InvalidSecret::TooShort { len: 23 })
+        );
+        assert!(WebhookSecret::from_bytes(vec![7; MIN_SECRET_LEN]).is_ok());
+        for error in [InvalidSecret::NoPrefix, InvalidSecret::TooShort { len: 3 }] {
+            let message = error.to_string();
+            assert!(message.contains("WebhookSecret::generate()"), "{message}");
+            assert!(message.contains("openssl rand"), "{message}");
+        }
     }
 
     #[test]

@@ -533,6 +533,15 @@ mod tests {
             WebhookKeys::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw whsec_!").unwrap_err(),
             InvalidSecret::NotBase64
         );
+        // What a mistyped variable holds: refused, not a 3-byte key.
+        assert_eq!(
+            WebhookKeys::parse("nope").unwrap_err(),
+            InvalidSecret::NoPrefix
+        );
+        assert_eq!(
+            WebhookKeys::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw whsec_nope").unwrap_err(),
+            InvalidSecret::TooShort { len: 3 }
+        );
     }
 
     #[test]
