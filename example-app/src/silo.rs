@@ -501,34 +501,33 @@ fn admin_routes(
     admin: Option<BearerToken>,
     public_metrics: bool,
 ) -> Router {
-    let metrics = match (&admin, public_metrics) {
-        (Some(admin), false) => Router::new()
-            .route("/metrics", get(crate::telemetry::metrics))
-            .route_layer(axum::middleware::from_fn_with_state(
-                admin.clone(),
-                crate::telemetry::scrape_allowed,
-            )),
-        _ => Router::new().route("/metrics", get(crate::telemetry::metrics)),
-    };
-    let mut router = Router::new()
-        .route(
-            "/healthz",
-            get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
-        )
-        .merge(metrics);
+    let mut router = Router::new().route(
+        "/healthz",
+        get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
+    );
+    let metrics = Router::new().route("/metrics", get(crate::telemetry::metrics));
     match admin {
-        Some(admin) => {
-            router = router.nest(
-                "/admin/outbox",
-                Admin::new(drainer)
-                    .waker(waker)
-                    .backfill(backfill, db.clone())
-                    // The RPC routes' fenced inbox lives in this silo's database.
-                    .inbox(db)
-                    .router(admin),
-            );
+        Some(tokens) => {
+            let admin = Admin::new(drainer)
+                .waker(waker)
+                .backfill(backfill, db.clone())
+                // The RPC routes' fenced inbox lives in this silo's database.
+                .inbox(db);
+            // Behind the admin's tokens and its throttle: a wrong token at
+            // `/metrics` counts against the client as on the admin routes.
+            let metrics = if public_metrics {
+                metrics
+            } else {
+                metrics.route_layer(admin.require_principal(tokens.clone()))
+            };
+            router = router
+                .merge(metrics)
+                .nest("/admin/outbox", admin.router(tokens));
         }
-        None => tracing::info!("no admin token: the outbox admin API is off"),
+        None => {
+            tracing::info!("no admin token: the outbox admin API is off");
+            router = router.merge(metrics);
+        }
     }
     router
 }

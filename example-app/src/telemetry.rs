@@ -100,23 +100,3 @@ pub async fn metrics() -> Response {
         .into_response(),
     }
 }
-
-/// `/metrics` behind the admin API's tokens (an operator's or a viewer's):
-/// `401` with a JSON error otherwise, before anything is rendered.
-pub async fn scrape_allowed(
-    axum::extract::State(admin): axum::extract::State<outbox_axum::admin::BearerToken>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    use outbox_axum::admin::Authorize;
-    let (parts, body) = request.into_parts();
-    if admin.authorize(&parts).is_none() {
-        return crate::error::ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "/metrics needs the admin or the viewer token (Authorization: Bearer …)",
-        )
-        .into_response();
-    }
-    next.run(axum::extract::Request::from_parts(parts, body))
-        .await
-}

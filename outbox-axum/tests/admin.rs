@@ -3,11 +3,15 @@
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
+use std::net::SocketAddr;
+
 use axum::body::Body;
+use axum::extract::connect_info::MockConnectInfo;
+use axum::extract::ConnectInfo;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
 use http_body_util::BodyExt;
-use outbox_axum::admin::{Admin, BearerToken};
+use outbox_axum::admin::{Admin, BearerToken, ClientAddress};
 use outbox_core::{Drainer, DrainerBuilder, OutboxKind, StoreAdmin};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use outbox_testing::database::{DbBackend, TestDatabase};
@@ -50,6 +54,15 @@ use roles::{
 /// A request body: content type and text.
 type RequestBody<'a> = Option<(&'a str, &'a str)>;
 
+/// The client every test request comes from, unless it says otherwise (as
+/// a server run with `into_make_service_with_connect_info` gives it).
+const CLIENT: ([u8; 4], u16) = ([192, 0, 2, 1], 40_000);
+
+/// `router` as served: each request with its client's address.
+fn served(router: Router) -> Router {
+    router.layer(MockConnectInfo(SocketAddr::from(CLIENT)))
+}
+
 async fn call(
     router: &Router,
     method: Method,
@@ -57,7 +70,22 @@ async fn call(
     token: Option<&str>,
     body: RequestBody<'_>,
 ) -> (StatusCode, Value) {
+    call_from(router, None, method, uri, token, body).await
+}
+
+/// [`call`] from `client` (else [`CLIENT`]).
+async fn call_from(
+    router: &Router,
+    client: Option<SocketAddr>,
+    method: Method,
+    uri: &str,
+    token: Option<&str>,
+    body: RequestBody<'_>,
+) -> (StatusCode, Value) {
     let mut request = Request::builder().method(method).uri(uri);
+    if let Some(client) = client {
+        request = request.extension(ConnectInfo(client));
+    }
     if let Some(token) = token {
         request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
     }
@@ -123,11 +151,13 @@ async fn setup_with(
         recorder.receivers(),
     ))
     .build();
-    let router = Admin::new(drainer.clone()).router(
-        BearerToken::new(TOKEN)
-            .unwrap()
-            .viewer("on-call", VIEWER_TOKEN)
-            .unwrap(),
+    let router = served(
+        Admin::new(drainer.clone()).router(
+            BearerToken::new(TOKEN)
+                .unwrap()
+                .viewer("on-call", VIEWER_TOKEN)
+                .unwrap(),
+        ),
     );
     Setup {
         db,
@@ -158,14 +188,18 @@ fn pause_body(identifier: i64) -> String {
 /// The admin router over `drainer`, with the test's tokens and `failures`
 /// wrong credentials allowed a minute.
 fn router_allowing(drainer: &Drainer<OutboxCategory>, failures: u32) -> Router {
-    Admin::new(drainer.clone())
-        .login_throttle(failures, std::time::Duration::from_secs(60))
-        .router(
-            BearerToken::new(TOKEN)
-                .unwrap()
-                .viewer("on-call", VIEWER_TOKEN)
-                .unwrap(),
-        )
+    served(admin_allowing(drainer, failures).router(tokens()))
+}
+
+fn admin_allowing(drainer: &Drainer<OutboxCategory>, failures: u32) -> Admin<OutboxCategory> {
+    Admin::new(drainer.clone()).login_throttle(failures, std::time::Duration::from_secs(60))
+}
+
+fn tokens() -> BearerToken {
+    BearerToken::new(TOKEN)
+        .unwrap()
+        .viewer("on-call", VIEWER_TOKEN)
+        .unwrap()
 }
 
 /// Every route refuses a request without the token (or with a wrong one)
@@ -225,6 +259,123 @@ async fn wrong_credentials_are_throttled(backend: DbBackend) {
     let fresh = router_allowing(&drainer, 10);
     let (status, _) = call(&fresh, Method::GET, "/health", Some(TOKEN), None).await;
     assert_eq!(status, StatusCode::OK);
+}
+
+/// A guesser's failures refuse the guesser only: an operator at another
+/// address (IPv4, or another IPv6 /64) gets in with the right token, while
+/// the guesser's other addresses in its /64 are refused too.
+async fn one_clients_failures_never_lock_out_another(backend: DbBackend) {
+    let Setup { db, drainer, .. } = setup(backend, "admin_throttle_isolation", &[1]).await;
+    let router = router_allowing(&drainer, 10);
+    let guesser: SocketAddr = "[2001:db8:1:2::1]:5000".parse().unwrap();
+    let same_64: SocketAddr = "[2001:db8:1:2::ffff]:5001".parse().unwrap();
+    let operator_v6: SocketAddr = "[2001:db8:1:3::1]:5000".parse().unwrap();
+    let operator_v4: SocketAddr = "198.51.100.7:5000".parse().unwrap();
+    let health =
+        |client, token| call_from(&router, Some(client), Method::GET, "/health", token, None);
+    for attempt in 0..10 {
+        let (status, _) = health(guesser, Some("wrong")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "attempt {attempt}");
+    }
+    assert_eq!(
+        health(guesser, Some(TOKEN)).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        health(same_64, Some(TOKEN)).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    for operator in [operator_v6, operator_v4] {
+        let (status, body) = health(operator, Some(TOKEN)).await;
+        assert_eq!(status, StatusCode::OK, "{operator}: {body}");
+    }
+    nothing_changed(&db).await;
+}
+
+/// Served without the client's address, the router refuses every checked
+/// request (500, the fix in the log) rather than count every client's
+/// failures together; behind a trusted proxy, clients are told apart by
+/// the header it sets, and a request without it is refused.
+async fn the_client_address_is_required_or_taken_from_the_trusted_header(backend: DbBackend) {
+    let Setup { db, drainer, .. } = setup(backend, "admin_client_address", &[1]).await;
+    let bare = admin_allowing(&drainer, 10).router(tokens());
+    for token in [Some(TOKEN), Some("wrong"), None] {
+        let (status, error) = call(&bare, Method::GET, "/health", token, None).await;
+        assert_eq!(
+            status,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "{token:?}: {error}"
+        );
+        assert_eq!(error["error"]["code"], "no_client_address");
+    }
+
+    let proxied = admin_allowing(&drainer, 10)
+        .client_address(ClientAddress::trusted_header("x-forwarded-for"))
+        .router(tokens());
+    let from = |forwarded: Option<&'static str>, token: &'static str| {
+        let mut request =
+            Request::get("/health").header(header::AUTHORIZATION, format!("Bearer {token}"));
+        if let Some(forwarded) = forwarded {
+            request = request.header("x-forwarded-for", forwarded);
+        }
+        let request = request.body(Body::empty()).unwrap();
+        let proxied = proxied.clone();
+        async move { proxied.oneshot(request).await.unwrap().status() }
+    };
+    for _ in 0..10 {
+        // The proxy appends the address it saw: the last one counts.
+        assert_eq!(
+            from(Some("198.51.100.1, 203.0.113.5"), "wrong").await,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert_eq!(
+        from(Some("203.0.113.5"), TOKEN).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        from(Some("203.0.113.5, 198.51.100.1"), TOKEN).await,
+        StatusCode::OK
+    );
+    assert_eq!(from(None, TOKEN).await, StatusCode::BAD_REQUEST);
+    nothing_changed(&db).await;
+}
+
+/// A route of the application's own behind `require_principal` (a
+/// `/metrics` scrape) lets in either role, refuses others with 401, and
+/// counts their failures with the admin router's: a guesser locked out
+/// on one is locked out on the other.
+async fn routes_behind_require_principal_share_the_throttle(backend: DbBackend) {
+    let Setup { drainer, .. } = setup(backend, "admin_require_principal", &[1]).await;
+    let admin = admin_allowing(&drainer, 10);
+    let metrics = Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(
+                |principal: axum::Extension<outbox_axum::admin::Principal>| async move {
+                    axum::Json(json!({ "scraped_by": principal.name() }))
+                },
+            ),
+        )
+        .route_layer(admin.require_principal(tokens()));
+    let app = served(metrics.nest("/admin", admin.router(tokens())));
+    let (status, body) = call(&app, Method::GET, "/metrics", Some(VIEWER_TOKEN), None).await;
+    assert_eq!(
+        (status, &body["scraped_by"]),
+        (StatusCode::OK, &json!("on-call"))
+    );
+    for token in [None, Some("wrong")] {
+        let (status, error) = call(&app, Method::GET, "/metrics", token, None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{token:?}");
+        assert_eq!(error["error"]["code"], "unauthorized");
+    }
+    // One wrong token above; nine on the admin routes use up the ten.
+    for _ in 0..9 {
+        let (status, _) = call(&app, Method::GET, "/admin/health", Some("wrong"), None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+    let (status, _) = call(&app, Method::GET, "/metrics", Some(TOKEN), None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
 }
 
 /// Every answer, refusals too, is neither cached nor framed.
@@ -648,6 +799,9 @@ outbox_testing::on_both_backends!(
     a_viewer_reads_and_every_change_is_refused_and_recorded,
     operators_actions_are_recorded_with_who_why_and_how_they_ended,
     wrong_credentials_are_throttled,
+    one_clients_failures_never_lock_out_another,
+    the_client_address_is_required_or_taken_from_the_trusted_header,
+    routes_behind_require_principal_share_the_throttle,
     answers_are_not_cached_or_framed,
     the_history_route_merges_every_workers_samples,
     a_blocked_shards_head_is_shown_and_set_aside,

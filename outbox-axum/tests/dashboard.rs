@@ -7,11 +7,13 @@
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 use axum::body::Body;
+use axum::extract::connect_info::MockConnectInfo;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
 use fantoccini::{Client, ClientBuilder, Locator};
@@ -78,16 +80,18 @@ async fn setup(backend: DbBackend, label: &str) -> Setup {
         .backfill(Backfill::new(), db.db.clone())
         .login_throttle(100, std::time::Duration::from_secs(60));
     let clock = ManualClock::starting_now();
-    let app = Router::new().nest(
-        "/admin/outbox",
-        admin.router(
-            BearerToken::new(TOKEN)
-                .unwrap()
-                .viewer("on-call", VIEWER_TOKEN)
-                .unwrap()
-                .clock(clock.clone()),
-        ),
-    );
+    let app = Router::new()
+        .nest(
+            "/admin/outbox",
+            admin.router(
+                BearerToken::new(TOKEN)
+                    .unwrap()
+                    .viewer("on-call", VIEWER_TOKEN)
+                    .unwrap()
+                    .clock(clock.clone()),
+            ),
+        )
+        .layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))));
     Setup {
         db,
         recorder,
@@ -393,28 +397,22 @@ async fn forms_from_elsewhere_or_with_bad_input_change_nothing(backend: DbBacken
             Some(form),
         )
         .await;
-        assert_eq!(answer.status, StatusCode::SEE_OTHER, "{action} {form}");
-        let location = answer.location.unwrap();
-        let query: Vec<(String, String)> =
-            serde_urlencoded::from_str(location.strip_prefix("../dashboard?").unwrap()).unwrap();
-        let shown = query
-            .iter()
-            .find(|(k, _)| k == "error")
-            .map(|(_, v)| v.as_str());
+        // A page saying what was wrong (escaped), with the error's status
+        // and a way back; nothing of it travels in a URL.
         assert!(
-            shown.is_some_and(|shown| shown.contains(error)),
-            "{action} {form}: {location}"
+            answer.status.is_client_error(),
+            "{action} {form}: {}",
+            answer.status
         );
-        // The page shows it, escaped.
-        let page = send(
-            &app,
-            Method::GET,
-            &format!("/admin/outbox/{}", location.trim_start_matches("../")),
-            &[("cookie", &cookie)],
-            None,
-        )
-        .await;
-        assert!(page.body.contains("role=\"alert\""), "{}", page.body);
+        assert_eq!(answer.location, None, "{action} {form}");
+        let shown = answer.body.replace("&quot;", "\"").replace("&#39;", "'");
+        assert!(shown.contains(error), "{action} {form}: {}", answer.body);
+        assert!(answer.body.contains("role=\"alert\""), "{}", answer.body);
+        assert!(
+            answer.body.contains("href=\"../dashboard?kind="),
+            "{}",
+            answer.body
+        );
     }
     let bad_query = send(
         &app,
@@ -425,6 +423,84 @@ async fn forms_from_elsewhere_or_with_bad_input_change_nothing(backend: DbBacken
     )
     .await;
     assert_eq!(bad_query.status, StatusCode::BAD_REQUEST);
+    // A link made elsewhere cannot put words on the page.
+    for query in [
+        "done=Your+session+expired%2C+call+0800+123",
+        "kind=region&error=Your+session+expired",
+        "done=replayed&count=1&note=hi",
+    ] {
+        let page = send(
+            &app,
+            Method::GET,
+            &format!("/admin/outbox/dashboard?{query}"),
+            &[("cookie", &cookie)],
+            None,
+        )
+        .await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST, "{query}");
+        assert!(page.body.contains("role=\"alert\""), "{}", page.body);
+        assert!(
+            !page.body.contains("expired") && !page.body.contains("0800"),
+            "{}",
+            page.body
+        );
+    }
+    nothing_changed(&db).await;
+}
+
+/// A logout is not a way in: forged sessions (any MAC, an expiry far away,
+/// a real session's nonce) end nothing, count against the client like any
+/// wrong credential, and a flood of them from many addresses leaves the
+/// real session working.
+async fn forged_sessions_at_logout_change_nothing(backend: DbBackend) {
+    let Setup { db, app, .. } = setup(backend, "dashboard_forged_logout").await;
+    let cookie = logged_in(&app, TOKEN).await;
+    let real = cookie.strip_prefix("outbox_admin_session=").unwrap();
+    let (signed, _) = real.rsplit_once('.').unwrap();
+    let nonce = signed.split('.').nth(1).unwrap().to_owned();
+    let logout = |client: SocketAddr, cookies: String| {
+        let request = Request::post("/admin/outbox/logout")
+            .header("cookie", cookies)
+            .extension(axum::extract::ConnectInfo(client))
+            .body(Body::empty())
+            .unwrap();
+        let app = app.clone();
+        async move { app.oneshot(request).await.unwrap().status() }
+    };
+    for round in 0..200u32 {
+        let client = SocketAddr::from(([10, 9, (round / 250) as u8, (round % 250) as u8], 1));
+        let cookies: Vec<String> = (0..20)
+            .map(|i| {
+                let nonce = if i == 0 {
+                    nonce.clone()
+                } else {
+                    format!("{:032x}", u128::from(round) << 8 | i)
+                };
+                format!("outbox_admin_session=9223372036854775807.{nonce}.operator.YWRtaW4.x")
+            })
+            .collect();
+        assert_eq!(
+            logout(client, cookies.join("; ")).await,
+            StatusCode::SEE_OTHER
+        );
+    }
+    let page = send(
+        &app,
+        Method::GET,
+        "/admin/outbox/dashboard",
+        &[("cookie", &cookie)],
+        None,
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::OK, "the real session still holds");
+
+    // From one address, forged logouts use up its allowance (100 here).
+    let guesser = SocketAddr::from(([10, 8, 0, 1], 1));
+    let forged = format!("outbox_admin_session=9223372036854775807.{nonce}.operator.YWRtaW4.x");
+    for _ in 0..100 {
+        assert_eq!(logout(guesser, forged.clone()).await, StatusCode::SEE_OTHER);
+    }
+    assert_eq!(logout(guesser, forged).await, StatusCode::TOO_MANY_REQUESTS);
     nothing_changed(&db).await;
 }
 
@@ -767,11 +843,7 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
         .await
         .unwrap();
     browser.accept_alert().await.unwrap();
-    notice(
-        &browser,
-        &format!("Set aside 1 row(s) as dead letters: {org_head}."),
-    )
-    .await;
+    notice(&browser, "Set aside 1 row(s) as dead letters.").await;
     let dead = text_of(&browser, &format!("#dead-letter-{org_head}")).await;
     assert!(dead.contains("set aside by admin"), "{dead}");
     let audit = text_of(&browser, "#audit tbody").await;
@@ -882,5 +954,6 @@ async fn a_browser_sees_the_failure_and_replays_the_dead_letter(backend: DbBacke
 outbox_testing::on_both_backends!(
     the_dashboard_needs_the_token,
     forms_from_elsewhere_or_with_bad_input_change_nothing,
+    forged_sessions_at_logout_change_nothing,
     a_browser_sees_the_failure_and_replays_the_dead_letter,
 );

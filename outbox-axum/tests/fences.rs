@@ -5,7 +5,10 @@
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
+use std::net::SocketAddr;
+
 use axum::body::Body;
+use axum::extract::connect_info::MockConnectInfo;
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use http_body_util::BodyExt;
@@ -44,12 +47,14 @@ async fn superseded_deliveries_are_shown_to_operators(backend: DbBackend) {
         SeaOrmStore::new(db.db.clone()).unwrap(),
         outbox_core::Receivers::new().discard(OutboxCategory::OrganizationUpdate),
     );
-    let app = Router::new().nest(
-        "/admin/outbox",
-        Admin::new(drainer)
-            .inbox(db.db.clone())
-            .router(BearerToken::new(TOKEN).unwrap()),
-    );
+    let app = Router::new()
+        .nest(
+            "/admin/outbox",
+            Admin::new(drainer)
+                .inbox(db.db.clone())
+                .router(BearerToken::new(TOKEN).unwrap()),
+        )
+        .layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))));
     let bearer = format!("Bearer {TOKEN}");
     let fences = |query: &'static str| {
         let (app, bearer) = (app.clone(), bearer.clone());
@@ -158,7 +163,9 @@ async fn without_the_receivers_database_the_route_says_so(backend: DbBackend) {
         SeaOrmStore::new(db.db.clone()).unwrap(),
         outbox_core::Receivers::new().discard(OutboxCategory::OrganizationUpdate),
     );
-    let app = Admin::new(drainer).router(BearerToken::new(TOKEN).unwrap());
+    let app = Admin::new(drainer)
+        .router(BearerToken::new(TOKEN).unwrap())
+        .layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))));
     let bearer = format!("Bearer {TOKEN}");
     let (status, body) = get(&app, "/fences", ("authorization", &bearer)).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");

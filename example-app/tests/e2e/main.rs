@@ -591,7 +591,8 @@ fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 }
 
 /// `/metrics` needs the admin or the viewer token: 401 without one or with
-/// a wrong one.
+/// a wrong one; wrong tokens there count against the client with the admin
+/// router's, so guessing at `/metrics` locks the guesser out of both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_need_an_admin_token() {
     let app = Deployment::start(DbBackend::Sqlite).await;
@@ -609,6 +610,21 @@ async fn metrics_need_an_admin_token() {
     );
     assert_eq!(scrape(Some(VIEWER_TOKEN)).await, StatusCode::OK);
     assert_eq!(scrape(Some(SECRET)).await, StatusCode::OK);
+    // Nine more wrong tokens (ten in all) use up this client's allowance.
+    for _ in 0..9 {
+        assert_eq!(
+            scrape(Some("not-the-token-0123456789abcdef0123")).await,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert_eq!(scrape(Some(SECRET)).await, StatusCode::TOO_MANY_REQUESTS);
+    let health = fresh_client()
+        .get(app.region_url("us", "/admin/outbox/health"))
+        .bearer_auth(SECRET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), StatusCode::TOO_MANY_REQUESTS);
     app.shutdown().await;
 }
 

@@ -36,7 +36,8 @@ pub enum TokenError {
 /// derived from that token (so every process with the same tokens accepts
 /// it, and a new token ends the old one's sessions), expiring after
 /// [`session_lifetime`](Self::session_lifetime) (12 h), ended for good by
-/// a logout in the process that served it.
+/// a logout in the process that served it (a logout that carries a forged
+/// or expired session changes nothing).
 ///
 /// ```
 /// use outbox_axum::admin::{BearerToken, TokenError};
@@ -181,9 +182,11 @@ impl Authorize for BearerToken {
         })
     }
 
+    /// Revokes each session cookie of `request` that checks (signed with
+    /// a token of these, not expired): a forged one changes nothing.
     fn logout(&self, request: &Parts) {
         for value in session_cookies(request) {
-            self.sessions.revoke(value);
+            self.sessions.revoke(value, self.known());
         }
     }
 }
@@ -274,7 +277,13 @@ mod tests {
         // A rotated token ends the session.
         let rotated = BearerToken::new("a new operator token of 32 bytes!").unwrap();
         assert_eq!(rotated.authorize(&cookie(&carried)), None);
-        // Logged out: refused.
+        // A forged session's logout (any MAC, far expiry) ends nothing,
+        // and a logout with the real one ends it.
+        let (signed, _) = session.value.rsplit_once('.').unwrap();
+        let forged = format!("outbox_admin_session={signed}.AAAA");
+        tokens.logout(&cookie(&forged));
+        assert!(tokens.authorize(&cookie(&carried)).is_some());
+        assert_eq!(tokens.sessions.revoked_len(), 0);
         tokens.logout(&cookie(&carried));
         assert_eq!(tokens.authorize(&cookie(&carried)), None);
         assert!(tokens.login("wrong").is_none());

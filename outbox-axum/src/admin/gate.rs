@@ -11,19 +11,23 @@ use axum::response::{IntoResponse, Response};
 
 use super::auth::{session_cookies, Authorize, Principal, COOKIE_NAME, SECURE_COOKIE_NAME};
 use super::error::AdminError;
-use super::throttle::Throttle;
+use super::throttle::{ClientAddress, NoClientAddress, Throttle};
 
 /// What the authorising middleware and the login form share.
 #[derive(Clone)]
 pub(crate) struct Gate<A> {
     pub(crate) authorize: A,
     pub(crate) throttle: Throttle,
+    /// Where the client's address comes from.
+    pub(crate) client_address: ClientAddress,
     /// Behind TLS: `Secure`, `__Host-` cookies.
     pub(crate) secure: bool,
 }
 
 /// Why a request was not let in.
 pub(crate) enum Refused {
+    /// The client cannot be told apart from others: a server set-up error.
+    NoClientAddress(NoClientAddress),
     /// Too many failures from this client: come back after this long.
     Throttled(std::time::Duration),
     /// No credentials, or wrong ones.
@@ -31,12 +35,41 @@ pub(crate) enum Refused {
 }
 
 impl Refused {
-    /// `429` with `Retry-After`, or `401`, as JSON.
+    /// `500`/`400`, `429` with `Retry-After`, or `401`, as JSON.
     pub(crate) fn into_api_response(self) -> Response {
         match self {
+            Refused::NoClientAddress(missing) => no_client_address(&missing).into_response(),
             Refused::Throttled(after) => throttled(after),
             Refused::Unauthorized => AdminError::unauthorized().into_response(),
         }
+    }
+}
+
+/// `500 no_client_address` when the server gives no peer address (a set-up
+/// error, logged with its fix), `400` when the trusted header has none.
+pub(crate) fn no_client_address(missing: &NoClientAddress) -> AdminError {
+    match missing {
+        NoClientAddress::NoConnectInfo => {
+            // Once per process: every request would say the same.
+            static LOGGED: std::sync::Once = std::sync::Once::new();
+            LOGGED.call_once(|| tracing::error!(
+                "outbox admin: a request came without the client's address, so wrong \
+                 credentials cannot be counted per client: serve the router with \
+                 `into_make_service_with_connect_info::<SocketAddr>()`, or behind a reverse \
+                 proxy set `Admin::client_address(ClientAddress::trusted_header(\"x-forwarded-for\"))`"
+            ));
+            AdminError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "no_client_address",
+                "the server does not give the admin router the client's address; its log says how \
+                 to fix it",
+            )
+        }
+        NoClientAddress::NoHeader(header) => AdminError::new(
+            StatusCode::BAD_REQUEST,
+            "no_client_address",
+            format!("no client address in `{header}` (set by the reverse proxy)"),
+        ),
     }
 }
 
@@ -60,7 +93,7 @@ impl<A: Authorize> Gate<A> {
     /// refused counts a failure, and one over its failures is not checked
     /// at all.
     pub(crate) fn admit(&self, parts: &Parts) -> Result<Principal, Refused> {
-        let client = Throttle::client(parts);
+        let client = self.client(parts)?;
         self.throttle.check(client).map_err(Refused::Throttled)?;
         match self.authorize.authorize(parts) {
             Some(principal) => Ok(principal),
@@ -73,6 +106,13 @@ impl<A: Authorize> Gate<A> {
                 Err(Refused::Unauthorized)
             }
         }
+    }
+
+    /// The address the throttle counts `parts`' failures for.
+    pub(crate) fn client(&self, parts: &Parts) -> Result<std::net::IpAddr, Refused> {
+        self.client_address
+            .of(parts)
+            .map_err(Refused::NoClientAddress)
     }
 
     /// The session cookie's name and attributes, without its value.

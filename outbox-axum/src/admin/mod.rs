@@ -82,6 +82,7 @@ mod gate;
 pub mod model;
 mod openapi;
 mod ops;
+mod require;
 mod routes;
 mod session;
 mod throttle;
@@ -106,7 +107,9 @@ use outbox_core::{Category, DrainOperator, DrainView, Drainer};
 pub use auth::{Authorize, Principal, Role, Session};
 pub use bearer::{BearerToken, TokenError, MIN_TOKEN_LEN};
 pub use error::AdminError;
+pub use require::{RequirePrincipal, RequirePrincipalLayer};
 pub use session::DEFAULT_SESSION_LIFETIME;
+pub use throttle::{ClientAddress, DEFAULT_FAILURES, DEFAULT_WINDOW, TRACKED_CLIENTS};
 
 /// The admin API over a drainer (its store, and its cache of controls).
 #[derive(Debug)]
@@ -114,7 +117,10 @@ pub struct Admin<C: Category> {
     state: AdminState<C>,
     /// Behind TLS: `Secure`, `__Host-` session cookies.
     secure_cookies: bool,
+    /// Wrong credentials per client; shared with every
+    /// [`require_principal`](Admin::require_principal) layer.
     throttle: throttle::Throttle,
+    client_address: ClientAddress,
 }
 
 /// What the handlers share.
@@ -179,6 +185,7 @@ impl<C: Category> Admin<C> {
             },
             secure_cookies: false,
             throttle: throttle::Throttle::default(),
+            client_address: ClientAddress::default(),
         }
     }
 
@@ -227,15 +234,45 @@ impl<C: Category> Admin<C> {
         self
     }
 
-    /// How many wrong credentials (bearer tokens, sessions, logins) a
-    /// client may send in `window` before its next attempts are refused
-    /// with `429 too_many_attempts` without being checked (default 10 a
-    /// minute). Clients are told apart by their address when the server
-    /// runs with `into_make_service_with_connect_info::<SocketAddr>()`;
-    /// without it they share one allowance.
+    /// How many wrong credentials (bearer tokens, sessions, logins,
+    /// logouts with a forged session) a client may send in `window` before
+    /// its next attempts are refused with `429 too_many_attempts` without
+    /// being checked (default [`DEFAULT_FAILURES`] in [`DEFAULT_WINDOW`]:
+    /// 10 a minute). A client is its address, an IPv6 client its /64, found
+    /// as [`client_address`](Self::client_address) says; one client's
+    /// failures never refuse another. At most [`TRACKED_CLIENTS`] clients
+    /// are tracked: past it, the oldest window makes room.
     pub fn login_throttle(mut self, failures: u32, window: std::time::Duration) -> Self {
         self.throttle = throttle::Throttle::new(failures, window);
         self
+    }
+
+    /// Where the client's address comes from (default
+    /// [`ClientAddress::ConnectInfo`]: serve the router with
+    /// `into_make_service_with_connect_info::<SocketAddr>()`; a request
+    /// without it is refused with `500 no_client_address`, and the log says
+    /// so). Behind a reverse proxy that every request goes through,
+    /// [`ClientAddress::trusted_header`] names the header it sets.
+    pub fn client_address(mut self, client_address: ClientAddress) -> Self {
+        self.client_address = client_address;
+        self
+    }
+
+    /// A layer for routes of your own (a `/metrics` scrape) that lets in
+    /// what `authorize` lets in, any role, and counts wrong credentials
+    /// against the client's allowance together with this router's.
+    /// Call it before [`router`](Self::router), with the same settings.
+    pub fn require_principal<A: Authorize>(&self, authorize: A) -> RequirePrincipalLayer<A> {
+        RequirePrincipalLayer::new(self.gate(authorize))
+    }
+
+    fn gate<A: Authorize>(&self, authorize: A) -> gate::Gate<A> {
+        gate::Gate {
+            authorize,
+            throttle: self.throttle.clone(),
+            client_address: self.client_address.clone(),
+            secure: self.secure_cookies,
+        }
     }
 
     /// The router, every route behind `authorize`: the JSON API answers
@@ -244,11 +281,7 @@ impl<C: Category> Admin<C> {
     /// client answer `429`. Every answer says not to cache or frame it.
     pub fn router<A: Authorize>(mut self, authorize: A) -> Router {
         self.state.login = true;
-        let gate = gate::Gate {
-            authorize,
-            throttle: self.throttle.clone(),
-            secure: self.secure_cookies,
-        };
+        let gate = self.gate(authorize);
         let (api, pages) = self.routes();
         let login = Router::new()
             .route(

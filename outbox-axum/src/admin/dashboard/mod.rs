@@ -6,18 +6,23 @@
 //! | `GET /dashboard?kind=region` | the page: health, failing shards first with their last error, the deepest shards with their lag, scopes and controls, dead letters, backfills |
 //! | `GET /login`, `POST /login` | the token form ([`Authorize::login`]): a session in an `HttpOnly`, `SameSite=Strict` cookie (never the token), expiring |
 //! | `POST /logout` | ends the session ([`Authorize::logout`]) and forgets the cookie |
-//! | `POST /actions/{replay,discard,retry,pause,cull,resume,set-aside}` | a form's action; answers `303` back to the page with what was done or what was wrong |
+//! | `POST /actions/{replay,discard,retry,pause,cull,resume,set-aside}` | a form's action; answers `303` back to the page, which says what was done, or a page saying what was wrong (with the error's status) |
 //!
 //! Forms are refused (`403`) when the browser says they come from another
 //! site (`Origin`, `Sec-Fetch-Site`), and when the principal is a
 //! [viewer](super::Role::Viewer), who sees the page without its forms.
+//!
+//! The page shows no text from its query string: after a form, the query
+//! names what was done (`done=replayed&count=3`) and the page words it, so
+//! that a link made elsewhere cannot put words in the dashboard's mouth.
 
 mod page;
 
 pub(crate) use page::target_label;
 
-use axum::extract::{Form, FromRequest, OriginalUri, Path, Request, State};
+use axum::extract::{Form, FromRequest, NestedPath, Path, RawQuery, Request, State};
 use axum::http::header::{CONTENT_TYPE, HOST, LOCATION, ORIGIN, SET_COOKIE};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
@@ -26,28 +31,89 @@ use serde::{Deserialize, Serialize};
 use outbox_core::{Category, ControlAction};
 
 use super::auth::{Authorize, Principal};
-use super::error::{AdminError, AdminQuery};
-use super::gate::{throttled, Gate, Refused};
+use super::error::AdminError;
+use super::gate::{no_client_address, throttled, Gate, Refused};
 use super::model::{Kind, ShardRef, TargetRef};
 use super::ops::Actor;
-use super::throttle::Throttle;
 use super::{ops, AdminState};
 
-/// `?kind=region&done=...&error=...`.
+/// `?kind=region&done=replayed&count=3`.
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PageQuery {
     #[serde(default = "region")]
     kind: Kind,
-    /// What the last form did.
+    /// What the last form did; the page words it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    done: Option<String>,
-    /// What was wrong with it.
+    done: Option<Done>,
+    /// How many rows it did it to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
+    count: Option<u64>,
+    /// The scope it did it to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scope: Option<i32>,
+    /// The shard it did it to (absent: the whole scope).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    identifier: Option<i64>,
     /// How far back the history charts go, in minutes (60, 360 or 1440).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     minutes: Option<u32>,
+}
+
+/// What a form did, as the page's query names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Done {
+    Replayed,
+    Discarded,
+    /// A retried shard is due.
+    Due,
+    /// A retried shard is held by a worker right now.
+    Held,
+    Paused,
+    Culling,
+    Resumed,
+    SetAside,
+}
+
+impl Default for PageQuery {
+    fn default() -> Self {
+        Self {
+            kind: Kind::Region,
+            done: None,
+            count: None,
+            scope: None,
+            identifier: None,
+            minutes: None,
+        }
+    }
+}
+
+impl PageQuery {
+    /// What the last form did, in the server's words (none from the
+    /// query: only its numbers, and the scope's name from the registry).
+    pub(crate) fn notice<C: Category>(&self) -> Option<String> {
+        let count = self.count.unwrap_or(0);
+        let target = || {
+            page::target_label::<C>(&TargetRef {
+                kind: self.kind,
+                region: None,
+                scope: self.scope.unwrap_or_default(),
+                scope_name: None,
+                identifier: self.identifier,
+            })
+        };
+        Some(match self.done? {
+            Done::Replayed => format!("Replayed {count} dead letter(s)."),
+            Done::Discarded => format!("Discarded {count} dead letter(s)."),
+            Done::Due => "The shard is due now.".to_owned(),
+            Done::Held => "A worker holds the shard right now; retry again in a moment.".to_owned(),
+            Done::Paused => format!("Paused {}.", target()),
+            Done::Culling => format!("Culling {}.", target()),
+            Done::Resumed => format!("Resumed {}.", target()),
+            Done::SetAside => format!("Set aside {count} row(s) as dead letters."),
+        })
+    }
 }
 
 fn region() -> Kind {
@@ -60,8 +126,17 @@ const PAGE_ROWS: usize = 100;
 pub(super) async fn dashboard<C: Category>(
     State(state): State<AdminState<C>>,
     Actor(actor): Actor,
-    AdminQuery(query): AdminQuery<PageQuery>,
+    RawQuery(raw): RawQuery,
 ) -> Response {
+    // Refused in the server's words: the query's own text is not echoed.
+    let Ok(query) = serde_urlencoded::from_str::<PageQuery>(raw.as_deref().unwrap_or_default())
+    else {
+        let error = AdminError::bad_request(
+            "this page's address holds a query the dashboard does not write; open the dashboard \
+             from its tabs",
+        );
+        return failed(&error, Kind::Region, "dashboard");
+    };
     let minutes = match query.minutes {
         None => page::DEFAULT_MINUTES,
         Some(minutes) if page::RANGES.contains(&minutes) => minutes,
@@ -72,16 +147,16 @@ pub(super) async fn dashboard<C: Category>(
             ));
             return (
                 error.status,
-                Html(page::failure(&error, query.kind).into_string()),
+                Html(page::failure(&error, query.kind, "dashboard").into_string()),
             )
                 .into_response();
         }
     };
     match page::Data::read(&state, &actor, query.kind, minutes, PAGE_ROWS).await {
-        Ok(data) => Html(page::dashboard(&data, &query).into_string()).into_response(),
+        Ok(data) => Html(page::dashboard(&data, query.notice::<C>()).into_string()).into_response(),
         Err(error) => (
             error.status,
-            Html(page::failure(&error, query.kind).into_string()),
+            Html(page::failure(&error, query.kind, "dashboard").into_string()),
         )
             .into_response(),
     }
@@ -152,7 +227,8 @@ impl Fields {
     }
 }
 
-/// `POST /actions/{action}`: does it, then `303` back to the page.
+/// `POST /actions/{action}`: does it, then `303` back to the page, which
+/// says what was done; or the page of what was wrong, with its status.
 pub(super) async fn act<C: Category>(
     State(state): State<AdminState<C>>,
     Actor(actor): Actor,
@@ -162,103 +238,99 @@ pub(super) async fn act<C: Category>(
     let fields = match form {
         Ok(Form(fields)) => Fields(fields),
         Err(rejection) => {
-            return back(
+            return failed(
+                &AdminError::bad_request(rejection.body_text()),
                 Kind::Region,
-                Err(AdminError::bad_request(rejection.body_text())),
+                "../dashboard",
             )
         }
     };
     let kind = fields.kind().unwrap_or(Kind::Region);
-    back(kind, perform(&state, &actor, &action, &fields).await)
+    match perform(&state, &actor, &action, &fields).await {
+        Ok(done) => {
+            let query =
+                serde_urlencoded::to_string(&PageQuery { kind, ..done }).unwrap_or_default();
+            see_other(&format!("../dashboard?{query}"))
+        }
+        Err(error) => failed(&error, kind, "../dashboard"),
+    }
 }
 
+/// The page that says what was wrong, with the error's status, and a link
+/// to `dashboard` (the page's address from the route that failed).
+fn failed(error: &AdminError, kind: Kind, dashboard: &str) -> Response {
+    (
+        error.status,
+        Html(page::failure(error, kind, dashboard).into_string()),
+    )
+        .into_response()
+}
+
+/// Does `action`; what the page's query says of it.
 async fn perform<C: Category>(
     state: &AdminState<C>,
     actor: &Principal,
     action: &str,
     fields: &Fields,
-) -> Result<String, AdminError> {
+) -> Result<PageQuery, AdminError> {
     let kind = fields.kind()?;
+    let counted = |done, count: usize| PageQuery {
+        done: Some(done),
+        count: Some(count as u64),
+        ..PageQuery::default()
+    };
+    let on = |done, target: &TargetRef| PageQuery {
+        done: Some(done),
+        scope: Some(target.scope),
+        identifier: target.identifier,
+        ..PageQuery::default()
+    };
     match action {
         "replay" => {
             let replayed = ops::replay(state, actor, kind, &fields.ids()?).await?;
-            Ok(format!("Replayed {replayed} dead letter(s)."))
+            Ok(counted(Done::Replayed, replayed as usize))
         }
         "discard" => {
             let discarded = ops::discard(state, actor, kind, &fields.ids()?).await?;
-            Ok(format!("Discarded {discarded} dead letter(s)."))
+            Ok(counted(Done::Discarded, discarded as usize))
         }
         "retry" => {
             let shard = fields.shard()?;
             let retried = ops::retry(state, actor, vec![shard.key::<C>()?]).await?;
-            Ok(if retried.held.is_empty() {
-                "The shard is due now.".to_owned()
+            let done = if retried.held.is_empty() {
+                Done::Due
             } else {
-                "A worker holds the shard right now; retry again in a moment.".to_owned()
-            })
+                Done::Held
+            };
+            Ok(counted(done, 1))
         }
         "pause" | "cull" => {
-            let action = if action == "pause" {
-                ControlAction::Pause
+            let (action, done) = if action == "pause" {
+                (ControlAction::Pause, Done::Paused)
             } else {
-                ControlAction::Cull
+                (ControlAction::Cull, Done::Culling)
             };
-            let target = fields.target()?.target::<C>()?;
+            let target = fields.target()?;
             let reason = fields.get("reason").map(str::to_owned);
-            let control = ops::set_control(state, actor, target, action, reason).await?;
-            Ok(format!(
-                "{} {}.",
-                if action == ControlAction::Pause {
-                    "Paused"
-                } else {
-                    "Culling"
-                },
-                page::target_label::<C>(&control.target)
-            ))
+            ops::set_control(state, actor, target.target::<C>()?, action, reason).await?;
+            Ok(on(done, &target))
         }
         "set-aside" => {
             let shard = fields.shard()?;
             let reason = fields.get("reason").map(str::to_owned);
             let ids = ops::set_aside(state, actor, shard.key::<C>()?, reason).await?;
-            Ok(format!(
-                "Set aside {} row(s) as dead letters: {}.",
-                ids.len(),
-                ids.iter()
-                    .map(i64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
+            Ok(counted(Done::SetAside, ids.len()))
         }
         "resume" => {
             let target = fields.target()?;
             ops::lift_control(state, actor, &target.target::<C>()?).await?;
-            Ok(format!("Resumed {}.", page::target_label::<C>(&target)))
+            Ok(on(Done::Resumed, &target))
         }
         _ => Err(AdminError::not_found(
             "unknown_action",
             format!("no action {action:?}"),
         )),
     }
-}
-
-/// `303` to the page (from `/actions/...`), saying what happened.
-fn back(kind: Kind, outcome: Result<String, AdminError>) -> Response {
-    let query = match outcome {
-        Ok(done) => PageQuery {
-            kind,
-            done: Some(done),
-            error: None,
-            minutes: None,
-        },
-        Err(error) => PageQuery {
-            kind,
-            done: None,
-            error: Some(error.message),
-            minutes: None,
-        },
-    };
-    let query = serde_urlencoded::to_string(&query).unwrap_or_default();
-    see_other(&format!("../dashboard?{query}"))
 }
 
 fn see_other(location: &str) -> Response {
@@ -280,13 +352,13 @@ pub(super) struct Login {
 /// `POST /login`: a session cookie (never the token), scoped to where the
 /// router is mounted (or `__Host-` and `Secure` behind TLS), for the
 /// session's lifetime. Wrong tokens count against the client's allowance.
-pub(super) async fn login<A: Authorize>(
-    State(gate): State<Gate<A>>,
-    OriginalUri(uri): OriginalUri,
-    request: Request,
-) -> Response {
+pub(super) async fn login<A: Authorize>(State(gate): State<Gate<A>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let client = Throttle::client(&parts);
+    let client = match gate.client(&parts) {
+        Ok(client) => client,
+        Err(refused) => return refused_page(refused),
+    };
+    let mount = mount_path(&parts);
     if let Err(after) = gate.throttle.check(client) {
         let mut response = throttled(after);
         *response.body_mut() = axum::body::Body::from(
@@ -316,7 +388,7 @@ pub(super) async fn login<A: Authorize>(
         )
             .into_response();
     };
-    let (name, attributes) = gate.cookie(&mount_path(uri.path(), "/login"));
+    let (name, attributes) = gate.cookie(&mount);
     let cookie = format!(
         "{name}={}; {attributes}; Max-Age={}",
         session.value,
@@ -331,19 +403,38 @@ pub(super) async fn login<A: Authorize>(
 }
 
 /// `POST /logout`: the session ends (refused from now on, a copy of the
-/// cookie too) and the browser forgets it.
+/// cookie too) and the browser forgets it. Only a request the authoriser
+/// lets in ends anything ([`Authorize::logout`]); forged or expired
+/// sessions count against the client's allowance, as on any other route.
 pub(super) async fn logout<A: Authorize>(
     State(gate): State<Gate<A>>,
-    OriginalUri(uri): OriginalUri,
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
-    gate.authorize.logout(&parts);
-    let (name, attributes) = gate.cookie(&mount_path(uri.path(), "/logout"));
-    with_cookie(
-        see_other("login"),
-        &format!("{name}=; {attributes}; Max-Age=0"),
-    )
+    let mut response = match gate.admit(&parts) {
+        Ok(_) => {
+            gate.authorize.logout(&parts);
+            see_other("login")
+        }
+        Err(Refused::Unauthorized) => see_other("login"),
+        Err(refused) => refused_page(refused),
+    };
+    let (name, attributes) = gate.cookie(&mount_path(&parts));
+    if let Ok(value) = HeaderValue::from_str(&format!("{name}=; {attributes}; Max-Age=0")) {
+        response.headers_mut().insert(SET_COOKIE, value);
+    }
+    response
+}
+
+/// A refusal other than wrong credentials, as a page.
+fn refused_page(refused: Refused) -> Response {
+    match refused {
+        Refused::NoClientAddress(missing) => {
+            failed(&no_client_address(&missing), Kind::Region, "dashboard")
+        }
+        Refused::Throttled(after) => throttled(after),
+        Refused::Unauthorized => failed(&AdminError::unauthorized(), Kind::Region, "dashboard"),
+    }
 }
 
 fn with_cookie(mut response: Response, cookie: &str) -> Response {
@@ -353,11 +444,18 @@ fn with_cookie(mut response: Response, cookie: &str) -> Response {
     response
 }
 
-/// Where the router is mounted: `/admin/outbox` for `/admin/outbox/login`.
-fn mount_path(path: &str, route: &str) -> String {
-    match path.strip_suffix(route) {
-        Some("") | None => "/".to_owned(),
-        Some(prefix) => prefix.to_owned(),
+/// Where the router is mounted, as the application nested it
+/// (`Router::nest("/admin/outbox", ..)`), never from the request's path:
+/// `/` when it was not nested, or nested under a path with parameters.
+fn mount_path(parts: &Parts) -> String {
+    match parts.extensions.get::<NestedPath>().map(NestedPath::as_str) {
+        Some(path) if path.starts_with('/') && !path.contains(['{', '}', '*']) => {
+            match path.trim_end_matches('/') {
+                "" => "/".to_owned(),
+                trimmed => trimmed.to_owned(),
+            }
+        }
+        _ => "/".to_owned(),
     }
 }
 
@@ -375,8 +473,8 @@ pub(super) async fn check_page<A: Authorize>(
             parts.extensions.insert(principal);
             return next.run(Request::from_parts(parts, body)).await;
         }
-        Err(Refused::Throttled(after)) => return throttled(after),
         Err(Refused::Unauthorized) => {}
+        Err(refused) => return refused_page(refused),
     }
     if parts.method == Method::GET {
         see_other("login")
@@ -426,11 +524,66 @@ pub(super) async fn same_origin(request: Request, next: Next) -> Response {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn the_cookie_is_scoped_to_the_mount_not_the_request_path() {
+        use tower::ServiceExt;
+        let path = |router: axum::Router, uri: &'static str| async move {
+            let request = axum::http::Request::builder()
+                .uri(uri)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let response = router.oneshot(request).await.unwrap();
+            assert_eq!(response.status(), axum::http::StatusCode::OK, "{uri}");
+            let body = axum::body::to_bytes(response.into_body(), 1024)
+                .await
+                .unwrap();
+            String::from_utf8(body.to_vec()).unwrap()
+        };
+        let echo = || {
+            axum::Router::new().route(
+                "/login",
+                axum::routing::get(|request: Request| async move {
+                    mount_path(&request.into_parts().0)
+                }),
+            )
+        };
+        let nested = axum::Router::new().nest("/admin/outbox", echo());
+        assert_eq!(path(nested, "/admin/outbox/login").await, "/admin/outbox");
+        assert_eq!(path(echo(), "/login").await, "/");
+        let with_parameter = axum::Router::new().nest("/{tenant}/admin", echo());
+        assert_eq!(path(with_parameter, "/acme/admin/login").await, "/");
+    }
+
+    outbox_core::registry! {
+        OrganizationScope = 0 {
+            OrganizationUpdate = 1,
+        }
+    }
+
     #[test]
-    fn the_cookie_is_scoped_to_the_mount_path() {
-        assert_eq!(mount_path("/admin/outbox/login", "/login"), "/admin/outbox");
-        assert_eq!(mount_path("/login", "/login"), "/");
-        assert_eq!(mount_path("/elsewhere", "/login"), "/");
+    fn notices_are_worded_by_the_server_from_numbers_only() {
+        let query: PageQuery =
+            serde_urlencoded::from_str("kind=control&done=replayed&count=3").unwrap();
+        assert_eq!(
+            query.notice::<OutboxCategory>().as_deref(),
+            Some("Replayed 3 dead letter(s).")
+        );
+        let query: PageQuery =
+            serde_urlencoded::from_str("done=paused&scope=0&identifier=42").unwrap();
+        assert_eq!(
+            query.notice::<OutboxCategory>().as_deref(),
+            Some("Paused region-outbox shard OrganizationScope (0) 42.")
+        );
+        for forged in [
+            "done=Hello%2C+operator%21",
+            "done=replayed&error=call+this+number",
+            "done=replayed&count=three",
+        ] {
+            assert!(
+                serde_urlencoded::from_str::<PageQuery>(forged).is_err(),
+                "{forged}"
+            );
+        }
     }
 
     #[test]

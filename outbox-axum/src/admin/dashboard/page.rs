@@ -14,7 +14,6 @@ use super::super::auth::Principal;
 use super::super::error::AdminError;
 use super::super::model::{Action, Kind, TargetRef};
 use super::super::AdminState;
-use super::PageQuery;
 use outbox_core::audit::AuditRecord;
 
 mod charts;
@@ -271,7 +270,8 @@ fn pause_or_resume(data: &Data, shard: &ShardKey) -> Markup {
     }
 }
 
-pub(super) fn dashboard(data: &Data, query: &PageQuery) -> Markup {
+/// The page; `notice`: what the last form did, worded by the server.
+pub(super) fn dashboard(data: &Data, notice: Option<String>) -> Markup {
     let kind = data.kind;
     let now = data.now;
     layout(
@@ -295,8 +295,7 @@ pub(super) fn dashboard(data: &Data, query: &PageQuery) -> Markup {
                     }
                 }
             }
-            @if let Some(done) = &query.done { p.notice role="status" { (done) } }
-            @if let Some(error) = &query.error { p.error role="alert" { (error) } }
+            @if let Some(done) = &notice { p.notice role="status" { (done) } }
             @if !data.can_act() { p.notice #read-only { "Read-only: a viewer sees everything and changes nothing." } }
             (health(data))
             (charts::history(data, now))
@@ -658,13 +657,15 @@ pub(super) fn login(error: Option<&str>) -> Markup {
     )
 }
 
-pub(super) fn failure(error: &AdminError, kind: Kind) -> Markup {
+/// What went wrong, with a link to `dashboard` (the page's address from
+/// where this one is served).
+pub(super) fn failure(error: &AdminError, kind: Kind, dashboard: &str) -> Markup {
     layout(
         "Outbox: unavailable",
         html! {
             header { h1 { "Outbox" } }
             p.error role="alert" { (error.message) }
-            p { a href=(format!("dashboard?kind={}", kind_name_value(kind))) { "Try again" } }
+            p { a href=(format!("{dashboard}?kind={}", kind_name_value(kind))) { "Back to the dashboard" } }
         },
     )
 }
