@@ -370,6 +370,7 @@ impl Inbox {
     /// # outbox_core::registry! { CatalogScope = 0 { ProductUpdate = 1 } }
     /// use outbox_core::{HandlerError, Message, Receivers};
     /// use outbox_seaorm::inbox::{Applied, FenceKey, Inbox};
+    /// use sea_orm::sea_query::{Expr, ExprTrait, Query};
     /// use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
     ///
     /// fn receivers(db: DatabaseConnection) -> Receivers<OutboxCategory> {
@@ -385,10 +386,13 @@ impl Inbox {
     ///                     Box::pin(async move {
     ///                         // Last writer wins: only a fenced inbox keeps a
     ///                         // paused worker from putting an old name back.
-    ///                         txn.execute_unprepared(&format!(
-    ///                             "UPDATE product SET name = '{name}' WHERE id = {id}"
-    ///                         ))
-    ///                         .await?;
+    ///                         // The payload is bound, never spliced into SQL.
+    ///                         let rename = Query::update()
+    ///                             .table("product")
+    ///                             .value("name", name)
+    ///                             .and_where(Expr::col("id").eq(id))
+    ///                             .to_owned();
+    ///                         txn.execute(&rename).await?;
     ///                         Ok::<_, DbErr>(())
     ///                     })
     ///                 })

@@ -44,9 +44,28 @@
 //! Each button is a form posted to `/actions/...` that answers `303` back
 //! to the page, saying what it did or what was wrong. A browser logs in at
 //! `GET /login` with the token ([`Authorize::login`]), kept in an
-//! `HttpOnly`, `SameSite=Strict` cookie scoped to the mount path; forms
-//! from another origin are refused (`403`). With
+//! `HttpOnly`, `SameSite=Strict` cookie scoped to the path the router is
+//! nested at; forms from another origin are refused (`403`). With
 //! [`router_behind`](Admin::router_behind) your layer decides who sees it.
+//!
+//! # Wrong credentials
+//!
+//! Ten wrong credentials a minute from one client (bearer tokens, session
+//! cookies, the login form, a logout with a forged session;
+//! [`Admin::login_throttle`]) and its next requests are refused with `429`
+//! before they are checked. A client is its address, an IPv6 client its
+//! /64, so the router needs the client's address: serve it with
+//! `into_make_service_with_connect_info::<SocketAddr>()`, or behind a
+//! reverse proxy name the header it sets
+//! ([`Admin::client_address`]). Without one, every checked request is
+//! refused with `500 no_client_address` (and the log says how to fix it):
+//! counting every client together would let one guesser lock every
+//! operator out. Routes of your own behind the same tokens (a `/metrics`
+//! scrape) share the count through [`Admin::require_principal`].
+//!
+//! A logout ends only a session that checks (signed for a known principal,
+//! not expired); a forged one changes nothing and counts as a wrong
+//! credential.
 //!
 //! Counts (pending rows, a shard's or a scope's depth, dead letters) are
 //! [`outbox_core::Count`]s, `{"precision": "exact" | "at_least" |
@@ -66,11 +85,15 @@
 //! See [`model`].
 //!
 //! ```no_run
-//! # fn app<C: outbox_core::Category>(drainer: outbox_core::Drainer<C>) -> axum::Router {
+//! # async fn app<C: outbox_core::Category>(drainer: outbox_core::Drainer<C>) -> std::io::Result<()> {
+//! use std::net::SocketAddr;
 //! use outbox_axum::admin::{Admin, BearerToken};
 //! let token = std::env::var("OUTBOX_ADMIN_TOKEN").expect("an admin token");
 //! let admin = BearerToken::new(token).expect("a token of 32 bytes or more");
-//! axum::Router::new().nest("/admin/outbox", Admin::new(drainer).router(admin))
+//! let app = axum::Router::new().nest("/admin/outbox", Admin::new(drainer).router(admin));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! // The client's address: what wrong credentials are counted by.
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await
 //! # }
 //! ```
 
