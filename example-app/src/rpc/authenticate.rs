@@ -151,6 +151,37 @@ impl Caller {
             ))
         }
     }
+
+    /// Refuses (403) unless `id` was allocated by the caller's region: its
+    /// region code (the low bits, [`crate::ids::region_of`]) is the
+    /// caller's. Ids are striped per region, so a region that registered
+    /// an id of another's stripe first would have the other's own call
+    /// refused.
+    ///
+    /// # Errors
+    ///
+    /// An [`ApiError`] with 403, naming the region the id belongs to.
+    pub fn must_own_id(&self, what: &str, id: i64) -> Result<(), ApiError> {
+        let code = crate::ids::region_of(id);
+        if crate::ids::region_code(&self.0) == Some(code) {
+            return Ok(());
+        }
+        let owner = crate::ids::REGION_CODES
+            .iter()
+            .find(|(_, known)| *known == code)
+            .map_or_else(
+                || format!("no region's (code {code})"),
+                |(name, _)| format!("region {name:?}'s"),
+            );
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "silo {:?} may not register {what} {id}: the id is {owner}, and a region \
+                 registers only ids it allocated (`ids::next_id`)",
+                self.0
+            ),
+        ))
+    }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
@@ -178,5 +209,24 @@ mod tests {
         let refused = us.must_be_region("de").unwrap_err();
         assert_eq!(refused.status(), StatusCode::FORBIDDEN);
         assert!(Caller("control".into()).must_be_region("us").is_err());
+    }
+
+    #[test]
+    fn a_region_may_register_ids_of_its_own_stripe_only() {
+        use crate::ids::REGION_STRIDE;
+        let (us, de) = (Caller("us".into()), Caller("de".into()));
+        let us_id = 7 * REGION_STRIDE + crate::ids::region_code("us").unwrap();
+        let de_id = 7 * REGION_STRIDE + crate::ids::region_code("de").unwrap();
+        assert!(us.must_own_id("organization", us_id).is_ok());
+        assert!(de.must_own_id("organization", de_id).is_ok());
+        let refused = us.must_own_id("organization", de_id).unwrap_err();
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+        let shown = format!("{refused:?}");
+        assert!(shown.contains(r#"region \"de\"'s"#), "{shown}");
+        // An id of no region's stripe, and Control, which allocates none.
+        assert!(us.must_own_id("organization", 7 * REGION_STRIDE).is_err());
+        assert!(Caller("control".into())
+            .must_own_id("organization", us_id)
+            .is_err());
     }
 }

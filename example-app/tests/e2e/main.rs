@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 mod api_auth;
 mod deployment;
 mod hostile;
+mod hostile_rpc;
 mod limits;
 mod ops;
 mod races;
