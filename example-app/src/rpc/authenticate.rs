@@ -16,9 +16,40 @@ use outbox_core::delivery_headers::{MESSAGE_ID_HEADER, SENDER_HEADER};
 use super::signed::Envelope;
 use crate::error::ApiError;
 
-/// The silos that may call this one, by name, with their keys
-/// ([`super::RpcKeys::peers`]).
-pub type Peers = Arc<BTreeMap<String, WebhookKeys>>;
+/// Who may call a silo's RPC routes: the silos that may, by name, with
+/// their keys ([`super::RpcKeys::peers`]), and the name of the silo the
+/// routes serve, which every call's envelope must name.
+#[derive(Clone)]
+pub struct Peers {
+    silo: Arc<str>,
+    keys: Arc<BTreeMap<String, WebhookKeys>>,
+}
+
+impl Peers {
+    /// The RPC callers of silo `silo` (`control`, or a region's name): the
+    /// silos of `keys`, verified with their keys.
+    pub fn new(silo: impl Into<Arc<str>>, keys: BTreeMap<String, WebhookKeys>) -> Self {
+        Self {
+            silo: silo.into(),
+            keys: Arc::new(keys),
+        }
+    }
+
+    /// The silo the routes serve.
+    pub fn silo(&self) -> &str {
+        &self.silo
+    }
+}
+
+/// Shows the silo and its callers' names, never their keys.
+impl std::fmt::Debug for Peers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peers")
+            .field("silo", &self.silo)
+            .field("callers", &self.keys.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
 
 /// Why an RPC was refused before its route ran. Nothing is written.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +76,19 @@ pub enum RpcRejection {
         /// What was signed (`PUT /rpc/users/5`).
         signed: String,
     },
+    /// The envelope was signed for another silo (a call replayed from the
+    /// silo it was sent to), or names none (a caller older than the
+    /// envelope's `recipient`: upgrade it).
+    #[error(
+        "the call was signed for silo {signed_for:?}, not for this one ({silo:?}); \
+         a silo sending an envelope without a recipient must be upgraded"
+    )]
+    OtherSilo {
+        /// The silo the envelope names (empty when none).
+        signed_for: String,
+        /// This silo.
+        silo: String,
+    },
 }
 
 impl RpcRejection {
@@ -52,9 +96,10 @@ impl RpcRejection {
     /// malformed call.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::NoCaller | Self::UnknownCaller(_) | Self::OtherRoute { .. } => {
-                StatusCode::UNAUTHORIZED
-            }
+            Self::NoCaller
+            | Self::UnknownCaller(_)
+            | Self::OtherRoute { .. }
+            | Self::OtherSilo { .. } => StatusCode::UNAUTHORIZED,
             Self::NoMessageId | Self::NotAnEnvelope => StatusCode::BAD_REQUEST,
             Self::Signature(rejection) => rejection.status(),
         }
@@ -72,8 +117,9 @@ impl IntoResponse for RpcRejection {
 /// call that is not signed with the key of the silo it names in
 /// `outbox-sender` (one of `peers`), that is outside the time window (5
 /// minutes), that carries no signed message id, or whose signed envelope
-/// names another method or path. A call that passes reaches the route with
-/// the envelope's body as its body and its [`Caller`] in its extensions.
+/// names another silo, method or path. A call that passes reaches the
+/// route with the envelope's body as its body and its [`Caller`] in its
+/// extensions.
 pub async fn authenticate(State(peers): State<Peers>, request: Request, next: Next) -> Response {
     match admit(&peers, request).await {
         Ok(request) => next.run(request).await,
@@ -91,6 +137,12 @@ async fn admit(peers: &Peers, request: Request) -> Result<Request, RpcRejection>
         .map_err(RpcRejection::Signature)?;
     let envelope: Envelope =
         serde_json::from_slice(&bytes).map_err(|_| RpcRejection::NotAnEnvelope)?;
+    if envelope.recipient != peers.silo() {
+        return Err(RpcRejection::OtherSilo {
+            signed_for: envelope.recipient,
+            silo: peers.silo().to_owned(),
+        });
+    }
     if envelope.method != parts.method.as_str() || envelope.path != parts.uri.path() {
         return Err(RpcRejection::OtherRoute {
             signed: format!("{} {}", envelope.method, envelope.path),
@@ -116,6 +168,7 @@ fn caller_of(
     let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
     let sender = header(SENDER_HEADER).ok_or(RpcRejection::NoCaller)?;
     let keys = peers
+        .keys
         .get(sender)
         .ok_or_else(|| RpcRejection::UnknownCaller(sender.to_owned()))?;
     if header(MESSAGE_ID_HEADER).is_none() {
