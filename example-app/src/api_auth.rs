@@ -122,13 +122,28 @@ fn subject(user_id: i64) -> String {
     format!("user_{user_id}")
 }
 
-/// What the public API's middleware checks against.
-#[derive(Clone, Debug)]
+/// What the public API's middleware checks against. Its `Debug` shows
+/// whether there is an admin token, never the token (nor the keys).
+#[derive(Clone)]
 pub struct ApiAuth {
     /// The token keys.
     pub tokens: ApiTokens,
     /// The admin token, if the silo has one.
     pub admin_token: Option<String>,
+}
+
+impl std::fmt::Debug for ApiAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let admin_token = if self.admin_token.is_some() {
+            "<redacted>"
+        } else {
+            "<none>"
+        };
+        f.debug_struct("ApiAuth")
+            .field("tokens", &self.tokens)
+            .field("admin_token", &admin_token)
+            .finish()
+    }
 }
 
 impl ApiAuth {
@@ -245,6 +260,32 @@ mod tests {
                 "{forged}"
             );
         }
+    }
+
+    #[test]
+    fn its_debug_shows_neither_the_admin_token_nor_the_key() {
+        let key =
+            WebhookSecret::from_bytes(b"api-token-key-never-shown-0123456789".to_vec()).unwrap();
+        let exposed = key.expose();
+        let auth = ApiAuth {
+            tokens: ApiTokens::new(WebhookKeys::new(key)),
+            admin_token: Some("admin-t0ken-never-shown-0123456789".into()),
+        };
+        let shown = format!("{auth:?}");
+        for secret in [
+            "admin-t0ken-never-shown",
+            exposed.as_str(),
+            &exposed["whsec_".len()..],
+            "api-token-key-never-shown",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("admin_token: \"<redacted>\""), "{shown}");
+        let without = ApiAuth {
+            admin_token: None,
+            ..auth
+        };
+        assert!(format!("{without:?}").contains("<none>"));
     }
 
     #[test]

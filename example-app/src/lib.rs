@@ -16,6 +16,7 @@
 //! one) from the command line; the end-to-end tests start them on ephemeral
 //! ports.
 
+pub mod admin_token;
 pub mod api_auth;
 pub mod control;
 pub mod error;

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use example_app::admin_token::TokenFile;
 use example_app::limits::{self, Limits, WriteRate};
 use example_app::silo::{self, Role, SiloConfig};
 use example_app::telemetry::{self, LogFormat, LogTo};
@@ -125,8 +126,10 @@ struct Args {
     /// The bearer token of the outbox admin API (`/admin/outbox` on every
     /// silo: shards, controls, dead letters). When running all three silos
     /// without one, one is generated and written to `<data-dir>/admin-token`
-    /// (mode 0600; its path is printed, never the token); without one, a
-    /// single silo serves no admin API.
+    /// (mode 0600; its path is printed, never the token) once the silos'
+    /// addresses are bound; a start whose data folder's token is in use by
+    /// a running instance is refused. Without one, a single silo serves no
+    /// admin API.
     #[arg(long, env = "OUTBOX_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
     /// A second admin token that may only read (the admin API's viewer
@@ -255,22 +258,19 @@ async fn main() {
     }
 }
 
-/// Writes a generated admin token to `path`, readable by its owner only.
-fn write_token(path: &std::path::Path, token: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+/// Binds the listener of each silo of `roles`, all before any is started:
+/// a start on an address in use fails before it changes anything.
+async fn bind_all(
+    roles: Vec<(Role, SocketAddr)>,
+) -> Result<Vec<(Role, tokio::net::TcpListener)>, String> {
+    let mut bound = Vec::with_capacity(roles.len());
+    for (role, addr) in roles {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        bound.push((role, listener));
     }
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(path)?;
-    // An existing file keeps its mode: set it.
-    #[cfg(unix)]
-    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    file.write_all(token.as_bytes())?;
-    file.write_all(b"\n")
+    Ok(bound)
 }
 
 async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
@@ -293,16 +293,6 @@ async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         args.api_token_key = Some(example_app::rpc::keys::generate());
     }
     let token_file = args.data_dir.join("admin-token");
-    let admin_token = match (&args.admin_token, args.silo) {
-        (Some(token), _) if !token.is_empty() => Some(token.clone()),
-        (_, Which::All) => {
-            let token = format!("{:032x}", rand::random::<u128>());
-            write_token(&token_file, &token)
-                .map_err(|e| format!("cannot write {}: {e}", token_file.display()))?;
-            Some(token)
-        }
-        _ => None,
-    };
     let roles: Vec<(Role, SocketAddr)> = match args.silo {
         Which::All => vec![
             (Role::Control, args.control_addr),
@@ -313,17 +303,29 @@ async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Which::Us => vec![(Role::Region("us".into()), args.us_addr)],
         Which::De => vec![(Role::Region("de".into()), args.de_addr)],
     };
-    if let Some(Command::Upgrade) = args.command {
-        let mut configs = Vec::new();
-        for (role, addr) in roles {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-            configs.push((
-                args.config(role, &rpc_keys, admin_token.as_deref()),
-                listener,
-            ));
+    let listeners = bind_all(roles).await?;
+    // Only once every listener is bound, and never over the token of an
+    // instance still running: the file stays claimed until this one ends.
+    let (admin_token, _claimed) = match (&args.admin_token, args.silo) {
+        (Some(token), _) if !token.is_empty() => (Some(token.clone()), None),
+        (_, Which::All) => {
+            let file = TokenFile::claim(&token_file)?;
+            let token = format!("{:032x}", rand::random::<u128>());
+            file.write(&token)?;
+            (Some(token), Some(file))
         }
+        _ => (None, None),
+    };
+    if let Some(Command::Upgrade) = args.command {
+        let configs = listeners
+            .into_iter()
+            .map(|(role, listener)| {
+                (
+                    args.config(role, &rpc_keys, admin_token.as_deref()),
+                    listener,
+                )
+            })
+            .collect();
         let report = example_app::upgrade::run(configs, &mut std::io::stderr()).await?;
         println!(
             "backfilled {} rows, delivered {} outbox messages",
@@ -333,10 +335,7 @@ async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     let mut running = Vec::new();
-    for (role, addr) in roles {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    for (role, listener) in listeners {
         let name = match &role {
             Role::Control => "control".to_owned(),
             Role::Region(name) => format!("region {name}"),

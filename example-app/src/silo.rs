@@ -398,7 +398,7 @@ fn receivers_and_routes(
     write_limit: &WriteLimit,
     db: &DatabaseConnection,
 ) -> Result<(Receivers<OutboxCategory>, Router), SiloError> {
-    let peers: Peers = Arc::new(keys.peers.clone());
+    let peers = Peers::new(config.silo_name(), keys.peers.clone());
     Ok(match &config.role {
         Role::Control => {
             let regions = config
@@ -407,7 +407,7 @@ fn receivers_and_routes(
                 .map(|(name, url)| {
                     (
                         name.clone(),
-                        RpcClient::new(url.clone(), keys.own.clone())
+                        RpcClient::new(name.clone(), url.clone(), keys.own.clone())
                             .from_silo(crate::rpc::CONTROL),
                     )
                 })
@@ -427,8 +427,12 @@ fn receivers_and_routes(
                 .ok_or_else(|| SiloError::UnknownRegion(name.clone()))?;
             let context = Arc::new(RegionContext {
                 region: name.clone(),
-                control: RpcClient::new(config.control_url.clone(), keys.own.clone())
-                    .from_silo(name.clone()),
+                control: RpcClient::new(
+                    crate::rpc::CONTROL,
+                    config.control_url.clone(),
+                    keys.own.clone(),
+                )
+                .from_silo(name.clone()),
             });
             (
                 region::receivers(db, context),

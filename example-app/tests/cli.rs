@@ -1,5 +1,7 @@
-//! `example-app --silo <one> outbox ...`: the built binary runs the
-//! operator CLI of `outbox_seaorm::cli` on a SQLite silo's database.
+//! The built binary: `example-app --silo <one> outbox ...` runs the
+//! operator CLI of `outbox_seaorm::cli` on a SQLite silo's database, and a
+//! second start of all three silos leaves the running one's admin token
+//! alone.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -158,4 +160,198 @@ async fn the_binary_runs_the_outbox_commands_on_one_silo() {
             let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
         }
     }
+}
+
+/// The binary serving all three silos on SQLite under `data` (the folder
+/// of the generated admin token) at `addrs` (control, `us`, `de`), with no
+/// setting from the environment.
+fn serve_all(data: &std::path::Path, addrs: &[std::net::SocketAddr; 3]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_example-app"));
+    for (name, _) in std::env::vars() {
+        let read_by_the_binary = [
+            "SILO",
+            "DATA_DIR",
+            "RUST_LOG",
+            "LOG_FORMAT",
+            "API_TOKEN_KEY",
+            "PUBLIC_METRICS",
+        ]
+        .contains(&name.as_str())
+            || name.starts_with("OUTBOX_")
+            || ["CONTROL_", "US_", "DE_"]
+                .iter()
+                .any(|silo| name.starts_with(silo));
+        if read_by_the_binary {
+            command.env_remove(name);
+        }
+    }
+    command
+        .arg(format!("--data-dir={}", data.display()))
+        .arg(format!("--control-addr={}", addrs[0]))
+        .arg(format!("--us-addr={}", addrs[1]))
+        .arg(format!("--de-addr={}", addrs[2]))
+        .stdin(std::process::Stdio::null());
+    command
+}
+
+fn free_addrs() -> [std::net::SocketAddr; 3] {
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    [free(), free(), free()]
+}
+
+/// A run of the binary whose standard output is read line by line as it
+/// comes; killed when dropped.
+struct Serving {
+    child: std::process::Child,
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+    seen: Vec<String>,
+}
+
+impl Serving {
+    fn start(mut command: Command) -> Self {
+        let mut child = command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (send, lines) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits until the binary prints a line containing `text`, for at
+    /// most two minutes (it migrates three databases first).
+    async fn printed(&mut self, text: &str) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            match tokio::time::timeout_at(deadline, self.lines.recv()).await {
+                Ok(Some(line)) => {
+                    let found = line.contains(text);
+                    self.seen.push(line);
+                    if found {
+                        return;
+                    }
+                }
+                outcome => panic!(
+                    "{} before printing {text:?}; it printed:\n{}",
+                    if outcome.is_err() {
+                        "no answer within 2 minutes"
+                    } else {
+                        "the binary ended"
+                    },
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The status of an admin read (`GET /admin/outbox/shards`) on the silo at
+/// `addr` with `token`.
+async fn admin_read(addr: std::net::SocketAddr, token: &str) -> reqwest::StatusCode {
+    reqwest::Client::new()
+        .get(format!("http://{addr}/admin/outbox/shards"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// Runs `command` to its end, off the runtime's threads.
+async fn run(mut command: Command) -> Output {
+    tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap()
+}
+
+/// A second `example-app` while the first serves: on the same ports it
+/// fails to listen, and on others, with the same data folder, it is
+/// refused; either way the token file is unchanged and the first instance
+/// still accepts its token. Once the first has ended (killed: its claim on
+/// the file goes with it), a start writes a token of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_start_leaves_the_running_instances_admin_token_alone() {
+    let dir = std::env::temp_dir().join(format!(
+        "outbox-example-token-{:08x}",
+        rand::random::<u32>()
+    ));
+    let data = dir.join("data");
+    let token_file = data.join("admin-token");
+    let addrs = free_addrs();
+    let mut first = Serving::start(serve_all(&data, &addrs));
+    first.printed("Ctrl-C to stop").await;
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    assert_eq!(token.trim().len(), 32, "{token:?}");
+    assert_eq!(
+        admin_read(addrs[0], token.trim()).await,
+        reqwest::StatusCode::OK
+    );
+
+    let same_ports = run(serve_all(&data, &addrs)).await;
+    failed_with(&same_ports, "cannot listen on");
+    assert_eq!(
+        std::fs::read_to_string(&token_file).unwrap(),
+        token,
+        "a start that cannot listen writes no token"
+    );
+    let same_folder = run(serve_all(&data, &free_addrs())).await;
+    failed_with(
+        &same_folder,
+        "another example-app is serving with the admin token",
+    );
+    assert_eq!(
+        std::fs::read_to_string(&token_file).unwrap(),
+        token,
+        "a start refused the token file writes none"
+    );
+    assert_eq!(
+        admin_read(addrs[0], token.trim()).await,
+        reqwest::StatusCode::OK,
+        "the running instance's operator is not locked out"
+    );
+    let leftovers: Vec<String> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    drop(first);
+    let addrs = free_addrs();
+    let mut next = Serving::start(serve_all(&data, &addrs));
+    next.printed("Ctrl-C to stop").await;
+    let new_token = std::fs::read_to_string(&token_file).unwrap();
+    assert_ne!(new_token, token);
+    assert_eq!(
+        admin_read(addrs[0], new_token.trim()).await,
+        reqwest::StatusCode::OK
+    );
+    drop(next);
+    let _ = std::fs::remove_dir_all(&dir);
 }

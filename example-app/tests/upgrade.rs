@@ -107,20 +107,26 @@ async fn upgrade_replicates_pre_existing_rows_and_a_second_run_is_a_no_op() {
         )
         .await
         .unwrap();
-    for (region, base) in [("us", 0), ("de", 100)] {
+    for region in ["us", "de"] {
         let db = open_database(&urls[region]).await.unwrap();
         RegionMigrator::up(&db, None).await.unwrap();
+        // Ids of the region's stripe (`ids::next_id`): Control registers
+        // no other for it.
+        let code = example_app::ids::region_code(region).unwrap();
+        let id = |i: i64| i * example_app::ids::REGION_STRIDE + code;
         for i in 1..=5 {
             db.execute_unprepared(&format!(
                 "INSERT INTO organization (id, slug, name) VALUES ({}, '{region}-{i}', 'Org {i}')",
-                base + i
+                id(i)
             ))
             .await
             .unwrap();
         }
         db.execute_unprepared(&format!(
-            "INSERT INTO organization_member (organization_id, user_id, role) VALUES ({}, 1, 'owner')",
-            base + 1
+            "INSERT INTO organization_member (id, organization_id, user_id, role) \
+             VALUES ({}, {}, 1, 'owner')",
+            id(1),
+            id(1)
         ))
         .await
         .unwrap();

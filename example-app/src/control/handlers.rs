@@ -304,8 +304,20 @@ async fn mapping_region(tx: &Tx, id: i64) -> Result<Option<String>, ApiError> {
     })
 }
 
+/// Refuses (403) unless organization `id` is the caller's: its mapping's
+/// region if Control holds one (a mapping stays its region's), else the
+/// region whose stripe the id is in (a region registers only ids it
+/// allocated: none could register another's first and have the other's
+/// own call refused).
+async fn must_own_organization(tx: &Tx, caller: &Caller, id: i64) -> Result<(), ApiError> {
+    match mapping_region(tx, id).await? {
+        Some(region) => caller.must_be_region(&region),
+        None => caller.must_own_id("organization", id),
+    }
+}
+
 /// A region's organization: the caller must be that region, and the
-/// mapping, if there is one already, of that region too (403 otherwise).
+/// organization the caller's ([`must_own_organization`]; 403 otherwise).
 async fn upsert_mapping(
     tx: Tx,
     caller: Caller,
@@ -313,9 +325,7 @@ async fn upsert_mapping(
     ApiJson(mapping): ApiJson<Mapping>,
 ) -> Result<StatusCode, ApiError> {
     caller.must_be_region(&mapping.region)?;
-    if let Some(region) = mapping_region(&tx, id).await? {
-        caller.must_be_region(&region)?;
-    }
+    must_own_organization(&tx, &caller, id).await?;
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
@@ -346,7 +356,9 @@ async fn delete_mapping(
 }
 
 /// A membership arrived: record it, and replicate the user to that region
-/// (in the same transaction, so the user follows the membership).
+/// (in the same transaction, so the user follows the membership). The
+/// caller must be that region, the organization the caller's, and a new
+/// membership's id of the caller's stripe (403 otherwise).
 async fn upsert_member(
     tx: Tx,
     caller: Caller,
@@ -359,7 +371,20 @@ async fn upsert_member(
     // The user is replicated to the region the mapping names: only that
     // region may name itself.
     caller.must_be_region(&region)?;
+    // A region's members are of its own organizations, under ids it
+    // allocated.
+    must_own_organization(&tx, &caller, member.organization_id).await?;
     let backend = tx.get_database_backend();
+    let known = tx
+        .query_one_raw(Statement::from_sql_and_values(
+            backend,
+            "SELECT member_id FROM member_mapping WHERE region = $1 AND member_id = $2",
+            [region.clone().into(), member_id.into()],
+        ))
+        .await?;
+    if known.is_none() {
+        caller.must_own_id("membership", member_id)?;
+    }
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
         "INSERT INTO member_mapping (region, member_id, organization_id, user_id, role) VALUES ($1, $2, $3, $4, $5) \

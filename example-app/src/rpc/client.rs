@@ -34,20 +34,50 @@ pub enum RpcError {
         /// The status.
         status: u16,
     },
+    /// The address answered with a redirect, which is not followed: a
+    /// signed call goes to the silo's configured address only.
+    #[error(
+        "RPC {method} {url} answered {status}, a redirect to {location}: RPCs follow no \
+         redirects; configure the other silo's own address (`--control-addr`, \
+         `--us-addr`, `--de-addr`), not one that redirects, then retry the shard"
+    )]
+    Redirected {
+        /// HTTP method.
+        method: &'static str,
+        /// Target.
+        url: String,
+        /// The status (`307`).
+        status: u16,
+        /// Where it pointed (its `location`, or `nowhere`).
+        location: String,
+    },
+    /// The HTTP client could not be built (reported by every call).
+    #[error("RPC {method} {url}: no HTTP client: {reason}")]
+    Client {
+        /// HTTP method.
+        method: &'static str,
+        /// Target.
+        url: String,
+        /// Why the client could not be built.
+        reason: String,
+    },
 }
 
 impl RpcError {
     /// Whether retrying the same request cannot succeed: the other silo
-    /// answered that the request itself is wrong (400, 413, 414, 415, 422).
-    /// Other statuses may pass: 401/403 after a key is fixed, 404 after
-    /// a silo is upgraded, 408/409/429 and 5xx on their own.
+    /// answered that the request itself is wrong (400, 413, 414, 415, 422),
+    /// the address redirects (a configuration to fix, as for the webhook
+    /// sink), or there is no HTTP client. Other statuses may pass: 401/403
+    /// after a key is fixed, 404 after a silo is upgraded, 408/409/429 and
+    /// 5xx on their own.
     pub fn is_permanent(&self) -> bool {
         matches!(
             self,
             RpcError::Status {
                 status: 400 | 413 | 414 | 415 | 422,
                 ..
-            }
+            } | RpcError::Redirected { .. }
+                | RpcError::Client { .. }
         )
     }
 
@@ -64,11 +94,14 @@ impl RpcError {
 }
 
 /// A client for one silo's `/rpc` routes, for outbox receivers: its errors
-/// are [`HandlerError`]s, permanent when [`RpcError::is_permanent`].
+/// are [`HandlerError`]s, permanent when [`RpcError::is_permanent`]. It
+/// follows no redirects.
 #[derive(Clone)]
 pub struct RpcClient {
-    http: reqwest::Client,
+    /// The client, or why it could not be built.
+    http: Result<reqwest::Client, String>,
     base_url: String,
+    recipient: String,
     keys: WebhookKeys,
     sender: String,
 }
@@ -77,6 +110,7 @@ pub struct RpcClient {
 impl std::fmt::Debug for RpcClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RpcClient")
+            .field("recipient", &self.recipient)
             .field("base_url", &self.base_url)
             .field("sender", &self.sender)
             .field("keys", &"<redacted>")
@@ -85,20 +119,30 @@ impl std::fmt::Debug for RpcClient {
 }
 
 impl RpcClient {
-    /// A client for the silo at `base_url` (e.g. `http://127.0.0.1:8000`),
-    /// signing with `keys`, this silo's own (both during a rotation).
-    pub fn new(base_url: impl Into<String>, keys: WebhookKeys) -> Self {
+    /// A client for silo `recipient` (`control`, or a region's name: what
+    /// every call's signed envelope names, so that no other silo accepts
+    /// it) at `base_url` (e.g. `http://127.0.0.1:8000`), signing with
+    /// `keys`, this silo's own (both during a rotation).
+    pub fn new(
+        recipient: impl Into<String>,
+        base_url: impl Into<String>,
+        keys: WebhookKeys,
+    ) -> Self {
         let http = reqwest::Client::builder()
+            // A redirect would send the signed call elsewhere (a server
+            // the address's owner points at): the call fails instead.
+            .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_secs(3))
             // Below any silo's header timeout (5 s by default), which also
             // closes idle kept-alive connections: never reuse one the other
             // silo is closing.
             .pool_idle_timeout(Duration::from_secs(1))
             .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
+            .map_err(|error| error.to_string());
         Self {
             http,
             base_url: base_url.into().trim_end_matches('/').to_owned(),
+            recipient: recipient.into(),
             keys,
             sender: String::new(),
         }
@@ -124,6 +168,7 @@ impl RpcClient {
         let delivery = current_delivery()
             .ok_or_else(|| outbox_core::permanent(super::signed::SignError::NoMessageId))?;
         let envelope = Envelope {
+            recipient: self.recipient.clone(),
             method: method.to_owned(),
             path: path.to_owned(),
             body,
@@ -135,8 +180,15 @@ impl RpcClient {
             &envelope,
         )
         .map_err(outbox_core::permanent)?;
-        let builder = self
-            .http
+        let http = self.http.as_ref().map_err(|reason| {
+            RpcError::Client {
+                method,
+                url: url.clone(),
+                reason: reason.clone(),
+            }
+            .into_handler_error()
+        })?;
+        let builder = http
             .request(method.parse().unwrap_or(reqwest::Method::POST), &url)
             .headers(signed.headers)
             .body(signed.body);
@@ -152,6 +204,20 @@ impl RpcClient {
         let status = response.status();
         if status.is_success() {
             Ok(())
+        } else if status.is_redirection() {
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|location| location.to_str().ok())
+                .unwrap_or("nowhere")
+                .to_owned();
+            Err(RpcError::Redirected {
+                method,
+                url,
+                status: status.as_u16(),
+                location,
+            }
+            .into_handler_error())
         } else {
             Err(RpcError::Status {
                 method,
@@ -209,18 +275,31 @@ mod tests {
                 "{status}"
             );
         }
+        // A redirect is configuration to fix, not a passing fault.
+        let redirected = RpcError::Redirected {
+            method: "PUT",
+            url: "http://us/rpc/users/5".into(),
+            status: 307,
+            location: "http://elsewhere/".into(),
+        };
+        assert!(redirected.to_string().contains("follow no redirects"));
+        assert!(outbox_core::is_permanent(
+            redirected.into_handler_error().as_ref()
+        ));
     }
 
     #[test]
     fn its_debug_never_shows_the_keys() {
         let key = outbox_core::sink::webhook::WebhookSecret::generate();
-        let client = RpcClient::new("http://127.0.0.1:8000", WebhookKeys::new(key.clone()))
+        let client = RpcClient::new("us", "http://127.0.0.1:8000", WebhookKeys::new(key.clone()))
             .from_silo("control");
         let shown = format!("{client:?}");
         let exposed = key.expose();
         assert!(!shown.contains(&exposed["whsec_".len()..]), "{shown}");
         assert!(
-            shown.contains("127.0.0.1:8000") && shown.contains("control"),
+            shown.contains("127.0.0.1:8000")
+                && shown.contains(r#"sender: "control""#)
+                && shown.contains(r#"recipient: "us""#),
             "{shown}"
         );
     }

@@ -18,6 +18,11 @@
 //!   without a signed message id is refused (400).
 //! - **Where.** The signed body is an [`Envelope`] naming the method and
 //!   path: a call cannot be replayed against another route.
+//! - **To whom.** The envelope names the silo the call is for, and a silo
+//!   refuses (401) a call signed for another: a region cannot replay to
+//!   another region a call Control sent it (Control signs them all with
+//!   one key). [`RpcClient`] follows no redirects: a signed call goes to
+//!   the address configured for its silo, or fails.
 //! - **Rotation.** A silo's key may be two keys (`new,old`) during a
 //!   rotation: it signs with both, the others accept either; once every
 //!   silo has only the new key, the old one is refused.

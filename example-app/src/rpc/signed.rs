@@ -3,10 +3,12 @@
 //! caller's key, and the delivery headers signed beside it.
 //!
 //! Standard Webhooks signs the id, the timestamp and the body, not the
-//! method or the path (a webhook endpoint is one URL). An RPC's path names
-//! what it changes (`/rpc/organization-mappings/{id}`), so the envelope
-//! puts the method and path inside what is signed: a signed call cannot be
-//! replayed against another route.
+//! method or the path (a webhook endpoint is one URL), nor the server it
+//! is sent to. An RPC's path names what it changes
+//! (`/rpc/organization-mappings/{id}`), and Control signs calls to every
+//! region with the same key, so the envelope puts the recipient silo, the
+//! method and the path inside what is signed: a signed call cannot be
+//! replayed against another route, nor to another silo.
 
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
@@ -20,6 +22,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Envelope {
+    /// The silo the call is for (`us`, `control`): any other refuses it.
+    /// Empty in an envelope from a silo older than this field, which every
+    /// silo refuses too.
+    #[serde(default)]
+    pub recipient: String,
     /// The HTTP method (`PUT`).
     pub method: String,
     /// The path (`/rpc/users/5`), without a query.

@@ -226,7 +226,8 @@ impl Deployment {
     }
 
     /// An RPC to `base` (a silo's URL) + `path`, signed with `keys` at
-    /// `timestamp` as the delivery `delivery`; `body` is the envelope's.
+    /// `timestamp` as the delivery `delivery`, for the silo at `base`;
+    /// `body` is the envelope's.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn rpc(
         &self,
@@ -238,7 +239,17 @@ impl Deployment {
         path: &str,
         body: Option<Value>,
     ) -> reqwest::RequestBuilder {
+        let recipient = if base == self.control_base() {
+            "control"
+        } else {
+            let region = self
+                .regions
+                .keys()
+                .find(|name| base == self.region_base(name));
+            region.map_or("unknown", String::as_str)
+        };
         let envelope = Envelope {
+            recipient: recipient.to_owned(),
             method: method.to_string(),
             path: path.to_owned(),
             body,

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 mod api_auth;
 mod deployment;
 mod hostile;
+mod hostile_rpc;
 mod limits;
 mod ops;
 mod races;
@@ -76,9 +77,12 @@ async fn organization_changes_reach_control_at_response_time(backend: DbBackend)
 /// releases it and the fixed data replicates.
 async fn a_rejected_replication_is_quarantined_until_an_operator_retries(backend: DbBackend) {
     // Misconfigured: control accepts smaller bodies than the regions.
+    // Between the envelopes of the two calls below: the mapping's with a
+    // `NAME_MAX` name (over 300 bytes) and with a short one (under 150,
+    // with a PostgreSQL-sized id).
     let app = Deployment::start_with(backend, |config| {
         if config.role == Role::Control {
-            config.body_limit = 128;
+            config.body_limit = 256;
         }
     })
     .await;

@@ -11,7 +11,7 @@ use outbox_core::sink::webhook::WebhookKeys;
 
 /// What Control holds that RPCs write: mappings, memberships, audit rows
 /// and the inbox's record of applied messages.
-async fn control_rows(app: &Deployment) -> Vec<i64> {
+pub(super) async fn control_rows(app: &Deployment) -> Vec<i64> {
     let db = &app.control.as_ref().unwrap().db;
     let mut counts = Vec::new();
     for table in [
@@ -33,7 +33,7 @@ async fn control_rows(app: &Deployment) -> Vec<i64> {
     counts
 }
 
-async fn status_of(request: reqwest::RequestBuilder) -> StatusCode {
+pub(super) async fn status_of(request: reqwest::RequestBuilder) -> StatusCode {
     let response = request.send().await.unwrap();
     let status = response.status();
     let text = response.text().await.unwrap();
@@ -46,7 +46,7 @@ async fn status_of(request: reqwest::RequestBuilder) -> StatusCode {
 
 /// Waits until the regions' outboxes are empty: nothing more is on its way
 /// to Control.
-async fn settled(app: &Deployment) {
+pub(super) async fn settled(app: &Deployment) {
     for region in ["us", "de"] {
         app.eventually("the region outbox empties", || async {
             app.get(app.region_url(region, "/admin/outbox/shards"))
@@ -58,7 +58,7 @@ async fn settled(app: &Deployment) {
     }
 }
 
-async fn mapping(app: &Deployment, id: i64) -> Value {
+pub(super) async fn mapping(app: &Deployment, id: i64) -> Value {
     app.get(app.control_url(&format!("/api/0/organization-mappings/{id}")))
         .await
         .1
