@@ -88,15 +88,17 @@ impl Silo {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut us = None;
-        for line in stdout.lines() {
+        for line in stdout.by_ref() {
             let line = line.unwrap();
             if let Some(url) = line.strip_prefix("region us").map(str::trim) {
                 us = Some(url.trim_start_matches("http://").parse().unwrap());
                 break;
             }
         }
+        // Its log goes on: read to the end, or its writes would fail.
+        std::thread::spawn(move || stdout.for_each(drop));
         Self {
             child,
             us: us.expect("the example printed no address for region us"),
@@ -202,7 +204,11 @@ async fn flood(
                 let address = from(batch / per_address);
                 let connection = match &mut open {
                     Some((at, connection)) if *at == address => connection,
-                    _ => &mut open.insert((address, Connection::open(silo, address).await)).1,
+                    _ => {
+                        &mut open
+                            .insert((address, Connection::open(silo, address).await))
+                            .1
+                    }
                 };
                 for i in batch..(batch + per_address).min(count) {
                     match connection.send(&forged_logout(silo, i)).await {

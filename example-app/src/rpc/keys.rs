@@ -68,7 +68,8 @@ pub enum KeyError {
     },
 }
 
-/// Parses one silo's keys: `whsec_<base64>` (the prefix is optional), or
+/// Parses one silo's keys: `whsec_<base64>` (the prefix is required, as
+/// for every webhook secret: see `outbox_core::sink::webhook::WebhookSecret`), or
 /// two or more separated by commas during a rotation (the silo signs with
 /// each, the others accept any). Each must have [`MIN_KEY_LEN`] bytes.
 ///
@@ -85,7 +86,9 @@ pub fn parse_keys(silo: &str, text: &str) -> Result<WebhookKeys, KeyError> {
             silo: silo.to_owned(),
             source,
         };
-        let encoded = secret.strip_prefix(SECRET_PREFIX).unwrap_or(secret);
+        let encoded = secret
+            .strip_prefix(SECRET_PREFIX)
+            .ok_or_else(|| malformed(InvalidSecret::NoPrefix))?;
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(encoded)
             .map_err(|_| malformed(InvalidSecret::NotBase64))?;
@@ -158,6 +161,10 @@ mod tests {
         WebhookSecret::from_bytes(vec![fill; len]).unwrap().expose()
     }
 
+    fn long_key_without_prefix() -> String {
+        key(b'k', MIN_KEY_LEN)[SECRET_PREFIX.len()..].to_owned()
+    }
+
     #[test]
     fn a_short_empty_or_malformed_key_is_refused_without_being_shown() {
         let short = key(b'k', MIN_KEY_LEN - 1);
@@ -182,6 +189,15 @@ mod tests {
             parse_keys("us", "whsec_not base64!").unwrap_err(),
             KeyError::Malformed { .. }
         ));
+        // Base64 of 32 bytes, without its prefix.
+        let bare = long_key_without_prefix();
+        assert_eq!(
+            parse_keys("us", &bare).unwrap_err(),
+            KeyError::Malformed {
+                silo: "us".into(),
+                source: InvalidSecret::NoPrefix
+            }
+        );
         // A rotation: every key must be long enough.
         let long = key(b'l', MIN_KEY_LEN);
         assert!(parse_keys("us", &format!("{long},{short}")).is_err());
