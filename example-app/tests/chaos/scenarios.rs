@@ -2,12 +2,14 @@
 //!
 //! Faults fire on the load's progress, never after a sleep: the first once
 //! the writers have had [`WARM_UP`] writes acknowledged, each next one a
-//! number of acknowledged writes later drawn from the seed, and a fault
-//! ends on what it was meant to cause (a killed silo ends once the load has
-//! seen it down, lockers once requests wait on them, a pause once the
-//! lease has run out and the region's other process has served creates
-//! meanwhile). A slow machine slows the scenarios down; it does not change
-//! what they check.
+//! number of acknowledged writes later drawn from the seed. A fault ends on
+//! what it was meant to cause: a killed silo once the load has seen it
+//! down, lockers once requests and deliveries wait on them, a pause once
+//! the region's other process has served creates past the paused one's
+//! lease. Where a fault is a time by definition (a pause past the lease and
+//! a poll, the long form's locks past the delivery timeout) it lasts at
+//! least that long, which a loaded machine only lengthens. A slow machine
+//! slows the scenarios down; it does not change what they check.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -549,12 +551,14 @@ impl Stage<'_> {
                         .unwrap();
                     self.silos.pause(paused);
                     let probe = Probe::start(self.silos.url(other));
-                    // The paused process's leases run out (its lease is
-                    // the clock's: a loaded machine only waits longer),
-                    // then the other process serves creates meanwhile. A
-                    // create that waited for the paused process would stall
-                    // the probe until the resume, which never comes first.
-                    tokio::time::sleep(DEFAULT_LEASE).await;
+                    // The paused process's leases run out and the other
+                    // process polls at least once after (the takeover):
+                    // times by definition, on the clock, which a loaded
+                    // machine only lengthens. Then the other process serves
+                    // creates meanwhile: a create that waited for the
+                    // paused process would stall the probe until the
+                    // resume, which never comes first.
+                    tokio::time::sleep(DEFAULT_LEASE + POLL_INTERVAL).await;
                     let more = self.rng.random_range(served.clone());
                     let target = probe.progress.now().acknowledged + more;
                     let probed = probe
@@ -581,8 +585,8 @@ impl Stage<'_> {
                 }
                 Ok(format!(
                     "SIGSTOP of a random region process (two per region), {pauses} times, \
-                     {gaps}; resumed once the lease had run out and the other process had \
-                     served {}–{} more creates ({creates} in all, the slowest {:.2} s)",
+                     {gaps}; resumed once the lease and a poll had passed and the other process \
+                     had served {}–{} more creates ({creates} in all, the slowest {:.2} s)",
                     served.start,
                     served.end - 1,
                     slowest.as_secs_f64()
