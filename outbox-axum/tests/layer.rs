@@ -44,6 +44,29 @@ async fn client_and_server_errors_roll_back_everything(backend: DbBackend) {
     assert_eq!(app.widgets().await, 1);
 }
 
+/// Waits until the transaction of a request that wrote a widget has rolled
+/// back. Nothing to await: the pool rolls a returned connection's
+/// transaction back in a task of its own, so the row count is polled, up to
+/// the test pools' acquire timeout (30 s), past which a connection not back
+/// in the pool would fail its next caller anyway.
+async fn rolled_back(app: &TestApp) {
+    let bound = Duration::from_secs(30);
+    let started = std::time::Instant::now();
+    loop {
+        let widgets = app.widgets().await;
+        if widgets == 0 {
+            return;
+        }
+        assert!(
+            started.elapsed() < bound,
+            "{widgets} widgets still there {:.1?} after the request ended (bound {bound:?}): \
+             its transaction did not roll back",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await; // poll interval
+    }
+}
+
 async fn a_panicking_handler_commits_nothing(backend: DbBackend) {
     let app = TestApp::new(backend, "layer_panic").await;
     let request = Request::post("/panic/7/p").body(Body::empty()).unwrap();
@@ -64,15 +87,7 @@ async fn a_dropped_request_commits_nothing(backend: DbBackend) {
     call.abort(); // the client went away
     let _ = call.await;
     // The dropped transaction rolls back when its connection returns to the pool.
-    let mut widgets = 1;
-    for _ in 0..100 {
-        widgets = app.widgets().await;
-        if widgets == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(widgets, 0);
+    rolled_back(&app).await;
     assert_eq!(app.pending().await, 0);
     assert!(app.recorder.deliveries().is_empty());
 }
@@ -138,15 +153,7 @@ async fn a_transaction_still_held_is_an_error_not_a_silent_rollback(backend: DbB
     // pool, which rolls the transaction back.
     app.signals.proceed.notify_one();
     app.signals.entered.notified().await;
-    let mut widgets = 1;
-    for _ in 0..100 {
-        widgets = app.widgets().await;
-        if widgets == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await; // poll interval
-    }
-    assert_eq!(widgets, 0);
+    rolled_back(&app).await;
     assert!(app.recorder.deliveries().is_empty());
 }
 

@@ -28,6 +28,8 @@ outbox_core::registry! {
 pub struct Control {
     mappings: Mutex<Vec<(i64, String)>>,
     tombstones: Mutex<Vec<(i64, Option<serde_json::Value>)>>,
+    /// Replications applied so far, for tests to wait on.
+    replicated: tokio::sync::watch::Sender<usize>,
 }
 
 pub mod organization {
@@ -63,9 +65,12 @@ pub mod organization {
             control: &Control,
             _shard: i64,
         ) -> Result<(), HandlerError> {
-            let mut mappings = control.mappings.lock().unwrap();
-            mappings.retain(|(id, _)| *id != self.id);
-            mappings.push((self.id, self.name.clone()));
+            {
+                let mut mappings = control.mappings.lock().unwrap();
+                mappings.retain(|(id, _)| *id != self.id);
+                mappings.push((self.id, self.name.clone()));
+            }
+            control.replicated.send_modify(|count| *count += 1);
             Ok(())
         }
 
@@ -202,11 +207,18 @@ async fn the_worker_backfills_existing_rows_once_the_option_allows_it(backend: D
         .spawn()
         .await
         .unwrap();
-    for _ in 0..500 {
-        if control.mappings.lock().unwrap().len() == 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    // The backfill runs at start, then every interval: a row it missed
+    // would come one interval later.
+    let bound = outbox_axum::worker::DEFAULT_BACKFILL_INTERVAL;
+    let started = std::time::Instant::now();
+    let mut replicated = control.replicated.subscribe();
+    let all = replicated.wait_for(|_| control.mappings.lock().unwrap().len() == 3);
+    if tokio::time::timeout(bound, all).await.is_err() {
+        panic!(
+            "{} of 3 rows replicated after {:.1?} (bound {bound:?}, the backfill interval)",
+            control.mappings.lock().unwrap().len(),
+            started.elapsed()
+        );
     }
     let mut names: Vec<String> = control
         .mappings

@@ -61,21 +61,25 @@ fn exported_spans() -> opentelemetry_sdk::trace::InMemorySpanExporter {
         .clone()
 }
 
+/// How long a publish waits for its acknowledgement (5 s by default), so
+/// that a stopped server fails a delivery fast.
+const ACK_TIMEOUT_MS: u64 = 500;
+
 /// A JetStream context on `server` whose acknowledgements time out after
-/// 500 ms (5 s by default), so that a stopped server fails a delivery fast;
-/// with the tests' subscriber installed.
+/// [`ACK_TIMEOUT_MS`]; with the tests' subscriber installed.
 async fn jetstream(server: &NatsServer) -> async_nats::jetstream::Context {
     exported_spans();
     let client = async_nats::connect(server.url()).await.unwrap();
     async_nats::jetstream::ContextBuilder::new()
-        .timeout(Duration::from_millis(500))
+        .timeout(Duration::from_millis(ACK_TIMEOUT_MS))
         .build(client)
 }
 
 /// The sink, with its stream created.
 async fn sink_with_stream(server: &NatsServer) -> JetStreamSink {
     let jetstream = jetstream(server).await;
-    let sink = JetStreamSink::new(jetstream.clone()).with_ack_timeout(Duration::from_millis(500));
+    let sink = JetStreamSink::new(jetstream.clone())
+        .with_ack_timeout(Duration::from_millis(ACK_TIMEOUT_MS));
     jetstream
         .create_stream(sink.stream_config(STREAM))
         .await
@@ -110,19 +114,27 @@ fn header<'a>(message: &'a async_nats::Message, name: &str) -> Option<&'a str> {
         .map(|value| value.as_str())
 }
 
-/// Drains round after round until the outbox is empty or `deadline` passes;
-/// the last round's report.
-async fn drain_until_empty(
-    drainer: &Drainer<OutboxCategory>,
-    store: &MemoryStore,
-    deadline: Duration,
-) -> DrainReport {
+/// How long [`drain_until_empty`] tries: sixty acknowledgement timeouts,
+/// for a server that was just started again (the client reconnects with a
+/// growing delay) on a loaded machine.
+const DRAIN_BOUND: Duration = Duration::from_millis(60 * ACK_TIMEOUT_MS);
+
+/// Drains round after round until the outbox is empty; the last round's
+/// report. Retries back off (up to 50 ms) in between: nothing to await.
+/// Panics, with the rows left and the last report, after [`DRAIN_BOUND`].
+async fn drain_until_empty(drainer: &Drainer<OutboxCategory>, store: &MemoryStore) -> DrainReport {
     let started = Instant::now();
     loop {
         let report = drainer.drain_due(OutboxKind::Region).await.unwrap();
-        if store.rows(OutboxKind::Region).is_empty() || started.elapsed() > deadline {
+        let left = store.rows(OutboxKind::Region).len();
+        if left == 0 {
             return report;
         }
+        assert!(
+            started.elapsed() < DRAIN_BOUND,
+            "{left} rows left after {:.1?} (bound {DRAIN_BOUND:?}); the last round: {report:?}",
+            started.elapsed()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await; // poll interval
     }
 }
@@ -280,12 +292,7 @@ async fn each_shard_arrives_in_order_and_whole_through(
             Some(json!({ "shard": shard, "sequence": sequence })),
         ));
     }
-    let report = drain_until_empty(
-        &drainer(&store, receivers(&sink)),
-        &store,
-        Duration::from_secs(30),
-    )
-    .await;
+    let report = drain_until_empty(&drainer(&store, receivers(&sink)), &store).await;
     assert!(report.failures.is_empty(), "{:?}", report.failures);
 
     let messages = read_stream(sink.context(), STREAM, READ_WAIT)
@@ -373,7 +380,7 @@ async fn a_publish_refused_in_the_middle_of_a_shard_holds_it_and_keeps_its_order
         .await
         .unwrap();
     assert_eq!(released, vec![shop(1)]);
-    let report = drain_until_empty(&drainer, &store, Duration::from_secs(30)).await;
+    let report = drain_until_empty(&drainer, &store).await;
     assert!(report.failures.is_empty(), "{:?}", report.failures);
     let messages = read_stream(sink.context(), STREAM, READ_WAIT)
         .await
@@ -452,7 +459,7 @@ async fn rows_stay_until_jetstream_acknowledges_and_nothing_is_lost_across_a_res
     assert_eq!(store.rows(OutboxKind::Region).len(), 20, "every row stays");
 
     server.start_again().unwrap();
-    let report = drain_until_empty(&drainer, &store, Duration::from_secs(30)).await;
+    let report = drain_until_empty(&drainer, &store).await;
     assert!(
         store.rows(OutboxKind::Region).is_empty(),
         "still pending after the restart: {:?}",
@@ -500,7 +507,7 @@ async fn a_message_published_again_is_dropped_by_the_duplicate_window() {
         })
         .discard(OutboxCategory::ProductUpdate);
     let drainer = drainer(&store, receivers);
-    drain_until_empty(&drainer, &store, Duration::from_secs(10)).await;
+    drain_until_empty(&drainer, &store).await;
     assert!(store.rows(OutboxKind::Region).is_empty());
 
     assert_eq!(
@@ -600,7 +607,7 @@ async fn no_stream_for_the_subject_is_a_transient_error_naming_it_through(
         .create_stream(sink.stream_config(STREAM))
         .await
         .unwrap();
-    drain_until_empty(&drainer, &store, Duration::from_secs(10)).await;
+    drain_until_empty(&drainer, &store).await;
     assert!(store.rows(OutboxKind::Region).is_empty());
     assert_eq!(
         read_stream(&jetstream, STREAM, READ_WAIT)

@@ -1,6 +1,7 @@
 //! Write load over HTTP: writers that create, rename and delete
 //! organizations in the regions and create and rename users in Control,
-//! recording every outcome in the ledger.
+//! recording every outcome in the ledger, and counting them in a
+//! [`Progress`] that the scenarios' faults fire on.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -12,11 +13,91 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
+use tokio::sync::watch;
 
 use crate::ledger::Ledger;
 
 /// How long a client waits for an answer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a wait on [`Progress`] may see its count stand still before it
+/// gives up: two client timeouts, in which every request in flight has
+/// answered or timed out at least once.
+pub const STALL_BOUND: Duration = Duration::from_secs(2 * REQUEST_TIMEOUT.as_secs());
+
+/// How many requests of a load (or of a probe) were answered, so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Acknowledged writes.
+    pub acknowledged: usize,
+    /// Requests without an acknowledgement (refused, reset, timed out,
+    /// another status).
+    pub failed: usize,
+}
+
+/// The counts of a load, shared by its writers: faults wait on them
+/// instead of on the clock, so that a slow machine only slows the scenario.
+#[derive(Clone, Debug)]
+pub struct Progress(Arc<watch::Sender<Counts>>);
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self(Arc::new(watch::channel(Counts::default()).0))
+    }
+}
+
+impl Progress {
+    fn record(&self, acknowledged: bool) {
+        self.0.send_modify(|counts| {
+            if acknowledged {
+                counts.acknowledged += 1;
+            } else {
+                counts.failed += 1;
+            }
+        });
+    }
+
+    /// The counts now.
+    pub fn now(&self) -> Counts {
+        *self.0.borrow()
+    }
+
+    /// Waits until `count` of the counts reaches `target`; an error, saying
+    /// `what` it waited for, once that count has not grown for
+    /// [`STALL_BOUND`].
+    pub async fn reach(
+        &self,
+        what: &str,
+        count: fn(&Counts) -> usize,
+        target: usize,
+    ) -> Result<(), String> {
+        let mut counts = self.0.subscribe();
+        let mut reached = count(&counts.borrow_and_update());
+        let mut since = Instant::now();
+        while reached < target {
+            let left = STALL_BOUND.saturating_sub(since.elapsed());
+            if tokio::time::timeout(left, counts.changed()).await.is_err() {
+                return Err(format!(
+                    "{what}: {reached} of {target}, and none more for {:.1} s (bound {:.0} s, \
+                     two client timeouts)",
+                    since.elapsed().as_secs_f64(),
+                    STALL_BOUND.as_secs_f64()
+                ));
+            }
+            let now = count(&counts.borrow_and_update());
+            if now > reached {
+                (reached, since) = (now, Instant::now());
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for `more` acknowledged writes from now on.
+    pub async fn acknowledged(&self, what: &str, more: usize) -> Result<(), String> {
+        let target = self.now().acknowledged + more;
+        self.reach(what, |counts| counts.acknowledged, target).await
+    }
+}
 
 /// A client that opens a connection per request (a killed silo leaves no
 /// pooled connection behind to fail the next request), with the admin token
@@ -122,14 +203,22 @@ pub struct Writer {
     /// Memberships it asked for (organization, user): asked once each.
     members: std::collections::BTreeSet<(i64, i64)>,
     tally: Tally,
+    progress: Progress,
 }
 
 impl Writer {
-    pub fn new(id: usize, urls: Urls, ledger: Arc<Mutex<Ledger>>, seed: u64) -> Self {
+    pub fn new(
+        id: usize,
+        urls: Urls,
+        ledger: Arc<Mutex<Ledger>>,
+        progress: Progress,
+        seed: u64,
+    ) -> Self {
         Self {
             id,
             urls,
             ledger,
+            progress,
             http: client(),
             rng: StdRng::seed_from_u64(seed ^ (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
             counter: 0,
@@ -191,6 +280,7 @@ impl Writer {
             }
             Err(failure) => *self.tally.failures.entry(failure).or_default() += 1,
         }
+        self.progress.record(outcome.is_ok());
         outcome
     }
 
@@ -331,12 +421,18 @@ pub struct Load {
 }
 
 impl Load {
-    /// `writers` concurrent writers.
-    pub fn start(urls: &Urls, ledger: &Arc<Mutex<Ledger>>, writers: usize, seed: u64) -> Self {
+    /// `writers` concurrent writers, counting in `progress`.
+    pub fn start(
+        urls: &Urls,
+        ledger: &Arc<Mutex<Ledger>>,
+        progress: &Progress,
+        writers: usize,
+        seed: u64,
+    ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let mut set = tokio::task::JoinSet::new();
         for id in 0..writers {
-            let mut writer = Writer::new(id, urls.clone(), ledger.clone(), seed);
+            let mut writer = Writer::new(id, urls.clone(), ledger.clone(), progress.clone(), seed);
             let stop = stop.clone();
             set.spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
@@ -363,13 +459,14 @@ impl Load {
 pub async fn wave(
     urls: &Urls,
     ledger: &Arc<Mutex<Ledger>>,
+    progress: &Progress,
     count: usize,
     first_id: usize,
     seed: u64,
 ) -> Tally {
     let mut set = tokio::task::JoinSet::new();
     for id in first_id..first_id + count {
-        let mut writer = Writer::new(id, urls.clone(), ledger.clone(), seed);
+        let mut writer = Writer::new(id, urls.clone(), ledger.clone(), progress.clone(), seed);
         set.spawn(async move {
             writer.create_organization().await;
             writer.tally
@@ -390,33 +487,92 @@ impl Tally {
 }
 
 /// Creates organizations through the process at `base`, one after the
-/// other, for `during`; returns the slowest answer. Not in the ledger (a
-/// create's id is only known from its answer; the replicas' comparison with
-/// the regions covers them).
-pub async fn probe_creates(base: String, during: Duration) -> Result<Duration, String> {
-    let http = client();
-    let started = Instant::now();
-    let mut slowest = Duration::ZERO;
-    let mut n = 0;
-    while started.elapsed() < during {
-        n += 1;
-        let slug = format!("probe-{}-{n}", started.elapsed().as_nanos());
-        let sent = Instant::now();
-        let response = http
-            .post(format!("{base}/api/0/organizations"))
-            .json(&json!({ "slug": slug, "name": slug }))
-            .send()
-            .await
-            .map_err(|error| error.to_string())?;
-        if response.status() != StatusCode::CREATED {
-            return Err(format!(
-                "{}: {}",
-                response.status(),
-                response.text().await.unwrap_or_default()
-            ));
+/// other, until stopped: what a region's other process serves while one is
+/// paused. Not in the ledger (a create's id is only known from its answer;
+/// the replicas' comparison with the regions covers them).
+pub struct Probe {
+    /// Its creates so far.
+    pub progress: Progress,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<ProbeOutcome>,
+}
+
+/// What a [`Probe`] saw.
+#[derive(Debug, Default)]
+pub struct ProbeOutcome {
+    /// Each create answered 201: when it was sent, when it was answered.
+    pub creates: Vec<(Instant, Instant)>,
+    /// The creates that failed.
+    pub failures: Vec<String>,
+}
+
+impl ProbeOutcome {
+    /// The `q` quantile of the creates' latencies (0 with none).
+    pub fn quantile(&self, q: f64) -> Duration {
+        let mut sorted: Vec<Duration> = self
+            .creates
+            .iter()
+            .map(|(sent, answered)| *answered - *sent)
+            .collect();
+        sorted.sort_unstable();
+        if sorted.is_empty() {
+            return Duration::ZERO;
         }
-        slowest = slowest.max(sent.elapsed());
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let at = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+        sorted[at]
     }
-    Ok(slowest)
+}
+
+impl Probe {
+    pub fn start(base: String) -> Self {
+        // Slugs unique across the probes of a run.
+        static PROBES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let probe = PROBES.fetch_add(1, Ordering::Relaxed);
+        let progress = Progress::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let (progress, stop) = (progress.clone(), stop.clone());
+            async move {
+                let http = client();
+                let mut outcome = ProbeOutcome::default();
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let slug = format!("probe-{probe}-{n}");
+                    let sent = Instant::now();
+                    let answer = http
+                        .post(format!("{base}/api/0/organizations"))
+                        .json(&json!({ "slug": slug, "name": slug }))
+                        .send()
+                        .await;
+                    let failure = match answer {
+                        Ok(response) if response.status() == StatusCode::CREATED => None,
+                        Ok(response) => Some(format!(
+                            "{}: {}",
+                            response.status(),
+                            response.text().await.unwrap_or_default()
+                        )),
+                        Err(error) => Some(error.to_string()),
+                    };
+                    progress.record(failure.is_none());
+                    match failure {
+                        None => outcome.creates.push((sent, Instant::now())),
+                        Some(failure) => outcome.failures.push(failure),
+                    }
+                }
+                outcome
+            }
+        });
+        Self {
+            progress,
+            stop,
+            task,
+        }
+    }
+
+    /// Lets the create in flight finish; returns what the probe saw.
+    pub async fn stop(self) -> ProbeOutcome {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
 }

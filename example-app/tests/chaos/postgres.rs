@@ -90,6 +90,30 @@ impl Postgres {
         terminated.try_into().unwrap_or(0)
     }
 
+    /// How many backends wait on a lock that a backend of `pids` holds.
+    pub async fn blocked_by(&self, pids: &[i32]) -> i64 {
+        let pids: Vec<String> = pids.iter().map(i32::to_string).collect();
+        let Ok(admin) = connect(&self.admin, 1).await else {
+            return 0;
+        };
+        let blocked = admin
+            .query_one_raw(Statement::from_string(
+                DbBackend::Postgres,
+                format!(
+                    "SELECT count(*) AS n FROM pg_stat_activity \
+                     WHERE pg_blocking_pids(pid) && ARRAY[{}]::int[]",
+                    pids.join(", ")
+                ),
+            ))
+            .await
+            .ok()
+            .flatten()
+            .and_then(|row| row.try_get::<i64>("", "n").ok())
+            .unwrap_or(0);
+        let _ = admin.close().await;
+        blocked
+    }
+
     /// PgBouncer in session mode in front of this server.
     pub async fn pgbouncer(&self) -> PgBouncer {
         let admin = self.admin.clone();
@@ -109,6 +133,8 @@ impl Drop for Postgres {
 /// A session that holds locks, idle in transaction, until released.
 pub struct Locker {
     db: DatabaseConnection,
+    /// Its backend's process id.
+    pub pid: i32,
 }
 
 impl Locker {
@@ -120,7 +146,17 @@ impl Locker {
         for statement in statements {
             db.execute_unprepared(statement).await.unwrap();
         }
-        Self { db }
+        let pid = db
+            .query_one_raw(Statement::from_string(
+                DbBackend::Postgres,
+                "SELECT pg_backend_pid() AS pid",
+            ))
+            .await
+            .unwrap()
+            .unwrap()
+            .try_get::<i32>("", "pid")
+            .unwrap();
+        Self { db, pid }
     }
 
     /// Rolls back and closes the session.

@@ -11,6 +11,8 @@
 //!   pauses and clock jumps over `MemoryStore`, checked against the rules
 //!   (the `simulate` example runs many);
 //! - [`nats`]: a throwaway `nats-server -js` for JetStream tests;
+//! - [`seed`]: a randomised test's seed, from an environment variable to
+//!   replay a run, printed either way;
 //! - `database` (feature `seaorm`): real PostgreSQL and SQLite databases for
 //!   code built on `outbox-seaorm`, a fresh one per test with
 //!   `#[outbox_testing::test]` (in the style of `#[sqlx::test]`), throwaway
@@ -31,6 +33,7 @@ pub mod database;
 pub mod nats;
 mod recorder;
 mod runner;
+mod seed;
 pub mod simulation;
 
 #[cfg(feature = "seaorm")]
@@ -38,3 +41,4 @@ pub mod simulation;
 pub use outbox_seaorm_derive::test;
 pub use recorder::{Delivery, Gate, Recorder};
 pub use runner::{drain_until_idle, RunnerError, MAX_ROUNDS};
+pub use seed::seed;
