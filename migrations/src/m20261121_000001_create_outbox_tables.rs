@@ -17,7 +17,7 @@ impl MigrationName for Migration {
 /// shard columns for the control outbox) and its indexes.
 fn outbox_table(backend: DbBackend, table: &str, with_region: bool) -> Vec<String> {
     let postgres = backend == DbBackend::Postgres;
-    // New rows are due at once: `scheduled_for` defaults to 2016-08-01, as in
+    // New rows are due at once: `scheduled_for` defaults to `2016-08-01`, as in
     // Sentry. On SQLite, timestamps are fixed-width UTC text.
     let (id, json, timestamp, now, the_past) = if postgres {
         (

@@ -4,10 +4,10 @@
 //! Opted into, not one of [`crate::migrations()`]: add it after them
 //! ([`crate::migrations_with_partition_ring`], [`crate::OutboxRingMigrator`]).
 //! It bounds the outbox's size whatever holds vacuum's horizon back, and
-//! costs the drain on deep backlogs (each statement reads three partitions:
-//! a 1,000,000-row backlog drained at about 0.4× the floor where the plain
-//! tables reached 0.5–0.6× in the same hour); choose it where long
-//! transactions, dumps or lagging replicas are a fact of life.
+//! costs the drain on deep backlogs (each statement reads three partitions;
+//! measured: `cargo bench -p outbox-seaorm --bench drain` with
+//! `OUTBOX_BENCH_RING=1`); choose it where long transactions, dumps or
+//! lagging replicas are a fact of life.
 //!
 //! Every delivered row is a `DELETE`. While vacuum keeps up, that is cheap;
 //! when something holds the xmin horizon back (a long report, `pg_dump`, an
@@ -36,8 +36,8 @@
 //! on each partition (a partitioned table stores none).
 //!
 //! The migration copies the pending rows into the new table and takes an
-//! exclusive lock on the old one meanwhile: writers wait for it, for about
-//! a second per 100,000 pending rows. Run it with the backlog drained. The
+//! exclusive lock on the old one meanwhile: writers wait for it, longer the
+//! more rows are pending. Run it with the backlog drained. The
 //! down migration copies them back into a plain table with an identity
 //! primary key. SQLite has one writer and no horizon to hold back: nothing
 //! changes there.

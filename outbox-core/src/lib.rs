@@ -136,7 +136,7 @@ pub fn paused_until() -> chrono::DateTime<chrono::Utc> {
         .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
 }
 
-/// The `scheduled_for` given to new rows: 2016-08-01, so a new row is due at
+/// The `scheduled_for` given to new rows: `2016-08-01`, so a new row is due at
 /// once whatever the clocks of the processes that drain it (as Sentry does).
 pub fn the_past() -> chrono::DateTime<chrono::Utc> {
     use chrono::TimeZone;

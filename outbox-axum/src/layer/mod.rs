@@ -39,8 +39,9 @@
 //! them after the shard's backoff (or, for a shard an operator paused, once
 //! the pause is lifted). What the client hears is decided by an
 //! [`OnFlushError`] hook: by default ([`DefaultOnFlushError`]) the handler's
-//! response, with an `outbox-flush: deferred` header; [`RespondWith`] a status
-//! of your choice; `()` the response untouched; or your own closure.
+//! response, with an `outbox-flush` header that says why (see below);
+//! [`RespondWith`] a status of your choice; `()` the response untouched; or
+//! your own closure.
 //!
 //! # When hooks run
 //!

@@ -15,10 +15,11 @@
 //! `concurrency`: while one group's wave waits for its acknowledgements (a
 //! JetStream publish, a webhook), the next wave of another is built and
 //! sent. A shard is in one group only, so its calls stay one at a time.
-//! Measured with the JetStream sink's batch receiver, 100 shards of 200
-//! messages in one round: 0.67-0.71x of min(plain drain, JetStream alone)
-//! with two groups against 0.60-0.67x with one (`--bench jetstream`, case
-//! (b)); one-message shards, one wave per round, gain nothing from it.
+//! It pays where a round holds deep shards and each wave waits on the
+//! network (measured with the JetStream sink's batch receiver: `cargo bench
+//! -p outbox-axum --bench jetstream`, deep shards; see
+//! `docs/benchmarks.md`); one-message shards, one wave per round, gain
+//! nothing from it.
 
 use std::collections::HashMap;
 use std::sync::Arc;

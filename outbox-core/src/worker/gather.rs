@@ -2,13 +2,12 @@
 //!
 //! A claim costs the database about the same whatever it returns (a
 //! statement that reads both ends of the due rows, leases buckets and joins
-//! their states: a few hundred microseconds of the server's time). A drain
-//! that claims at every wake-up is right when rows come one at a time: each
-//! is delivered a claim after its commit. Under a steady write load it is
-//! not: measured in the latency bench (`flush = false`, 8 writers, about
-//! 3,000 writes/s on two cores), the worker claimed about 6 rows per claim,
-//! and the claims took more of the server's time than the outbox rows'
-//! inserts.
+//! their states). A drain that claims at every wake-up is right when rows
+//! come one at a time: each is delivered a claim after its commit. Under a
+//! steady write load it is not: each claim then takes a handful of rows,
+//! and the claims take more of the server's time than the outbox rows'
+//! inserts (measured: `cargo bench -p outbox-axum --bench latency`,
+//! `flush = false`; see `docs/benchmarks.md`).
 //!
 //! So a claim that took [`GATHER_FROM_SHARDS`] shards or more, the sign that
 //! rows come faster than claims, makes the next claim woken by new rows wait
@@ -16,13 +15,13 @@
 //! meanwhile goes to one claim. Under light load (a few shards per claim) a
 //! claim follows its wake-up at once, so gathering adds no latency where
 //! there is little to gather; under load it adds at most the window. The
-//! loop leaves gathering by itself once rows come slower than
-//! `GATHER_FROM_SHARDS` per window (1,500 a second with the default 4 ms).
-//! Six rather than three: from three, a steady 1,000 rows a second kept the
-//! worker gathering (about four rows a window), and a row waited 3 ms at
-//! the median instead of 1 ms for a quarter of the claims; from six, that
-//! rate claims at every wake-up, and the write load of the latency bench
-//! (about 3,500 a second) still gathers.
+//! loop leaves gathering by itself once fewer than `GATHER_FROM_SHARDS`
+//! shards' rows come per window.
+//! The threshold is high enough that a moderate steady rate still claims
+//! at every wake-up (below it, such a rate keeps the worker gathering and
+//! each of its rows waits for the window), and low enough that a write
+//! load gathers (measured by the same bench, with the NOTIFY path at a
+//! steady rate).
 //! Claims that follow a claim which left rows due (a backlog) never wait.
 
 use std::time::Duration;

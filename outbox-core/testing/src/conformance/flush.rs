@@ -466,9 +466,9 @@ pub async fn a_flush_delivers_the_older_rows_of_its_shard_first<B: Backend>(back
 /// and meanwhile another request of the same process, on a shard of
 /// another bucket, is flushed and completed. The first flush still reports
 /// [`FlushError::ShardBusy`] at once: what this process released says
-/// nothing of a bucket another process holds (it used to wait up to
-/// `sync_wait` for that lease: in the chaos suite's pause scenario, a
-/// create through the other process of a frozen one waited 2.7 s).
+/// nothing of a bucket another process holds (waiting up to `sync_wait`
+/// for that lease would stall the request behind a frozen or slow
+/// process).
 pub async fn a_flush_waits_for_no_bucket_held_elsewhere_when_other_buckets_were_released<
     B: Backend,
 >(

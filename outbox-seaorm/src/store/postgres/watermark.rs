@@ -6,9 +6,9 @@
 //! id)` until vacuum removes it, and vacuum cannot while a long transaction
 //! (an `idle in transaction` session, a report, a `pg_dump`, a lagging
 //! replica slot) holds its horizon back. A claim that scans from the very
-//! start then steps over every row delivered since the horizon stopped: the
-//! vacuum-pressure bench measured 45,000 buffers per claim and 32 ms after
-//! two minutes (`cargo bench -p outbox-axum --bench vacuum_pressure`). So,
+//! start then steps over every row delivered since the horizon stopped, and
+//! costs more with every minute the horizon stays (measured: `cargo bench
+//! -p outbox-axum --bench vacuum_pressure`). So,
 //! once a claim from the very start takes [`SLOW_FULL_SCAN`] or more, and
 //! [`SLOW_FULL_SCAN_PER_ROW`] or more for each row it scanned or returned
 //! (a claim of a deep backlog's wide window takes long without stepping
@@ -49,17 +49,18 @@ use outbox_core::{ClaimOrder, OutboxKind};
 
 /// How long a claim from the very start takes, by default, before the
 /// claims switch to the watermark: while vacuum keeps up such a claim
-/// takes well under a millisecond, and claims that scan from the start
-/// (returning their window's rows as read) are the cheaper ones; with the
-/// horizon held back for minutes it takes tens.
+/// takes well under it, and claims that scan from the start (returning
+/// their window's rows as read) are the cheaper ones; with the horizon held
+/// back for minutes it takes several times more (`cargo bench -p
+/// outbox-axum --bench vacuum_pressure`).
 pub const SLOW_FULL_SCAN: Duration = Duration::from_millis(5);
 
 /// How long a claim from the very start takes for each row it scanned or
 /// returned before it counts as slow: while vacuum keeps up, a wide window
-/// of a deep backlog costs 5–10 µs a row (20,000 rows in 100 ms, `cargo
-/// bench -p outbox-seaorm --bench drain`, case (d)), a cold first claim up
-/// to 40; under a held-back horizon a claim steps over every row delivered
-/// since, which costs hundreds of microseconds for each row it finds.
+/// of a deep backlog costs well under it per row, a cold first claim too
+/// (`cargo bench -p outbox-seaorm --bench drain`, the deep backlog); under
+/// a held-back horizon a claim steps over every row delivered since, which
+/// costs several times it for each row it finds.
 pub const SLOW_FULL_SCAN_PER_ROW: Duration = Duration::from_micros(50);
 
 /// How often the oldest-end claim scans from the very start, finding rows

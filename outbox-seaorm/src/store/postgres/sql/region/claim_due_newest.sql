@@ -193,22 +193,20 @@ LEFT JOIN LATERAL (
     -- other index: equalities on the shard's columns (which keep the
     -- planner's estimate of a shard's rows right), the identifier and id as
     -- row comparisons at both ends, and no condition on id alone. Each
-    -- form tried before failed one way:
-    -- - all equalities and `id <=` (3aba65d): the order reduces to id,
-    --   which the id index has too, and `id <=` is a condition it can
-    --   use, so a generic plan made on a ring partition whose statistics
-    --   said it was small read the shard through the id index, filtered
-    --   by shard (auto_explain under a held-back horizon: 141,171 buffers
-    --   for 26 shards; 251,010 for 24 after 3aba65d brought it back);
-    -- - the whole key as row comparisons at both ends (2dfb05e): a row
-    --   comparison ends a B-tree scan only by its first column (PostgreSQL
-    --   marks only that one required), the scope, so each shard's read went
-    --   on to the end of its scope (4,915 buffers for a 10-row shard among
-    --   100,000);
+    -- other form fails one way:
+    -- - all equalities and `id <=`: the order reduces to id, which the id
+    --   index has too, and `id <=` is a condition it can use, so a generic
+    --   plan made on a ring partition whose statistics say it is small
+    --   reads the shard through the id index, filtered by shard, a walk
+    --   over every row delivered since the horizon was held back;
+    -- - the whole key as row comparisons at both ends: a row comparison
+    --   ends a B-tree scan only by its first column (PostgreSQL marks only
+    --   that one required), the scope, so each shard's read goes on to the
+    --   end of its scope;
     -- - the scope's equality and row comparisons on (identifier, id) alone:
-    --   right scans, but estimated at a ninth of the table per shard, and
-    --   the newest-end claim on a 1M backlog took ten times the CPU for the
-    --   same buffers (712 against 70 ms).
+    --   right scans, but the planner estimates a large share of the table
+    --   per shard, and a claim on a deep backlog spends far more CPU for
+    --   the same pages.
     -- The id index offers no condition here, only a read of all of it,
     -- priced above the shard's equalities unless a partition's statistics
     -- say it holds one shard. Tested: outbox-seaorm/tests/shard_reads.rs.
