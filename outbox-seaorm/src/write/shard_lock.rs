@@ -15,7 +15,7 @@
 //!
 //! What it costs: one shard's writers commit one after the other from their
 //! outbox insert on, so a hot shard's write rate is bounded by one commit
-//! at a time (measured in the README). Locks of one call are taken in key
+//! at a time (measured by the `commit_order` bench). Locks of one call are taken in key
 //! order; a transaction that writes shard A, then (in a later call) shard
 //! B, while another writes B then A, can deadlock: PostgreSQL ends one of
 //! them after `deadlock_timeout` with an error (SQLSTATE 40P01), and its
