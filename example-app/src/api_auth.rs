@@ -27,7 +27,7 @@ use axum::http::{header::AUTHORIZATION, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use outbox_core::sink::webhook::{WebhookKeys, WebhookSecret};
+use outbox_core::sink::webhook::WebhookKeys;
 
 use crate::error::ApiError;
 
@@ -227,6 +227,7 @@ pub async fn require_token(State(auth): State<ApiAuth>, request: Request, next: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use outbox_core::sink::webhook::WebhookSecret;
 
     fn tokens(fill: u8) -> ApiTokens {
         ApiTokens::new(WebhookKeys::new(
