@@ -20,6 +20,10 @@
 //!   wrong credentials per client address (see
 //!   [the guide's chapter](_guide::_03_admin)).
 //!
+//! New to the outbox? [The guide](_guide) goes from adding the crates to a
+//! served worker with its admin router, then gives each feature a chapter
+//! ([listed below](#the-guide)).
+//!
 //! The example below also needs `tokio` with the `macros`, `rt-multi-thread`,
 //! `net` and `signal` features (for `#[tokio::main]`, the listener and
 //! Ctrl-C), `outbox-migrations` and `sea-orm-migration`:
@@ -141,8 +145,9 @@ pub use layer::{
 pub use tx::{Tx, TxRejection};
 pub use worker::{OutboxWorker, OutboxWorkerBuilder, WorkerError, WorkerHandle};
 
-/// The guide, chapter by chapter (doc-only modules, read with `cargo doc`;
-/// their Rust blocks are doctests of this crate).
+// The guide, chapter by chapter: doc-only modules, read with `cargo doc`;
+// their Rust blocks are doctests of this crate. Each chapter is a Markdown
+// file inside this crate's folder, so that it packages with the crate.
 #[cfg(any(doc, doctest))]
 #[doc = include_str!("docs/guide/index.md")]
 pub mod _guide {
