@@ -32,3 +32,10 @@ pub mod silo;
 pub mod telemetry;
 pub mod upgrade;
 pub mod validate;
+
+/// The workspace README's code blocks, compiled and run as doctests of this
+/// crate, which depends on every library crate and is not published: the
+/// README sits outside every published crate's folder.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

@@ -195,8 +195,8 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
 /// for databases where something may hold vacuum's horizon back (long
 /// reports, `pg_dump`, sessions left idle in a transaction, lagging
 /// replication slots). It bounds the outbox's size whatever the horizon,
-/// and costs the drain on deep backlogs (see the README's "Vacuum and long
-/// transactions"). Nothing changes on SQLite.
+/// and costs the drain on deep backlogs (see "Vacuum and long transactions"
+/// in the repository's `docs/operations.md`). Nothing changes on SQLite.
 pub fn migrations_with_partition_ring() -> Vec<Box<dyn MigrationTrait>> {
     let mut migrations = migrations();
     migrations.push(Box::new(OutboxPartitionRing));

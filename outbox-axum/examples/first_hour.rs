@@ -1,6 +1,7 @@
-//! The first hour (see "Your first hour" in the README): a product
-//! catalogue on axum + SeaORM + SQLite whose products replicate to a search
-//! index, and whose price changes each send a webhook.
+//! The first hour (the guide's chapter `outbox_axum::_guide::_04_first_hour`
+//! walks through it): a product catalogue on axum + SeaORM + SQLite whose
+//! products replicate to a search index, and whose price changes each send a
+//! webhook.
 //!
 //! - `Product` derives `ReplicatedRegionModel`: every insert, update and
 //!   delete writes its outbox row in the request's transaction, and the

@@ -14,6 +14,15 @@
 //!   start when a category has no receiver, wakes on in-process commits and
 //!   PostgreSQL `NOTIFY`, polls as a fallback, survives the database going
 //!   away, and shuts down gracefully.
+//! - [`admin::Admin`] is the operators' JSON API and dashboard, a router to
+//!   nest beside yours; serve the app with
+//!   `into_make_service_with_connect_info::<SocketAddr>()`, since it counts
+//!   wrong credentials per client address (see
+//!   [the guide's chapter](_guide::_03_admin)).
+//!
+//! New to the outbox? [The guide](_guide) goes from adding the crates to a
+//! served worker with its admin router, then gives each feature a chapter
+//! ([listed below](#the-guide)).
 //!
 //! The example below also needs `tokio` with the `macros`, `rt-multi-thread`,
 //! `net` and `signal` features (for `#[tokio::main]`, the listener and
@@ -77,9 +86,33 @@
 //! }
 //! ```
 //!
-//! `examples/first_hour.rs` is a whole small service (a replicated model, a
-//! webhook category that never coalesces, its own migrator, tests), and the
-//! workspace README's "Your first hour" walks through it.
+//! # The guide
+//!
+//! [`_guide`] walks from adding the crates to a served worker with its admin
+//! router, then through each feature, one chapter each (every example a
+//! doctest that runs on SQLite):
+//!
+//! 1. [First steps](_guide::_01_first_steps): registry, migrations, a write,
+//!    its receiver, the drain.
+//! 2. [With Axum](_guide::_02_axum): `Tx`, the flush before the response,
+//!    the worker, and the admin router served with each client's address.
+//! 3. [The admin API and dashboard](_guide::_03_admin).
+//! 4. [Your first hour](_guide::_04_first_hour): a whole small service
+//!    (`examples/first_hour.rs`), with its tests.
+//! 5. [SQLite](_guide::_05_sqlite).
+//! 6. [Testing your app](_guide::_06_testing).
+//! 7. [What the drain guarantees](_guide::_07_guarantees).
+//! 8. [Metrics and traces](_guide::_08_observability).
+//! 9. [Replicated models](_guide::_09_replicated_models) and their backfill.
+//! 10. [Effectively once: the inbox](_guide::_10_inbox).
+//! 11. [Fencing tokens](_guide::_11_fencing): order under paused workers
+//!     and late commits.
+//! 12. [NATS JetStream](_guide::_12_jetstream) (feature `nats`).
+//! 13. [Signed delivery](_guide::_13_signed_delivery) over HTTP (feature
+//!     `webhook`).
+//! 14. [The CLI](_guide::_14_cli) (feature `cli` of `outbox-seaorm`).
+//!
+//! Locally: `cargo doc -p outbox-axum --open`.
 //!
 //! To publish categories to NATS JetStream for other services, register
 //! `outbox_core::sink::jetstream::JetStreamSink` as their receiver (feature
@@ -112,11 +145,41 @@ pub use layer::{
 pub use tx::{Tx, TxRejection};
 pub use worker::{OutboxWorker, OutboxWorkerBuilder, WorkerError, WorkerHandle};
 
-/// The workspace README's code blocks, compiled as doctests of this crate
-/// (the one that depends on every other) so that the guide cannot drift.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeDoctests;
+// The guide, chapter by chapter: doc-only modules, read with `cargo doc`;
+// their Rust blocks are doctests of this crate. Each chapter is a Markdown
+// file inside this crate's folder, so that it packages with the crate.
+#[cfg(any(doc, doctest))]
+#[doc = include_str!("docs/guide/index.md")]
+pub mod _guide {
+    #[doc = include_str!("docs/guide/01-first-steps.md")]
+    pub mod _01_first_steps {}
+    #[doc = include_str!("docs/guide/02-axum.md")]
+    pub mod _02_axum {}
+    #[doc = include_str!("docs/guide/03-admin.md")]
+    pub mod _03_admin {}
+    #[doc = include_str!("docs/guide/04-first-hour.md")]
+    pub mod _04_first_hour {}
+    #[doc = include_str!("docs/guide/05-sqlite.md")]
+    pub mod _05_sqlite {}
+    #[doc = include_str!("docs/guide/06-testing.md")]
+    pub mod _06_testing {}
+    #[doc = include_str!("docs/guide/07-guarantees.md")]
+    pub mod _07_guarantees {}
+    #[doc = include_str!("docs/guide/08-observability.md")]
+    pub mod _08_observability {}
+    #[doc = include_str!("docs/guide/09-replicated-models.md")]
+    pub mod _09_replicated_models {}
+    #[doc = include_str!("docs/guide/10-inbox.md")]
+    pub mod _10_inbox {}
+    #[doc = include_str!("docs/guide/11-fencing.md")]
+    pub mod _11_fencing {}
+    #[doc = include_str!("docs/guide/12-jetstream.md")]
+    pub mod _12_jetstream {}
+    #[doc = include_str!("docs/guide/13-signed-delivery.md")]
+    pub mod _13_signed_delivery {}
+    #[doc = include_str!("docs/guide/14-cli.md")]
+    pub mod _14_cli {}
+}
 
 // The layer and the worker do not know each other; this is where they meet.
 impl<C: outbox_core::Category> WorkerHandle<C> {
