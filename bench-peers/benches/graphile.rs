@@ -14,7 +14,8 @@
 //! run at the start of the same repeat. graphile_worker's run ends when its
 //! handler has run for every job and its jobs table is empty (completions
 //! are written in batches after the handler returns); ours when the drain
-//! round that found nothing due returns.
+//! round that found nothing due returns. It prints a Markdown table, as
+//! `docs/benchmarks.md` shows it (each repeat's ratios also go to stderr).
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -36,6 +37,9 @@ use tokio::sync::Notify;
 #[path = "../../outbox-seaorm/benches/support/mod.rs"]
 mod support;
 use support::{drain_all, fill, floor, median, rate};
+#[path = "../../outbox-seaorm/benches/support/markdown.rs"]
+mod markdown;
+use markdown::{ratio, Table};
 
 const MESSAGES: i64 = 20_000;
 const REPEATS: usize = 5;
@@ -176,7 +180,7 @@ async fn main() {
     let mut ours = Vec::new();
     let mut theirs: Vec<Vec<f64>> = vec![Vec::new(); SETUPS.len()];
     let mut ours_over_theirs: Vec<Vec<f64>> = vec![Vec::new(); SETUPS.len()];
-    for _ in 0..REPEATS {
+    for repeat in 1..=REPEATS {
         let (elapsed, _) = floor(db, MESSAGES).await;
         let floor_rate = rate(MESSAGES, elapsed);
         fill(db, MESSAGES, MESSAGES, None).await;
@@ -184,31 +188,40 @@ async fn main() {
         assert_eq!(deliveries, MESSAGES as usize);
         let our_rate = rate(MESSAGES, elapsed);
         ours.push(our_rate / floor_rate);
+        eprintln!(
+            "repeat {repeat}: ours {:.2}x the floor",
+            our_rate / floor_rate
+        );
         for (n, setup) in SETUPS.iter().enumerate() {
             let their_rate = rate(MESSAGES, graphile(&database.url, setup).await);
             theirs[n].push(their_rate / floor_rate);
             ours_over_theirs[n].push(our_rate / their_rate);
+            eprintln!(
+                "  {}: {:.2}x the floor",
+                setup.label,
+                their_rate / floor_rate
+            );
         }
     }
 
-    println!(
+    eprintln!(
         "20,000 one-message shards (ours) vs 20,000 no-op jobs (graphile_worker 0.14), \
          PostgreSQL, one process; medians of {REPEATS} repeats"
     );
-    println!("  {:<56} {:>9}  {:>9}", "", "÷ floor", "ours ÷ it");
-    println!(
-        "  {:<56} {:>8.2}x",
-        "outbox drain, defaults, one drain task",
-        median(&mut ours)
-    );
+    let mut table = Table::new(&["20,000 messages", "÷ floor", "ours ÷ it"]);
+    table.row([
+        "outbox drain, defaults, one drain task".to_owned(),
+        ratio(median(&mut ours)),
+        String::new(),
+    ]);
     for (n, setup) in SETUPS.iter().enumerate() {
-        println!(
-            "  {:<56} {:>8.2}x  {:>8.2}x",
-            setup.label,
-            median(&mut theirs[n]),
-            median(&mut ours_over_theirs[n]),
-        );
+        table.row([
+            setup.label.to_owned(),
+            ratio(median(&mut theirs[n])),
+            ratio(median(&mut ours_over_theirs[n])),
+        ]);
     }
+    print!("{table}");
     db.clone().close().await.unwrap();
     drop(database);
     if own_cluster {

@@ -30,6 +30,9 @@
 //! `VACUUM` (not timed), so that each starts from the same state. The ratio
 //! is the rate with ÷ without.
 //!
+//! It prints one Markdown table of both, as `docs/benchmarks.md` shows it;
+//! the fill and each drain phase go to stderr as they end.
+//!
 //! `OUTBOX_BENCH_ROWS=n` changes the large size (default 10,000,000).
 //! Uses `DATABASE_URL` when set; otherwise starts a throwaway cluster (with
 //! PostgreSQL's default durability) in the temp directory and removes it
@@ -52,6 +55,10 @@ use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use tokio::time::MissedTickBehavior;
 use tower::ServiceExt;
+
+#[path = "support/markdown.rs"]
+mod markdown;
+use markdown::{ms, ratio, thousands, Table};
 
 outbox_core::registry! {
     BenchScope = 0 {
@@ -86,10 +93,6 @@ fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
 
 fn stmt(sql: &str) -> Statement {
     Statement::from_string(sea_orm::DbBackend::Postgres, sql)
-}
-
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1e3
 }
 
 fn median(mut values: Vec<Duration>) -> Duration {
@@ -312,7 +315,7 @@ async fn main() {
         });
     }
 
-    println!(
+    eprintln!(
         "PostgreSQL: admin reads at {SMALL} and {large} pending rows, one database each on one \
          cluster (two scopes, row n in shard n % {SHARDS}; ANALYZE, no VACUUM), median of \
          {repeat}, the sizes' reads alternating, after 2 warm-ups; through the admin router \
@@ -320,22 +323,28 @@ async fn main() {
     );
     for size in &sizes {
         let took = fill(&size.db.db, size.rows).await;
-        println!("  filled {} rows in {:.1} s", size.rows, took.as_secs_f64());
+        eprintln!("  filled {} rows in {:.1} s", size.rows, took.as_secs_f64());
     }
     let results = measure(&sizes, repeat).await;
-    println!(
-        "  {:<34} {:>12} {:>12} {:>8}  seq scans ({repeat} reads, small / large)",
-        "read", "10k (ms)", "large (ms)", "ratio"
+    let (small_rows, large_rows) = (thousands(SMALL as f64), thousands(large as f64));
+    let (small_header, large_header, scans_header) = (
+        format!("{small_rows} rows"),
+        format!("{large_rows} rows"),
+        format!("sequential scans of the outbox ({small_rows} / {large_rows} rows)"),
     );
+    let mut table = Table::new(&["read", &small_header, &large_header, "ratio", &scans_header]);
     for (which, name) in READS.iter().enumerate() {
         let (small, small_scans) = results[0][which];
         let (big, big_scans) = results[1][which];
-        println!(
-            "  {name:<34} {:>12.2} {:>12.2} {:>7.2}x  {small_scans} / {big_scans}",
+        let row = [
+            (*name).to_owned(),
             ms(small),
             ms(big),
-            big.as_secs_f64() / small.as_secs_f64(),
-        );
+            ratio(big.as_secs_f64() / small.as_secs_f64()),
+            format!("{small_scans} / {big_scans}"),
+        ];
+        eprintln!("  {}", row.join("  "));
+        table.row(row);
     }
 
     let Size {
@@ -345,7 +354,7 @@ async fn main() {
         ..
     } = sizes.pop().unwrap();
     drop(sizes);
-    println!(
+    eprintln!(
         "drain over the {large}-row backlog, {DRAIN_LOOPS} drain_due loops, no-op receiver, \
          phases of {drain_secs} s without (A) and with (B) the dashboard every second, in the \
          order ABBAAB, each after a VACUUM:"
@@ -359,17 +368,25 @@ async fn main() {
             .unwrap();
         let (rate, pages) = drain_rate(&drainer, &router, drain_secs, dashboard).await;
         if dashboard {
-            println!("  B  dashboard every 1 s: {rate:>9.0} rows/s ({pages} pages rendered)");
+            eprintln!("  B  dashboard every 1 s: {rate:>9.0} rows/s ({pages} pages rendered)");
             with.push(rate);
         } else {
-            println!("  A  without:             {rate:>9.0} rows/s");
+            eprintln!("  A  without:             {rate:>9.0} rows/s");
             without.push(rate);
         }
     }
-    println!(
-        "  with ÷ without (sums of the phases): {:.3}x",
-        with.iter().sum::<f64>() / without.iter().sum::<f64>()
-    );
+    // The sums of the phases.
+    table.row([
+        "drain rate, dashboard every 1 s ÷ without".to_owned(),
+        String::new(),
+        String::new(),
+        format!(
+            "{:.3}×",
+            with.iter().sum::<f64>() / without.iter().sum::<f64>()
+        ),
+        String::new(),
+    ]);
+    print!("{table}");
 
     drop(router);
     drop(drainer);

@@ -17,7 +17,8 @@
 //! - *without* (the baseline): the same 1,000 cold rows, nothing else.
 //!
 //! Each pair (without, then with) runs on an emptied outbox with a new
-//! worker; 3 pairs. It prints, per pair and as medians, the cold rows'
+//! worker; 3 pairs. It prints, per pair on stderr and as medians in two
+//! Markdown tables (as `docs/benchmarks.md` shows them), the cold rows'
 //! p50 / p99 / max latency from the instant just before each commit to the
 //! receiver, the ratio p99(with) ÷ p99(without) (median of the pairs'
 //! ratios), how long the hot shard took to drain (from just before its
@@ -50,6 +51,10 @@ use outbox_seaorm::{listener, write_region, ObjectId, OutboxMessage, ShardId};
 use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
 use tokio::time::MissedTickBehavior;
+
+#[path = "support/markdown.rs"]
+mod markdown;
+use markdown::{ratio, thousands, Table};
 
 outbox_core::registry! {
     BenchScope = 0 {
@@ -356,7 +361,7 @@ async fn main() {
         .await
         .unwrap();
 
-    println!(
+    eprintln!(
         "PostgreSQL, one OutboxWorker (NOTIFY, default config): {} cold shards get one row \
          each, committed every {} ms from another pool, with NOTIFY; with a hot shard of {hot_rows} \
          rows committed right before them ({} hot receiver), and without it; cold shard {} \
@@ -374,13 +379,13 @@ async fn main() {
     for pair in 1..=PAIRS {
         let without = run(&db, 0, slow_hot, &cold).await;
         let with = run(&db, hot_rows, slow_hot, &cold).await;
-        println!(
+        eprintln!(
             "  pair {pair}: without the hot shard: {}",
             summary(&without)
         );
-        println!("          with the hot shard:    {}", summary(&with));
+        eprintln!("          with the hot shard:    {}", summary(&with));
         let drain = with.hot_drain.unwrap_or_default();
-        println!(
+        eprintln!(
             "          hot shard drained in {:.2} s ({:.0} rows/s); {} cold rows committed \
              before that; the first cold delivery {:.2} s after the hot commit; cold shard {}: \
              {:.2} ms (without: {:.2} ms)",
@@ -393,57 +398,73 @@ async fn main() {
             ms(without.sharing),
         );
         for problem in without.problems.iter().chain(&with.problems) {
-            println!("          DELIVERY PROBLEM: {problem}");
+            eprintln!("          DELIVERY PROBLEM: {problem}");
         }
         pairs.push((without, with));
     }
 
     let med = |f: &dyn Fn(&(Run, Run)) -> f64| median(&mut pairs.iter().map(f).collect::<Vec<_>>());
     let p = |run: &Run, q: f64| ms(percentile(&run.latencies, q));
-    println!("medians of {PAIRS} pairs, cold rows' commit -> receiver:");
-    println!(
-        "  without the hot shard: p50 {:>7.2} ms  p99 {:>8.2} ms",
-        med(&|(w, _)| p(w, 0.50)),
-        med(&|(w, _)| p(w, 0.99)),
-    );
-    println!(
-        "  with the hot shard:    p50 {:>7.2} ms  p99 {:>8.2} ms",
-        med(&|(_, h)| p(h, 0.50)),
-        med(&|(_, h)| p(h, 0.99)),
-    );
-    println!(
-        "  p99(with) / p99(without): {:.2}x   (p50: {:.2}x; medians of the pairs' ratios)",
-        med(&|(w, h)| p(h, 0.99) / p(w, 0.99)),
-        med(&|(w, h)| p(h, 0.50) / p(w, 0.50)),
-    );
+    let mut cold_rows = Table::new(&["cold rows, commit → receiver", "p50", "p99"]);
+    cold_rows.row([
+        "without the hot shard".to_owned(),
+        format!("{:.2} ms", med(&|(w, _)| p(w, 0.50))),
+        format!("{:.2} ms", med(&|(w, _)| p(w, 0.99))),
+    ]);
+    cold_rows.row([
+        format!(
+            "with the {}-row hot shard being drained",
+            thousands(hot_rows as f64)
+        ),
+        format!("{:.2} ms", med(&|(_, h)| p(h, 0.50))),
+        format!("{:.2} ms", med(&|(_, h)| p(h, 0.99))),
+    ]);
+    cold_rows.row([
+        "ratio (median of the pairs' ratios)".to_owned(),
+        ratio(med(&|(w, h)| p(h, 0.50) / p(w, 0.50))),
+        ratio(med(&|(w, h)| p(h, 0.99) / p(w, 0.99))),
+    ]);
     let drain = med(&|(_, h)| h.hot_drain.unwrap_or_default().as_secs_f64());
-    println!(
-        "  hot shard drained in {drain:.2} s ({:.0} rows/s) from its commit; {:.0} cold rows \
-         committed before that; the first cold delivery {:.2} s after the hot commit",
-        hot_rows as f64 / drain,
-        med(&|(_, h)| h.committed_during_hot as f64),
-        med(&|(_, h)| h.first_cold.unwrap_or_default().as_secs_f64()),
-    );
-    println!(
-        "  cold shard {} (the hot shard's bucket): {:.2} ms with, {:.2} ms without",
-        cold[SHARING_POSITION],
-        med(&|(_, h)| ms(h.sharing)),
-        med(&|(w, _)| ms(w.sharing)),
-    );
     let problems: usize = pairs
         .iter()
         .map(|(w, h)| w.problems.len() + h.problems.len())
         .sum();
-    if problems == 0 {
-        println!(
-            "  every row delivered exactly once, in id order per shard: yes ({hot_rows} hot + {} \
-             cold rows per run, {} runs)",
-            cold.len(),
-            2 * PAIRS
-        );
-    } else {
-        println!("  every row delivered exactly once, in id order per shard: NO ({problems} problems above)");
-    }
+    let mut hot = Table::new(&["the hot shard's runs (medians of the pairs)", ""]);
+    hot.row([
+        "hot shard drained in".to_owned(),
+        format!(
+            "{drain:.2} s ({} rows/s)",
+            thousands(hot_rows as f64 / drain)
+        ),
+    ]);
+    hot.row([
+        "cold rows committed before it had drained".to_owned(),
+        thousands(med(&|(_, h)| h.committed_during_hot as f64)),
+    ]);
+    hot.row([
+        "first cold delivery after the hot commit".to_owned(),
+        format!(
+            "{:.2} s",
+            med(&|(_, h)| h.first_cold.unwrap_or_default().as_secs_f64())
+        ),
+    ]);
+    hot.row([
+        "the cold shard in the hot shard's claim bucket, with / without".to_owned(),
+        format!(
+            "{:.2} / {:.2} ms",
+            med(&|(_, h)| ms(h.sharing)),
+            med(&|(w, _)| ms(w.sharing)),
+        ),
+    ]);
+    hot.row([
+        "every row delivered once, in id order per shard".to_owned(),
+        if problems == 0 {
+            "yes".to_owned()
+        } else {
+            format!("no ({problems} problems on stderr)")
+        },
+    ]);
+    print!("{cold_rows}\n{hot}");
 
     db.db.clone().close().await.unwrap();
     // Dropped (the database with it) before the server stops.

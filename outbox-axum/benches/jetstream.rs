@@ -27,7 +27,9 @@
 //! the outbox is empty (JetStream alone then with as many publishers as
 //! deliveries in flight). `OUTBOX_BENCH_ONLY='(a)'` runs
 //! only the scenarios whose label starts so; `OUTBOX_BENCH_BATCH_ONLY=1`
-//! leaves out the `receiver()` column.
+//! leaves out the `receiver()` column (its cells stay empty). It prints a
+//! Markdown table, as `docs/benchmarks.md` shows it (each scenario's row
+//! also goes to stderr as it ends).
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -40,6 +42,10 @@ use outbox_seaorm::SeaOrmStore;
 use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use outbox_testing::nats::NatsServer;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+
+#[path = "support/markdown.rs"]
+mod markdown;
+use markdown::{ratio, thousands, Table};
 
 outbox_core::registry! {
     BenchScope = 0 {
@@ -221,17 +227,22 @@ async fn main() {
         .await
         .unwrap();
 
-    println!(
+    eprintln!(
         "Drain of {MESSAGES} pre-filled messages on PostgreSQL, one drain task: a no-op receiver \
          (plain), JetStream alone, and the JetStream sink into a file-storage stream (nats-server \
          {}) as `receiver()` (one publish at a time per shard task) and as `batch_receiver()` \
          (waves of many shards, pipelined); medians of {REPEATS} repeats",
         nats_version()
     );
-    println!(
-        "  {:<32}  {:>11} {:>15}  {:>12} {:>8}  {:>12} {:>8}",
-        "scenario", "plain msg/s", "JetStream alone", "receiver", "÷ min", "batch", "÷ min"
-    );
+    let mut table = Table::new(&[
+        "scenario",
+        "plain msgs/s",
+        "JetStream alone msgs/s",
+        "receiver() msgs/s",
+        "÷ min",
+        "batch_receiver() msgs/s",
+        "÷ min",
+    ]);
     let rounds_in_flight = outbox_core::worker::DEFAULT_ROUNDS_IN_FLIGHT;
     // One scenario, by the start of its label: `OUTBOX_BENCH_ONLY='(b)'`.
     let only = std::env::var("OUTBOX_BENCH_ONLY").ok();
@@ -240,13 +251,13 @@ async fn main() {
     let batch_only = std::env::var_os("OUTBOX_BENCH_BATCH_ONLY").is_some();
     for (label, shards, concurrency, rounds) in [
         (
-            "(a) 20,000 shards x 1 message",
+            "(a) 20,000 shards × 1 message",
             20_000,
             DEFAULT_CONCURRENCY,
             1,
         ),
         ("(a') the same, concurrency 64", 20_000, 64, 1),
-        ("(b) 100 shards x 200 messages", 100, DEFAULT_CONCURRENCY, 1),
+        ("(b) 100 shards × 200 messages", 100, DEFAULT_CONCURRENCY, 1),
         (
             "(a) as the worker: 4 rounds",
             20_000,
@@ -305,16 +316,19 @@ async fn main() {
             single_of_min.push(single_rate / floor);
             batch_of_min.push(batch_rate / floor);
         }
-        println!(
-            "  {label:<32}  {:>11.0} {:>9.0} msg/s  {:>6.0} msg/s {:>7.2}x  {:>6.0} msg/s {:>7.2}x",
-            median(&mut plain),
-            median(&mut alone),
-            median(&mut single),
-            median(&mut single_of_min),
-            median(&mut batched),
-            median(&mut batch_of_min),
-        );
+        let row = [
+            label.to_owned(),
+            thousands(median(&mut plain)),
+            thousands(median(&mut alone)),
+            thousands(median(&mut single)),
+            ratio(median(&mut single_of_min)),
+            thousands(median(&mut batched)),
+            ratio(median(&mut batch_of_min)),
+        ];
+        eprintln!("  {}", row.join("  "));
+        table.row(row);
     }
+    print!("{table}");
     drop(nats);
     db.clone().close().await.unwrap();
     drop(database);

@@ -13,7 +13,8 @@
 //! Run with `cargo bench -p outbox-axum --bench latency`
 //! (`OUTBOX_BENCH_SKIP_LATENCY=1`: the throughput table alone;
 //! `OUTBOX_BENCH_ONLY=<part of a label>`: those variants, beside the two
-//! the ratios are taken against).
+//! the ratios are taken against). It prints the two Markdown tables of
+//! `docs/benchmarks.md`; each figure also goes to stderr as it is measured.
 //!
 //! Uses `DATABASE_URL` when set; otherwise starts a throwaway cluster with
 //! PostgreSQL's default durability (fsync on) and removes it afterwards.
@@ -35,6 +36,10 @@ use outbox_seaorm::{listener, write_region, ObjectId, OutboxMessage, ShardId};
 use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use tower::ServiceExt;
+
+#[path = "support/markdown.rs"]
+mod markdown;
+use markdown::{ratio, thousands, Table};
 
 outbox_core::registry! {
     BenchScope = 0 {
@@ -289,7 +294,7 @@ async fn main() {
         .await
         .unwrap();
 
-    println!(
+    eprintln!(
         "PostgreSQL commit-to-receiver latency, background path, {LATENCY_MESSAGES} messages \
          committed one by one from another connection pool"
     );
@@ -308,25 +313,23 @@ async fn main() {
         gather,
     };
     let skip_latency = std::env::var_os("OUTBOX_BENCH_SKIP_LATENCY").is_some();
+    let mut background_path = Table::new(&["background path, commit → receiver", "p50", "p99"]);
     for (label, background) in [
         (
             "NOTIFY (poll fallback 1 s), every 2 ms",
             notify(two_ms, gather),
         ),
         (
-            "polling only, every 1 s, every 2 ms   ",
+            "polling only, every 1 s, every 2 ms",
             polling(Duration::from_secs(1)),
         ),
         (
             "polling only, every 100 ms, every 2 ms",
             polling(Duration::from_millis(100)),
         ),
+        ("NOTIFY, every 1 ms", notify(one_ms, gather)),
         (
-            "NOTIFY, every 1 ms                    ",
-            notify(one_ms, gather),
-        ),
-        (
-            "NOTIFY, every 1 ms, no gathering      ",
+            "NOTIFY, every 1 ms, no gathering",
             notify(one_ms, Duration::ZERO),
         ),
     ] {
@@ -334,11 +337,12 @@ async fn main() {
             break;
         }
         let latencies = latency(&db, &background).await;
-        println!(
-            "  {label}: p50 {:>8.2} ms   p99 {:>8.2} ms",
-            percentile(&latencies, 0.50).as_secs_f64() * 1e3,
-            percentile(&latencies, 0.99).as_secs_f64() * 1e3,
+        let (p50, p99) = (
+            markdown::ms(percentile(&latencies, 0.50)),
+            markdown::ms(percentile(&latencies, 0.99)),
         );
+        eprintln!("  {label}: p50 {p50}, p99 {p99}");
+        background_path.row([label.to_owned(), p50, p99]);
     }
 
     db.db
@@ -396,24 +400,38 @@ async fn main() {
     let requests = requests();
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     for round in 0..3i64 {
-        for (index, (_, variant)) in variants.iter().enumerate() {
+        for (index, (label, variant)) in variants.iter().enumerate() {
             let base = (round * variants.len() as i64 + index as i64) * 10 * requests as i64;
-            rates[index].push(variant.measure(&db.db, base, requests).await);
+            let rate = variant.measure(&db.db, base, requests).await;
+            eprintln!("  round {}, {label}: {rate:.0} req/s", round + 1);
+            rates[index].push(rate);
         }
     }
     let medians: Vec<f64> = rates.iter_mut().map(|rates| median(rates)).collect();
-    println!(
+    eprintln!(
         "request throughput, {requests} requests over {ORGANIZATIONS} organizations, \
          {CONCURRENCY} concurrent, median of 3 (a model row, an outbox row, then what each \
          variant does after the commit; each run with a worker of its own, stopped and \
-         the rest drained before the next):"
+         the rest drained before the next)"
     );
+    let mut endpoints = Table::new(&[
+        "write endpoint",
+        "req/s",
+        "÷ without the outbox",
+        "÷ flush = false",
+    ]);
     for ((label, _), rate) in variants.iter().zip(&medians) {
-        println!(
-            "  {label:<75} {rate:>6.0} req/s  {:.2}x  ({:.2}x of flush = false)",
-            rate / medians[0],
-            rate / medians[1]
-        );
+        endpoints.row([
+            (*label).to_owned(),
+            thousands(*rate),
+            ratio(rate / medians[0]),
+            ratio(rate / medians[1]),
+        ]);
+    }
+    if skip_latency {
+        print!("{endpoints}");
+    } else {
+        print!("{background_path}\n{endpoints}");
     }
     db.db.close().await.unwrap();
     if own_cluster {

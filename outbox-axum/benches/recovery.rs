@@ -8,7 +8,9 @@
 //! the child with SIGKILL once it is delivering, then starts a worker here
 //! (another process, default settings: 3 s lease, 1 s poll) and measures the
 //! time from the kill until every row is delivered. Uses `DATABASE_URL` when
-//! set; otherwise a throwaway cluster with default durability.
+//! set; otherwise a throwaway cluster with default durability. It prints a
+//! Markdown table of the median and the max over the runs, as
+//! `docs/benchmarks.md` shows it (each run's time also goes to stderr).
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -22,6 +24,10 @@ use outbox_axum::OutboxWorker;
 use outbox_core::{DrainConfig, HandlerError, Message, OutboxKind, Receivers};
 use outbox_testing::database::{connect, start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::ConnectionTrait;
+
+#[path = "support/markdown.rs"]
+mod markdown;
+use markdown::Table;
 
 outbox_core::registry! {
     BenchScope = 0 {
@@ -132,19 +138,31 @@ async fn main() {
     };
     let database = TestDatabase::postgres_on(&admin, "recovery").await.unwrap();
     let mut times = Vec::new();
-    for _ in 0..RUNS {
-        times.push(run(&database).await);
+    for n in 1..=RUNS {
+        let time = run(&database).await;
+        eprintln!(
+            "  run {n}: {:.2} s from the kill to the last delivery",
+            time.as_secs_f64()
+        );
+        times.push(time);
     }
     times.sort();
     let lease = DrainConfig::default().lease_duration();
-    println!(
-        "a SIGKILLed worker's shards delivered by another process: median {:.2} s, max {:.2} s \
-         over {RUNS} runs ({SHARDS} one-message shards; lease {:.0} s, poll {:.0} s)",
-        times[RUNS / 2].as_secs_f64(),
-        times[RUNS - 1].as_secs_f64(),
-        lease.as_secs_f64(),
-        outbox_axum::worker::DEFAULT_POLL_INTERVAL.as_secs_f64(),
-    );
+    let mut table = Table::new(&[
+        "kill → every row delivered by another process",
+        "median",
+        "max",
+    ]);
+    table.row([
+        format!(
+            "{SHARDS} one-message shards, {RUNS} runs, lease {:.0} s, poll {:.0} s",
+            lease.as_secs_f64(),
+            outbox_axum::worker::DEFAULT_POLL_INTERVAL.as_secs_f64(),
+        ),
+        format!("{:.2} s", times[RUNS / 2].as_secs_f64()),
+        format!("{:.2} s", times[RUNS - 1].as_secs_f64()),
+    ]);
+    print!("{table}");
     database.db.clone().close().await.unwrap();
     drop(database);
     if own_cluster {

@@ -25,16 +25,18 @@
 //!
 //! Run with `cargo bench -p outbox-axum --bench vacuum_pressure`.
 //!
-//! Every `OUTBOX_BENCH_REPORT_SECS` (default 10) it prints: rows delivered
-//! per second, commit → receiver p50 / p99 (from the instant just before each
-//! commit), writes committed per second, the outbox table's dead tuples
-//! (`pg_stat_user_tables`, which lags by up to a few seconds), the sizes of
-//! the outbox table, its indexes and the claim-bucket table. At the end of
-//! each run: the delivery rate over the run, p99 over the run, and the
-//! table + indexes size at the end ÷ at the first report; then the ratios:
-//! delivered/s pinned ÷ unpinned (ours and the floor's), and for the
-//! half-way release how long after it the dead tuples fell back under
-//! twice their unpinned level (or that they did not within the run).
+//! Every `OUTBOX_BENCH_REPORT_SECS` (default 10) it prints on stderr: rows
+//! delivered per second, commit → receiver p50 / p99 (from the instant just
+//! before each commit), writes committed per second, the outbox table's dead
+//! tuples (`pg_stat_user_tables`, which lags by up to a few seconds), the
+//! sizes of the outbox table, its indexes and the claim-bucket table. At the
+//! end, a Markdown table with a row per run, as `docs/benchmarks.md` shows
+//! it: the delivery rate over the run (pinned: with its ratio to the same
+//! drain unpinned), p99 over the run, the table + indexes size at the end ÷
+//! at the first report, and the claim-bucket table's size at the end; and on
+//! stderr, for the half-way release, how long after it the dead tuples fell
+//! back under twice their unpinned level (or that they did not within the
+//! run).
 //!
 //! - `OUTBOX_BENCH_SECS`: each run's length (default 300: the issue's five
 //!   minutes); `OUTBOX_BENCH_SECS=60` for a short run (about 6 minutes in all).
@@ -43,8 +45,7 @@
 //! - `OUTBOX_BENCH_RUNS`: which runs, comma-separated, of `unpinned`,
 //!   `pinned`, `half`, `floor`, `floor-pinned`, and the partitioned
 //!   prototype's `rotating`, `rotating-pinned`, `rotating-half`
-//!   (`vacuum_pressure/rotating.rs`; default: all eight; a summary line
-//!   needs the runs it compares).
+//!   (`vacuum_pressure/rotating.rs`; default: all eight).
 //! - `OUTBOX_BENCH_STATEMENTS=1`: after each run, the statements that took
 //!   the most time (`pg_stat_statements`: calls, mean and total time, buffers
 //!   touched per call), to see which one the pin slows down.
@@ -66,6 +67,10 @@ use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use tokio::sync::Semaphore;
 use tokio::time::MissedTickBehavior;
+
+#[path = "support/markdown.rs"]
+mod markdown;
+use markdown::{thousands, Table};
 
 outbox_core::registry! {
     BenchScope = 0 {
@@ -103,7 +108,7 @@ fn ms(duration: Duration) -> f64 {
 #[path = "vacuum_pressure/rotating.rs"]
 mod rotating;
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Drain {
     Outbox,
     Floor,
@@ -111,7 +116,7 @@ enum Drain {
     Rotating,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Pin {
     None,
     Whole,
@@ -237,6 +242,10 @@ struct Run {
     rate: f64,
     p99: Duration,
     growth: f64,
+    /// The claim-bucket table's size at the end.
+    buckets: i64,
+    /// When the pin was released (`Pin::Half`), in seconds from the start.
+    released_at: Option<u64>,
     /// Dead tuples at each report.
     dead: Vec<i64>,
 }
@@ -256,7 +265,7 @@ async fn top_statements(db: &DatabaseConnection) {
         ))
         .await
         .unwrap();
-    println!(
+    eprintln!(
         "    {:>8} {:>9} {:>10} {:>9} {:>7}  statement",
         "calls", "mean ms", "total s", "blocks", "rows"
     );
@@ -267,7 +276,7 @@ async fn top_statements(db: &DatabaseConnection) {
         let blocks: f64 = row.try_get("", "blocks").unwrap();
         let rows_per_call: f64 = row.try_get("", "rows_per_call").unwrap();
         let query: String = row.try_get("", "query").unwrap();
-        println!(
+        eprintln!(
             "    {calls:>8} {mean:>9.3} {:>10.2} {blocks:>9.0} {rows_per_call:>7.1}  {query}",
             total / 1e3
         );
@@ -391,8 +400,8 @@ async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, ev
         })
     };
 
-    println!("  {} — {}:", drain_name(drain), pin.name());
-    println!(
+    eprintln!("  {} — {}:", drain_name(drain), pin.name());
+    eprintln!(
         "    {:>5} {:>10} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "s",
         "deliv./s",
@@ -409,16 +418,19 @@ async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, ev
     let mut dead = Vec::new();
     let mut first_size = None;
     let mut last = (0_u64, 0_u64);
-    let mut released = false;
+    let mut released = None;
     let reports = secs.div_ceil(every);
     for report in 1..=reports {
         tokio::time::sleep_until((started + Duration::from_secs(report * every)).into()).await;
-        if pin == Pin::Half && !released && started.elapsed() >= Duration::from_secs(secs / 2) {
+        if pin == Pin::Half
+            && released.is_none()
+            && started.elapsed() >= Duration::from_secs(secs / 2)
+        {
             if let Some(conn) = &pinned {
                 conn.execute_unprepared("COMMIT").await.unwrap();
             }
-            released = true;
-            println!("    -- pin released --");
+            released = Some(report * every);
+            eprintln!("    -- pin released --");
         }
         let delivered = log.delivered.load(Ordering::Relaxed);
         let written = log.written.load(Ordering::Relaxed);
@@ -426,7 +438,7 @@ async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, ev
         latencies.sort();
         let s = sample(&db.db, drain).await;
         first_size.get_or_insert(s.table + s.indexes);
-        println!(
+        eprintln!(
             "    {:>5} {:>10.0} {:>9.2} {:>9.2} {:>10.0} {:>10} {:>10.1} {:>10.1} {:>10.2}",
             report * every,
             (delivered - last.0) as f64 / every as f64,
@@ -457,14 +469,14 @@ async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, ev
     }
     if let Some(task) = rotator {
         task.await.unwrap();
-        println!(
+        eprintln!(
             "    partitions truncated: {}, lock attempts timed out: {}",
             rotations.truncated.load(Ordering::Relaxed),
             rotations.lock_timeouts.load(Ordering::Relaxed)
         );
     }
     if let Some(conn) = pinned {
-        if !released {
+        if released.is_none() {
             conn.execute_unprepared("COMMIT").await.unwrap();
         }
         conn.close().await.unwrap();
@@ -475,9 +487,11 @@ async fn run(db: &TestDatabase, drain: Drain, pin: Pin, secs: u64, rate: u64, ev
         rate: last.0 as f64 / elapsed.as_secs_f64(),
         p99: percentile(&all_latencies, 0.99),
         growth: (end.table + end.indexes) as f64 / first_size.unwrap_or(1).max(1) as f64,
+        buckets: end.buckets,
+        released_at: released,
         dead,
     };
-    println!(
+    eprintln!(
         "    over the run: {:.0} delivered/s, p99 {:.2} ms; table + indexes at the end ÷ at \
          the first report: {:.2}x",
         run.rate,
@@ -527,7 +541,7 @@ async fn main() {
         .await
         .unwrap();
     }
-    println!(
+    eprintln!(
         "PostgreSQL: {rate} writes/s offered (a model row and an outbox row each, write_region \
          + NOTIFY, {WRITERS} connections, {SHARDS} shards), {secs} s per run, a report every \
          {every} s"
@@ -543,7 +557,14 @@ async fn main() {
         "unpinned,pinned,half,floor,floor-pinned,rotating,rotating-pinned,rotating-half".to_owned()
     });
     let wanted = |name: &str| runs.split(',').any(|run| run.trim() == name);
-    let mut results = HashMap::new();
+    let mut results: HashMap<(Drain, Pin), Run> = HashMap::new();
+    let mut table = Table::new(&[
+        "run",
+        "delivered/s",
+        "p99",
+        "table + indexes, end ÷ first report",
+        "claim-bucket table at the end",
+    ]);
     for (name, drain, pin) in [
         ("unpinned", Drain::Outbox, Pin::None),
         ("pinned", Drain::Outbox, Pin::Whole),
@@ -554,72 +575,60 @@ async fn main() {
         ("rotating-pinned", Drain::Rotating, Pin::Whole),
         ("rotating-half", Drain::Rotating, Pin::Half),
     ] {
-        if wanted(name) {
-            results.insert(name, run(&db, drain, pin, secs, rate, every).await);
+        if !wanted(name) {
+            continue;
         }
+        let run = run(&db, drain, pin, secs, rate, every).await;
+        let mut delivered = thousands(run.rate);
+        if pin == Pin::Whole {
+            if let Some(unpinned) = results.get(&(drain, Pin::None)) {
+                delivered = format!("{delivered} ({:.3}×)", run.rate / unpinned.rate);
+            }
+        }
+        let pin_name = match (pin, run.released_at) {
+            (Pin::None, _) => "autovacuum alone".to_owned(),
+            (Pin::Whole, _) | (Pin::Half, None) => "xmin pinned".to_owned(),
+            (Pin::Half, Some(at)) => format!("pinned, released at {at} s"),
+        };
+        let drain_label = match drain {
+            Drain::Outbox => "OutboxWorker",
+            Drain::Floor => "floor",
+            Drain::Rotating => "partitioned floor",
+        };
+        table.row([
+            format!("{drain_label}, {pin_name}"),
+            delivered,
+            format!("{:.2} ms", ms(run.p99)),
+            format!("{:.2}×", run.growth),
+            match drain {
+                Drain::Outbox => format!("{:.1} MB", mb(run.buckets)),
+                Drain::Floor | Drain::Rotating => "—".to_owned(),
+            },
+        ]);
+        results.insert((drain, pin), run);
     }
-    if let (Some(unpinned), Some(pinned), Some(half)) = (
-        results.get("rotating"),
-        results.get("rotating-pinned"),
-        results.get("rotating-half"),
-    ) {
-        println!(
-            "partitioned prototype: delivered/s pinned ÷ unpinned {:.3}x; p99 unpinned {:.2} \
-             ms, pinned {:.2} ms; table + indexes, end ÷ first report: unpinned {:.2}x, pinned \
-             {:.2}x, released half-way {:.2}x",
-            pinned.rate / unpinned.rate,
-            ms(unpinned.p99),
-            ms(pinned.p99),
-            unpinned.growth,
-            pinned.growth,
-            half.growth
-        );
-    }
-    let (Some(unpinned), Some(pinned), Some(half), Some(floor_unpinned), Some(floor_pinned)) = (
-        results.remove("unpinned"),
-        results.remove("pinned"),
-        results.remove("half"),
-        results.remove("floor"),
-        results.remove("floor-pinned"),
-    ) else {
-        println!("summary: left out (it needs all five runs)");
-        finish(db, own_cluster, &dir).await;
-        return;
-    };
+    print!("{table}");
 
-    println!("summary:");
-    println!(
-        "  delivered/s pinned ÷ unpinned: OutboxWorker {:.3}x, floor {:.3}x",
-        pinned.rate / unpinned.rate,
-        floor_pinned.rate / floor_unpinned.rate
-    );
-    println!(
-        "  commit → receiver p99: unpinned {:.2} ms, pinned {:.2} ms (floor: {:.2} / {:.2} ms)",
-        ms(unpinned.p99),
-        ms(pinned.p99),
-        ms(floor_unpinned.p99),
-        ms(floor_pinned.p99)
-    );
-    println!(
-        "  table + indexes, end ÷ first report: unpinned {:.2}x, pinned {:.2}x, released \
-         half-way {:.2}x (floor: {:.2}x / {:.2}x)",
-        unpinned.growth, pinned.growth, half.growth, floor_unpinned.growth, floor_pinned.growth
-    );
-    let steady = unpinned.dead.iter().copied().max().unwrap_or(0).max(1);
-    let release = half.dead.len() / 2;
-    match half.dead[release..]
-        .iter()
-        .position(|&dead| dead <= 2 * steady)
-    {
-        Some(at) => println!(
-            "  released half-way: dead tuples back under 2x the unpinned peak ({steady}) \
-             {} s after the release",
-            (at as u64 + 1) * every
-        ),
-        None => println!(
-            "  released half-way: dead tuples not back under 2x the unpinned peak ({steady}) \
-             within the run"
-        ),
+    if let (Some(unpinned), Some(half)) = (
+        results.get(&(Drain::Outbox, Pin::None)),
+        results.get(&(Drain::Outbox, Pin::Half)),
+    ) {
+        let steady = unpinned.dead.iter().copied().max().unwrap_or(0).max(1);
+        let release = half.dead.len() / 2;
+        match half.dead[release..]
+            .iter()
+            .position(|&dead| dead <= 2 * steady)
+        {
+            Some(at) => eprintln!(
+                "released half-way: dead tuples back under 2x the unpinned peak ({steady}) \
+                 {} s after the release",
+                (at as u64 + 1) * every
+            ),
+            None => eprintln!(
+                "released half-way: dead tuples not back under 2x the unpinned peak ({steady}) \
+                 within the run"
+            ),
+        }
     }
 
     finish(db, own_cluster, &dir).await;

@@ -35,11 +35,14 @@
 //! figure is a median over the rounds (ratios: the median of each round's
 //! ratio). After each variant, the rows are counted: as many outbox rows as
 //! model rows (none for the plain variants; for (5), all delivered once the
-//! worker has caught up). It prints req/s for each, as ratios to (1) and to
+//! worker has caught up). It prints two Markdown tables, as
+//! `docs/benchmarks.md` shows them: req/s for each, as ratios to (1) and to
 //! (3), and the ratios that tell the costs apart: the outbox row (2 ÷ 1,
 //! 3b ÷ 3), the driver (3 ÷ 1, 3c ÷ 2), SeaORM over sqlx, `write_region` over
 //! its bare statement, the layer (4 ÷ 3b) and the drain alongside (5 ÷ 4),
-//! with the rows (5) had left to deliver when its clients stopped.
+//! with the rows (5) had left to deliver when its clients stopped. Each
+//! variant's rate goes to stderr as it is measured, and what the row counts
+//! found wrong (the bench then exits with status 1).
 //!
 //! - `OUTBOX_BENCH_SECONDS`: seconds per variant (default 10).
 //! - `OUTBOX_BENCH_PGBENCH`: the pgbench binary (default Debian's
@@ -69,6 +72,10 @@ use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::sqlx;
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait, Value};
 use tower::ServiceExt;
+
+#[path = "support/markdown.rs"]
+mod markdown;
+use markdown::{ratio, thousands, Table};
 
 outbox_core::registry! {
     BenchScope = 0 {
@@ -123,16 +130,16 @@ const VARIANTS: [Variant; 10] = [
 impl Variant {
     fn label(self) -> &'static str {
         match self {
-            PgbenchPlain => "(1)  pgbench: model row",
-            PgbenchOutbox => "(2)  pgbench: model row + outbox row",
-            SeaOrmPlain => "(3)  SeaORM, hand-written: model row",
+            PgbenchPlain => "(1) pgbench: model row",
+            PgbenchOutbox => "(2) pgbench: model row + outbox row",
+            SeaOrmPlain => "(3) SeaORM, hand-written: model row",
             SeaOrmWriteRegion => "(3b) SeaORM: model row + write_region",
             SeaOrmOutboxSql => "(3c) SeaORM: model row + pgbench's outbox SQL",
             SqlxPlain => "(3d) sqlx, same pool: model row",
             SqlxOutboxSql => "(3e) sqlx, same pool: model row + outbox SQL",
             SqlxPlainNoPing => "(3f) sqlx, pool without acquire ping: model row",
-            LayerNoWorker => "(4)  OutboxLayer, flush = false, no worker",
-            LayerWorker => "(5)  OutboxLayer, flush = false, worker delivering",
+            LayerNoWorker => "(4) OutboxLayer, flush = false, no worker",
+            LayerWorker => "(5) OutboxLayer, flush = false, worker delivering",
         }
     }
 
@@ -555,6 +562,12 @@ async fn main() {
         order.rotate_left(round * VARIANTS.len() / ROUNDS);
         for variant in order {
             measured[variant.index()] = bench.measure(variant).await;
+            eprintln!(
+                "  round {}, {}: {:.0} req/s",
+                round + 1,
+                variant.label(),
+                measured[variant.index()].rate
+            );
         }
     }
 
@@ -566,7 +579,7 @@ async fn main() {
                 .collect::<Vec<_>>(),
         )
     };
-    let ratio = |a: Variant, b: Variant| {
+    let ratio_of = |a: Variant, b: Variant| {
         median(
             &mut results
                 .iter()
@@ -574,71 +587,100 @@ async fn main() {
                 .collect::<Vec<_>>(),
         )
     };
-    println!(
+    eprintln!(
         "PostgreSQL write path, {CLIENTS} concurrent clients, {seconds} s per variant, medians \
-         of {ROUNDS} interleaved rounds (ratios: medians of each round's ratio):"
+         of {ROUNDS} interleaved rounds (ratios: medians of each round's ratio)"
     );
-    println!(
-        "  {:<52} {:>7}  {:>6}  {:>6}   each round's req/s",
-        "variant", "req/s", "÷ (1)", "÷ (3)"
-    );
+    let mut variants = Table::new(&["variant", "req/s", "÷ (1)", "÷ (3)"]);
     for variant in VARIANTS {
-        println!(
-            "  {:<52} {:>7.0}  {:>5.2}x  {:>5.2}x   {}",
-            variant.label(),
-            rate(variant),
-            ratio(variant, PgbenchPlain),
-            ratio(variant, SeaOrmPlain),
-            results
-                .iter()
-                .map(|round| format!("{:.0}", round[variant.index()].rate))
-                .collect::<Vec<_>>()
-                .join(", "),
-        );
+        variants.row([
+            variant.label().to_owned(),
+            thousands(rate(variant)),
+            ratio(ratio_of(variant, PgbenchPlain)),
+            ratio(ratio_of(variant, SeaOrmPlain)),
+        ]);
     }
-    println!("where the time goes:");
-    println!(
-        "  the outbox row:  pgbench (2)/(1) {:.2}x;  SeaORM + write_region (3b)/(3) {:.2}x;  \
-         sqlx (3e)/(3d) {:.2}x",
-        ratio(PgbenchOutbox, PgbenchPlain),
-        ratio(SeaOrmWriteRegion, SeaOrmPlain),
-        ratio(SqlxOutboxSql, SqlxPlain),
-    );
-    println!(
-        "  the driver:      SeaORM vs pgbench (3)/(1) {:.2}x, (3c)/(2) {:.2}x;  sqlx vs pgbench \
-         (3d)/(1) {:.2}x, (3e)/(2) {:.2}x;  without the acquire ping (3f)/(1) {:.2}x",
-        ratio(SeaOrmPlain, PgbenchPlain),
-        ratio(SeaOrmOutboxSql, PgbenchOutbox),
-        ratio(SqlxPlain, PgbenchPlain),
-        ratio(SqlxOutboxSql, PgbenchOutbox),
-        ratio(SqlxPlainNoPing, PgbenchPlain),
-    );
-    println!(
-        "  SeaORM over sqlx (3)/(3d) {:.2}x, (3c)/(3e) {:.2}x;  the acquire ping (3d)/(3f) {:.2}x;  \
-         write_region over its bare statement (3b)/(3c) {:.2}x",
-        ratio(SeaOrmPlain, SqlxPlain),
-        ratio(SeaOrmOutboxSql, SqlxOutboxSql),
-        ratio(SqlxPlain, SqlxPlainNoPing),
-        ratio(SeaOrmWriteRegion, SeaOrmOutboxSql),
-    );
+    let mut costs = Table::new(&["where the time goes", "figure"]);
+    for (label, a, b) in [
+        (
+            "the outbox row, pgbench: (2) ÷ (1)",
+            PgbenchOutbox,
+            PgbenchPlain,
+        ),
+        (
+            "the outbox row, SeaORM + write_region: (3b) ÷ (3)",
+            SeaOrmWriteRegion,
+            SeaOrmPlain,
+        ),
+        (
+            "the outbox row, sqlx: (3e) ÷ (3d)",
+            SqlxOutboxSql,
+            SqlxPlain,
+        ),
+        (
+            "the driver, SeaORM vs pgbench: (3) ÷ (1)",
+            SeaOrmPlain,
+            PgbenchPlain,
+        ),
+        (
+            "the driver, SeaORM vs pgbench: (3c) ÷ (2)",
+            SeaOrmOutboxSql,
+            PgbenchOutbox,
+        ),
+        (
+            "the driver, sqlx vs pgbench: (3d) ÷ (1)",
+            SqlxPlain,
+            PgbenchPlain,
+        ),
+        (
+            "the driver, sqlx vs pgbench: (3e) ÷ (2)",
+            SqlxOutboxSql,
+            PgbenchOutbox,
+        ),
+        (
+            "the driver without the acquire ping: (3f) ÷ (1)",
+            SqlxPlainNoPing,
+            PgbenchPlain,
+        ),
+        ("SeaORM over sqlx: (3) ÷ (3d)", SeaOrmPlain, SqlxPlain),
+        (
+            "SeaORM over sqlx: (3c) ÷ (3e)",
+            SeaOrmOutboxSql,
+            SqlxOutboxSql,
+        ),
+        ("the acquire ping: (3d) ÷ (3f)", SqlxPlain, SqlxPlainNoPing),
+        (
+            "write_region over its bare statement: (3b) ÷ (3c)",
+            SeaOrmWriteRegion,
+            SeaOrmOutboxSql,
+        ),
+        ("the layer: (4) ÷ (3b)", LayerNoWorker, SeaOrmWriteRegion),
+        ("the drain alongside: (5) ÷ (4)", LayerWorker, LayerNoWorker),
+    ] {
+        costs.row([label.to_owned(), ratio(ratio_of(a, b))]);
+    }
     let backlogs: Vec<(u64, u64)> = results
         .iter()
         .filter_map(|round| round[LayerWorker.index()].backlog)
         .collect();
-    println!(
-        "  the layer (4)/(3b) {:.2}x;  the drain alongside (5)/(4) {:.2}x; rows (5) had left to \
-         deliver when its clients stopped: {}",
-        ratio(LayerNoWorker, SeaOrmWriteRegion),
-        ratio(LayerWorker, LayerNoWorker),
+    costs.row([
+        "rows (5) had left to deliver when its clients stopped".to_owned(),
         backlogs
             .iter()
-            .map(|(left, written)| format!("{left} of {written}"))
+            .map(|&(left, written)| {
+                format!(
+                    "{} of {}",
+                    thousands(left as f64),
+                    thousands(written as f64)
+                )
+            })
             .collect::<Vec<_>>()
-            .join(", "),
-    );
+            .join("; "),
+    ]);
+    print!("{variants}\n{costs}");
     let problems = std::mem::take(&mut bench.problems);
     for problem in &problems {
-        println!("PROBLEM: {problem}");
+        eprintln!("PROBLEM: {problem}");
     }
 
     let Bench {

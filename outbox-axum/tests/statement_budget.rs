@@ -4,7 +4,8 @@
 //! connects through), held to the budget declared below, and what the
 //! server did for them (rows, WAL bytes) from `pg_stat_statements`.
 //!
-//! Run it with `-- --nocapture` to see the table (for the README):
+//! Run it with `-- --nocapture` to see the table (`docs/benchmarks.md`
+//! quotes its statement counts under Targets and Design choices):
 //!
 //! ```sh
 //! cargo test -p outbox-axum --test statement_budget -- --nocapture

@@ -25,7 +25,9 @@
 //!
 //! Scenarios: (a) 20,000 shards × 1 message, one and two workers; (b) 100
 //! shards × 200 messages. Figures are the median of three runs, as msgs/s and
-//! as a ratio to the floor measured right before.
+//! as a ratio to the floor measured right before. It prints a Markdown table
+//! of the ratios, with the floor's msgs/s, as `docs/benchmarks.md` shows it
+//! (each scenario's rates also go to stderr as it ends).
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -39,6 +41,10 @@ use outbox_core::{
 use outbox_seaorm::store::PgStore;
 use outbox_testing::database::{connect, start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, QueryResult, Statement, Value};
+
+#[path = "support/markdown.rs"]
+mod markdown;
+use markdown::{ratio, thousands, Table};
 
 const MESSAGES: i64 = 20_000;
 /// Shards per claim of the shard-row and advisory designs (as the drain
@@ -333,11 +339,12 @@ enum Design {
 impl Design {
     fn label(self) -> String {
         match self {
-            Design::ShardRows => "shard rows".to_owned(),
-            Design::Buckets => {
-                format!("buckets ({CLAIM_BUCKETS}, <= {MAX_BUCKETS_PER_CLAIM} per claim)")
-            }
-            Design::Advisory => "advisory locks".to_owned(),
+            Design::ShardRows => "a claim row per shard".to_owned(),
+            Design::Buckets => format!(
+                "buckets ({}; at most {MAX_BUCKETS_PER_CLAIM} per claim)",
+                thousands(CLAIM_BUCKETS as f64)
+            ),
+            Design::Advisory => "advisory locks on a dedicated connection".to_owned(),
         }
     }
 }
@@ -395,12 +402,14 @@ async fn main() {
 
     let designs = [Design::ShardRows, Design::Buckets, Design::Advisory];
     let scenarios: [(&str, i64, usize); 3] = [
-        ("(a) 20,000 shards x 1", MESSAGES, 1),
+        ("(a) 20,000 shards × 1", MESSAGES, 1),
         ("(a') the same, 2 workers", MESSAGES, 2),
-        ("(b) 100 shards x 200", 100, 1),
+        ("(b) 100 shards × 200", 100, 1),
     ];
     const REPEATS: usize = 3;
-    println!(
+    // Per scenario: the floor's msgs/s, then each design's ratio to it.
+    let mut columns: Vec<Vec<String>> = Vec::new();
+    eprintln!(
         "Claim designs on PostgreSQL: {MESSAGES} pre-filled messages, no-op delivery, \
          median of {REPEATS} runs, msgs/s and ratio to the floor measured alongside"
     );
@@ -419,16 +428,27 @@ async fn main() {
             }
         }
         let floor = median(&mut floors);
-        println!("{label}: floor {floor:>7.0} msgs/s");
+        eprintln!("{label}: floor {floor:>7.0} msgs/s");
+        let mut column = vec![thousands(floor)];
         for (i, design) in designs.iter().enumerate() {
             let rate = median(&mut rates[i]);
-            println!(
-                "  {:<36} {rate:>7.0} msgs/s  {:.2}x floor",
+            eprintln!(
+                "  {:<40} {rate:>7.0} msgs/s  {:.2}x floor",
                 design.label(),
                 rate / floor
             );
+            column.push(ratio(rate / floor));
         }
+        columns.push(column);
     }
+    let mut header = vec!["design"];
+    header.extend(scenarios.iter().map(|(label, _, _)| *label));
+    let mut table = Table::new(&header);
+    let labels = std::iter::once("floor, msgs/s".to_owned()).chain(designs.map(Design::label));
+    for (at, label) in labels.enumerate() {
+        table.row(std::iter::once(label).chain(columns.iter().map(|column| column[at].clone())));
+    }
+    print!("{table}");
     db.clone().close().await.unwrap();
     if own_cluster {
         stop_cluster_at(&dir).unwrap();

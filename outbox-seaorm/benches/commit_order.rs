@@ -24,6 +24,9 @@
 //! a migration, a stuck session) has been open since before they were
 //! written: none, until it ends. The shard lock changes nothing in the
 //! drain (the same claim statements).
+//!
+//! It prints both as Markdown tables, as `docs/benchmarks.md` shows them
+//! (each design's rates also go to stderr as they are measured).
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -35,6 +38,10 @@ use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
 use outbox_testing::conformance::OutboxCategory;
 use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait, Value};
+
+#[path = "support/markdown.rs"]
+mod markdown;
+use markdown::{ratio, thousands, Table};
 
 const CLIENTS: usize = 8;
 const RUN: Duration = Duration::from_secs(3);
@@ -181,12 +188,15 @@ async fn main() {
         Design::XidHorizon,
         Design::WriteRegion,
     ];
-    println!(
+    eprintln!(
         "Commit order on PostgreSQL (default durability): {CLIENTS} writers, \
          BEGIN; one outbox row; COMMIT; {}s per variant, median of {ROUNDS} interleaved rounds",
         RUN.as_secs()
     );
-    for (label, hot) in [("one hot shard", true), ("10,000 shards", false)] {
+    let columns = [("one hot shard", true), ("10,000 shards", false)];
+    // Per column, each design's "commits/s (ratio to no order)".
+    let mut cells: Vec<Vec<String>> = Vec::new();
+    for (label, hot) in columns {
         let mut rates = vec![Vec::new(); designs.len()];
         for _ in 0..ROUNDS {
             for (i, design) in designs.iter().enumerate() {
@@ -197,15 +207,27 @@ async fn main() {
             }
         }
         let base = median(&mut rates[0].clone());
-        println!("{label}:");
+        eprintln!("{label}:");
+        let mut column = Vec::new();
         for (i, design) in designs.iter().enumerate() {
             let rate = median(&mut rates[i]);
-            println!(
+            eprintln!(
                 "  {:<28} {rate:>7.0} commits/s  {:.2}x no order",
                 design.label(),
                 rate / base
             );
+            column.push(format!("{} ({})", thousands(rate), ratio(rate / base)));
         }
+        cells.push(column);
+    }
+    let header = format!("commits/s, {CLIENTS} writers");
+    let mut order = Table::new(&[header.as_str(), columns[0].0, columns[1].0]);
+    for (i, design) in designs.iter().enumerate() {
+        order.row([
+            design.label().to_owned(),
+            cells[0][i].clone(),
+            cells[1][i].clone(),
+        ]);
     }
 
     // What the xid horizon costs the drain: an unrelated transaction open
@@ -225,10 +247,16 @@ async fn main() {
     let held = count(db, deliverable).await;
     long.rollback().await.unwrap();
     let after = count(db, deliverable).await;
-    println!(
-        "xid horizon, 1,000 committed rows of 100 shards: {held} deliverable while an \
-         unrelated transaction is open, {after} once it ended (shard lock: all 1,000)"
-    );
+    let mut horizon = Table::new(&[
+        "xid horizon, 1,000 committed rows of 100 shards",
+        "deliverable",
+    ]);
+    horizon.row([
+        "while an unrelated transaction is open".to_owned(),
+        thousands(held as f64),
+    ]);
+    horizon.row(["once it ended".to_owned(), thousands(after as f64)]);
+    print!("{order}\n{horizon}");
 
     db.clone().close().await.unwrap();
     if own_cluster {

@@ -6,7 +6,8 @@
 //! Uses `DATABASE_URL` when set; otherwise starts a throwaway cluster with
 //! PostgreSQL's default durability (fsync on) under the system temp directory
 //! and removes it afterwards. For pre-filled messages drained by one process
-//! (one drain task unless said otherwise) with a no-op receiver, it prints:
+//! (one drain task unless said otherwise) with a no-op receiver, it prints
+//! two Markdown tables, as `docs/benchmarks.md` shows them:
 //!
 //! - the floor: a bare loop of `DELETE … WHERE id IN (SELECT … LIMIT 500 FOR
 //!   UPDATE SKIP LOCKED) RETURNING …` through the same driver, over a table of
@@ -23,6 +24,8 @@
 //! - the write overhead: a model row inserted in its own transaction with its
 //!   outbox row vs without.
 //!
+//! Each scenario's figures also go to stderr as it ends.
+//!
 //! `OUTBOX_BENCH_RING=1` drains the outbox tables migrated to the partition
 //! ring (`outbox_migrations::OutboxRingMigrator`; the floor stays on its
 //! plain table). `OUTBOX_BENCH_SKIP_BACKLOG=1` leaves out (d) and (e); `OUTBOX_BENCH_ONLY=a`
@@ -30,7 +33,7 @@
 //! `;`-separated statements after the migrations (a table setting to try);
 //! `OUTBOX_BENCH_BATCH_SIZE` sets the drain's batch size;
 //! `OUTBOX_BENCH_WORKER=1` drains every scenario as (aw) does; `OUTBOX_BENCH_VERBOSE=1` prints each
-//! pair's rates.
+//! pair's rates (stderr).
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -42,7 +45,10 @@ use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 use serde_json::json;
 
+#[path = "support/markdown.rs"]
+mod markdown;
 mod support;
+use markdown::{ratio, thousands, Table};
 use support::{drain_all, drain_as_worker, fill, floor, median, rate, stmt, OutboxCategory};
 
 /// One drain scenario.
@@ -139,7 +145,7 @@ async fn main() {
         <outbox_migrations::OutboxRingMigrator as sea_orm_migration::MigratorTrait>::up(db, None)
             .await
             .unwrap();
-        println!("on the partition ring (OutboxRingMigrator)");
+        eprintln!("on the partition ring (OutboxRingMigrator)");
     }
     // Statements run once after the migrations, `;`-separated (one at a
     // time: `VACUUM` cannot run in a transaction), to try a table setting.
@@ -147,7 +153,7 @@ async fn main() {
         for statement in setup.split(';').filter(|s| !s.trim().is_empty()) {
             db.execute_unprepared(statement).await.unwrap();
         }
-        println!("after: {setup}");
+        eprintln!("after: {setup}");
     }
 
     let mut scenarios = vec![
@@ -188,7 +194,7 @@ async fn main() {
             repeats: 5,
         },
         Scenario {
-            label: "(c) 1,000 objects x 20 updates (coalescing)",
+            label: "(c) 1,000 objects × 20 updates (coalescing)",
             messages: 20_000,
             shards: 100,
             objects_per_shard: Some(10),
@@ -221,14 +227,19 @@ async fn main() {
         let only: Vec<String> = only.split(',').map(|o| format!("({o})")).collect();
         scenarios.retain(|scenario| only.iter().any(|o| scenario.label.starts_with(o)));
     }
-    println!(
+    eprintln!(
         "PostgreSQL drain of pre-filled messages, one process, no-op receiver; each figure \
          next to the floor measured right before it over as many rows"
     );
-    println!(
-        "  {:<44}  {:>9} {:>9} {:>6}  {:>9} {:>6}  deliveries",
-        "scenario", "floor/s", "msgs/s", "ratio", "WAL B/msg", "ratio"
-    );
+    let mut table = Table::new(&[
+        "scenario",
+        "floor msgs/s",
+        "msgs/s",
+        "÷ floor",
+        "WAL B/msg",
+        "WAL ÷ floor",
+        "deliveries",
+    ]);
     let verbose = std::env::var("OUTBOX_BENCH_VERBOSE").is_ok_and(|v| v == "1");
     for scenario in &scenarios {
         // Each run of ours right after a run of the floor; the ratios are
@@ -257,23 +268,35 @@ async fn main() {
             our_wal.push(bytes as f64 / scenario.messages as f64);
             deliveries = delivered;
         }
-        println!(
-            "  {:<44}  {:>9.0} {:>9.0} {:>5.2}x  {:>9.0} {:>5.2}x  {deliveries}",
-            scenario.label,
-            median(&mut floors),
-            median(&mut rates),
-            median(&mut ratios),
-            median(&mut our_wal),
-            median(&mut wal_ratios),
-        );
+        let row = [
+            scenario.label.to_owned(),
+            thousands(median(&mut floors)),
+            thousands(median(&mut rates)),
+            ratio(median(&mut ratios)),
+            thousands(median(&mut our_wal)),
+            ratio(median(&mut wal_ratios)),
+            thousands(deliveries as f64),
+        ];
+        eprintln!("  {}", row.join("  "));
+        table.row(row);
     }
     let (without, with) = write_overhead(db).await;
-    println!(
-        "write overhead: model insert + outbox row vs model insert alone, one transaction each: {:.3}x ({:.0} vs {:.0} us per transaction)",
-        with.as_secs_f64() / without.as_secs_f64(),
-        with.as_secs_f64() * 1e6 / 2_000.0,
-        without.as_secs_f64() * 1e6 / 2_000.0,
-    );
+    let mut write = Table::new(&[
+        "write, one transaction each",
+        "µs per transaction",
+        "÷ model row alone",
+    ]);
+    write.row([
+        "model row alone".to_owned(),
+        thousands(without.as_secs_f64() * 1e6 / 2_000.0),
+        ratio(1.0),
+    ]);
+    write.row([
+        "model row + outbox row".to_owned(),
+        thousands(with.as_secs_f64() * 1e6 / 2_000.0),
+        ratio(with.as_secs_f64() / without.as_secs_f64()),
+    ]);
+    print!("{table}\n{write}");
     db.clone().close().await.unwrap();
     drop(database);
     if own_cluster {

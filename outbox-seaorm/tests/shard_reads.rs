@@ -16,7 +16,7 @@
 //!   included. Checked here by the id index's entries read (none allowed),
 //!   though this file's ring setup did not bring that plan about for that
 //!   form; the vacuum-pressure bench under a pinned horizon did
-//!   (`docs/benchmark-log.md`, Drain throughput).
+//!   (`docs/benchmarks.md`, Design choices: per-shard reads).
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
