@@ -145,10 +145,10 @@ pub use layer::{
 pub use tx::{Tx, TxRejection};
 pub use worker::{OutboxWorker, OutboxWorkerBuilder, WorkerError, WorkerHandle};
 
-// The guide, chapter by chapter: doc-only modules, read with `cargo doc`;
+// The guide, chapter by chapter: empty modules, read with `cargo doc`;
 // their Rust blocks are doctests of this crate. Each chapter is a Markdown
-// file inside this crate's folder, so that it packages with the crate.
-#[cfg(any(doc, doctest))]
+// file inside this crate's folder, so that it packages with the crate;
+// compiled in every build, so that `cargo package` reads them too.
 #[doc = include_str!("docs/guide/index.md")]
 pub mod _guide {
     #[doc = include_str!("docs/guide/01-first-steps.md")]
