@@ -302,14 +302,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = app(&worker, effects);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
     tracing::info!("listening on http://127.0.0.1:3000");
+    worker.stop_on(outbox_axum::shutdown_signal()); // Ctrl-C or SIGTERM
     let stopping = worker.stopping();
-    tokio::spawn({
-        let stopping = stopping.clone();
-        async move {
-            let _ = tokio::signal::ctrl_c().await;
-            stopping.cancel();
-        }
-    });
     axum::serve(listener, app)
         .with_graceful_shutdown(stopping.cancelled_owned())
         .await?;

@@ -66,14 +66,8 @@
 //!     let app = Router::new()
 //!         .route("/organizations/{id}", put(rename))
 //!         .layer(worker.layer());
-//!     let stopping = worker.stopping(); // cancel it to stop the server and the worker
-//!     tokio::spawn({
-//!         let stopping = stopping.clone();
-//!         async move {
-//!             let _ = tokio::signal::ctrl_c().await;
-//!             stopping.cancel();
-//!         }
-//!     });
+//!     worker.stop_on(outbox_axum::shutdown_signal()); // Ctrl-C or SIGTERM
+//!     let stopping = worker.stopping(); // cancelled when the worker stops: the server stops too
 //!     let addr = "127.0.0.1:3000";
 //!     # let addr = "127.0.0.1:0"; stopping.cancel(); // the doctest stops at once
 //!     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -143,7 +137,7 @@ pub use layer::{
     ResponseFuture, FLUSH_CULLED, FLUSH_DEFERRED, FLUSH_FAILED, FLUSH_HEADER, FLUSH_PAUSED,
 };
 pub use tx::{Tx, TxRejection};
-pub use worker::{OutboxWorker, OutboxWorkerBuilder, WorkerError, WorkerHandle};
+pub use worker::{shutdown_signal, OutboxWorker, OutboxWorkerBuilder, WorkerError, WorkerHandle};
 
 // The guide, chapter by chapter: empty modules, read with `cargo doc`;
 // their Rust blocks are doctests of this crate. Each chapter is a Markdown

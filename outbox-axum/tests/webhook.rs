@@ -37,8 +37,10 @@ struct WidgetHook {
 }
 
 /// The route: one widget per verified delivery, in the request's
-/// transaction.
-async fn create_widget(tx: Tx, Verified(hook): Verified<WidgetHook>) -> StatusCode {
+/// transaction. Behind `verify`, the extractor still says what was signed:
+/// the sink's `webhook-id` is the message id.
+async fn create_widget(tx: Tx, Verified(hook, delivery): Verified<WidgetHook>) -> StatusCode {
+    assert!(delivery.message_id().is_some(), "{delivery:?}");
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
@@ -414,8 +416,8 @@ outbox_testing::on_both_backends!(
 #[tokio::test]
 async fn the_extractor_alone_verifies_with_the_extension_or_names_what_is_missing() {
     use tower::ServiceExt;
-    async fn hook(Verified(value): Verified<serde_json::Value>) -> String {
-        value.to_string()
+    async fn hook(Verified(value, delivery): Verified<serde_json::Value>) -> String {
+        format!("{value} {} {}", delivery.id(), delivery.timestamp())
     }
     let keys = WebhookKeys::new(secret("solo"));
     let request = |at: i64| {
@@ -430,8 +432,13 @@ async fn the_extractor_alone_verifies_with_the_extension_or_names_what_is_missin
     let with_keys = Router::new()
         .route("/hook", post(hook))
         .layer(Extension(keys.clone()));
-    let response = with_keys.clone().oneshot(request(now())).await.unwrap();
+    let at = now();
+    let response = with_keys.clone().oneshot(request(at)).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
+    let body = axum::body::to_bytes(response.into_body(), 1024)
+        .await
+        .unwrap();
+    assert_eq!(body, format!(r#"{{"n":1}} msg_1 {at}"#), "what was signed");
     let response = with_keys.oneshot(request(now() - 400)).await.unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
 

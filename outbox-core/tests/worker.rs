@@ -360,3 +360,50 @@ async fn the_worker_never_claims_beside_its_claim_still_reading() {
     assert!(recorder.wait_for(10, Duration::from_secs(60)).await);
     worker.shutdown().await;
 }
+
+/// `settled` wakes the loops for what is due and returns once it is
+/// delivered: no poll (an hour away) and no wake-up from the writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settled_waits_until_every_due_row_is_delivered() {
+    let store = MemoryStore::new();
+    let recorder = Recorder::<OutboxCategory>::new();
+    let worker = WorkerBuilder::new(Drainer::new(store.clone(), recorder.receivers()))
+        .poll_interval(Duration::from_secs(3600))
+        .spawn();
+    worker.ready().await;
+    for id in 0..50 {
+        store.write(&org(id % 7), OutboxCategory::OrgUpdate, id, None);
+    }
+    // A bound against a hang, not a speed: nothing else would wake the loop.
+    tokio::time::timeout(Duration::from_secs(60), worker.settled())
+        .await
+        .expect("settled() woke no loop: the rows wait for an hour's poll")
+        .unwrap();
+    assert!(store.rows(OutboxKind::Region).is_empty());
+    assert_eq!(recorder.deliveries().len(), 50);
+    worker.shutdown().await;
+}
+
+/// A failing shard backs off: `settled` does not wait for its retry, and
+/// a worker told to stop ends the wait with `Stopped`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settled_leaves_backing_off_shards_and_ends_when_the_worker_stops() {
+    let store = MemoryStore::new();
+    let recorder = Recorder::<OutboxCategory>::new();
+    recorder.fail_when(|_| true);
+    let worker = WorkerBuilder::new(Drainer::new(store.clone(), recorder.receivers()))
+        .poll_interval(Duration::from_secs(3600))
+        .spawn();
+    worker.ready().await;
+    store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
+    worker.settled().await.unwrap();
+    assert_eq!(recorder.calls(), 1, "tried once, then backing off");
+    assert_eq!(store.rows(OutboxKind::Region).len(), 1);
+
+    worker.stopping().cancel();
+    assert!(matches!(
+        worker.settled().await,
+        Err(outbox_core::worker::SettleError::Stopped(_))
+    ));
+    worker.shutdown().await;
+}

@@ -132,7 +132,7 @@ async fn admit(peers: &Peers, request: Request) -> Result<Request, RpcRejection>
     let (mut parts, body) = request.into_parts();
     let mut signed = Request::from_parts(parts.clone(), body);
     signed.extensions_mut().insert(keys);
-    let VerifiedBytes(bytes) = VerifiedBytes::from_request(signed, &())
+    let VerifiedBytes(bytes, _) = VerifiedBytes::from_request(signed, &())
         .await
         .map_err(RpcRejection::Signature)?;
     let envelope: Envelope =

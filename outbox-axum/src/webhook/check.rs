@@ -11,16 +11,51 @@ use super::rejection::WebhookRejection;
 /// A request that passed: what was signed.
 #[derive(Clone, Debug)]
 pub(super) struct Checked {
-    /// The `webhook-id`.
-    pub(super) id: String,
+    /// The `webhook-id` and the signature's timestamp.
+    pub(super) delivery: WebhookDelivery,
     /// Whether it came with `outbox-*` delivery headers (signed).
     pub(super) has_delivery_headers: bool,
 }
 
 /// Put in a request's extensions by the `verify` middleware: the extractors
-/// then do not verify again.
+/// then do not verify again, and take what was signed from it.
 #[derive(Clone, Debug)]
-pub(super) struct AlreadyVerified;
+pub(super) struct AlreadyVerified(pub(super) WebhookDelivery);
+
+/// What a verified request was signed as: its `webhook-id` (the message
+/// id, for deliveries of `WebhookSink`) and the timestamp its signature
+/// covers. The second field of [`Verified`](super::Verified) and
+/// [`VerifiedBytes`](super::VerifiedBytes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WebhookDelivery {
+    id: String,
+    timestamp: i64,
+}
+
+impl WebhookDelivery {
+    /// The `webhook-id`, as signed: the same on every attempt of a delivery
+    /// (the endpoint's idempotency key).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The `webhook-id` as a message id, when it is a UUID (every delivery
+    /// of `WebhookSink` is: [`Message::message_id`](outbox_core::Message::message_id)).
+    pub fn message_id(&self) -> Option<outbox_core::uuid::Uuid> {
+        outbox_core::uuid::Uuid::parse_str(&self.id).ok()
+    }
+
+    /// When this attempt was signed (`webhook-timestamp`), in Unix
+    /// seconds: within the keys' tolerance of this server's clock.
+    pub fn timestamp(&self) -> i64 {
+        self.timestamp
+    }
+
+    /// [`timestamp`](Self::timestamp) as a time.
+    pub fn signed_at(&self) -> chrono::DateTime<chrono::Utc> {
+        chrono::DateTime::from_timestamp(self.timestamp, 0).unwrap_or_default()
+    }
+}
 
 /// A header's text, if the request has it.
 fn header<'a>(
@@ -65,9 +100,13 @@ pub(super) fn check(
             delivery.push((name, value));
         }
     }
+    let signed = WebhookDelivery {
+        id: id.to_owned(),
+        timestamp,
+    };
     if delivery.is_empty() {
         return Ok(Checked {
-            id: id.to_owned(),
+            delivery: signed,
             has_delivery_headers: false,
         });
     }
@@ -85,7 +124,7 @@ pub(super) fn check(
         });
     }
     Ok(Checked {
-        id: id.to_owned(),
+        delivery: signed,
         has_delivery_headers: true,
     })
 }

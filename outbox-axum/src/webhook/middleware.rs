@@ -39,14 +39,14 @@ pub async fn verify(State(keys): State<WebhookKeys>, request: Request, next: Nex
         Ok(checked) => checked,
         Err(rejection) => return rejection.into_response(),
     };
-    if !checked.has_delivery_headers && Uuid::parse_str(&checked.id).is_ok() {
-        if let Ok(id) = HeaderValue::from_str(&checked.id) {
+    if !checked.has_delivery_headers && Uuid::parse_str(checked.delivery.id()).is_ok() {
+        if let Ok(id) = HeaderValue::from_str(checked.delivery.id()) {
             parts
                 .headers
                 .insert(HeaderName::from_static(MESSAGE_ID_HEADER), id);
         }
     }
-    parts.extensions.insert(AlreadyVerified);
+    parts.extensions.insert(AlreadyVerified(checked.delivery));
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
 }

@@ -32,7 +32,7 @@
 //! #[derive(serde::Deserialize)]
 //! struct PriceChanged { cents: i64 }
 //!
-//! async fn price_changed(Verified(price): Verified<PriceChanged>) -> StatusCode {
+//! async fn price_changed(Verified(price, _): Verified<PriceChanged>) -> StatusCode {
 //!     assert_eq!(price.cents, 990);
 //!     StatusCode::NO_CONTENT
 //! }
@@ -83,7 +83,7 @@
 //! #[derive(serde::Deserialize)]
 //! struct PriceChanged { cents: i64 }
 //!
-//! async fn price_changed(_tx: Tx, Verified(_price): Verified<PriceChanged>) {
+//! async fn price_changed(_tx: Tx, Verified(_price, _): Verified<PriceChanged>) {
 //!     // the change, in the request's transaction
 //! }
 //!
@@ -118,6 +118,7 @@ mod extract;
 mod middleware;
 mod rejection;
 
+pub use check::WebhookDelivery;
 pub use extract::{Verified, VerifiedBytes};
 pub use middleware::verify;
 pub use outbox_core::sink::webhook::{

@@ -18,7 +18,8 @@
 //! let worker = OutboxWorker::builder(db, receivers).spawn().await?;
 //! let app: Router = Router::new().layer(worker.layer());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-//! // Stops serving when the worker is told to stop, or on your own signal.
+//! // Ctrl-C or SIGTERM stops the worker; the server stops with it.
+//! worker.stop_on(outbox_axum::shutdown_signal());
 //! axum::serve(listener, app)
 //!     .with_graceful_shutdown(worker.stopping().cancelled_owned())
 //!     .await?;
@@ -26,11 +27,16 @@
 //! # Ok(()) }
 //! ```
 //!
-//! `worker.stopping()` is a `tokio_util` `CancellationToken`: cancel it (from
-//! a signal handler, say) and both the server and the worker begin to stop;
-//! `worker.shutdown()` then waits for the deliveries in flight within its
-//! bound.
+//! `worker.stopping()` is a `tokio_util` `CancellationToken`: cancel it (or
+//! let [`WorkerHandle::stop_on`] cancel it when a signal comes) and both the
+//! server and the worker begin to stop; `worker.shutdown()` then waits for
+//! the deliveries in flight within its bound. [`WorkerHandle::settled`]
+//! waits until the worker has nothing left to do now (tests of the
+//! background drain wait on it).
 
+mod signal;
+
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,8 +54,10 @@ use outbox_seaorm::listener::{PgNotifier, PgWakeSource};
 use outbox_seaorm::{check_schema, SchemaError, SeaOrmStore, UnsupportedBackend};
 
 pub use outbox_core::worker::{
-    DEFAULT_POLL_INTERVAL, DEFAULT_ROUNDS_IN_FLIGHT, DEFAULT_SHUTDOWN_TIMEOUT,
+    NotSettled, SettleError, DEFAULT_POLL_INTERVAL, DEFAULT_ROUNDS_IN_FLIGHT,
+    DEFAULT_SHUTDOWN_TIMEOUT,
 };
+pub use signal::shutdown_signal;
 
 /// Default time between two backfill ticks: 60 s (the backfill budget is per
 /// minute).
@@ -366,6 +374,39 @@ impl<C: Category> WorkerHandle<C> {
     /// that the server stops with the worker.
     pub fn stopping(&self) -> CancellationToken {
         self.inner.stopping()
+    }
+
+    /// Stops the worker once `signal` completes (unless it stops first):
+    /// [`stopping`](Self::stopping) is cancelled, so a server serving with
+    /// `with_graceful_shutdown(worker.stopping().cancelled_owned())` stops
+    /// too. `worker.stop_on(outbox_axum::shutdown_signal())` ties both to
+    /// Ctrl-C and SIGTERM; any future will do (a test's channel, a
+    /// supervisor's token).
+    pub fn stop_on(&self, signal: impl Future<Output = ()> + Send + 'static) {
+        let stopping = self.stopping();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = signal => stopping.cancel(),
+                () = stopping.cancelled() => {}
+            }
+        });
+    }
+
+    /// Waits until this worker has nothing left to do now: no round in
+    /// flight, no synchronous flush's completion pending, and no row of
+    /// its kinds due in a free shard that is not backing off; rows due
+    /// meanwhile are claimed at once. It does not wait for rows scheduled
+    /// later (a backoff, a pause) or shards another process holds. Tests of
+    /// the background drain wait on it instead of polling the tables
+    /// (bounded: `outbox_testing::settled`). See
+    /// [`outbox_core::worker::WorkerHandle::settled`].
+    ///
+    /// # Errors
+    ///
+    /// [`SettleError`]: the database could not say what is due, or the
+    /// worker stopped first.
+    pub async fn settled(&self) -> Result<(), SettleError> {
+        self.inner.settled().await
     }
 
     /// Waits until every drain loop has gone idle once and, on PostgreSQL,

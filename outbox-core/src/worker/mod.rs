@@ -192,6 +192,7 @@ impl<C: Category> WorkerBuilder<C> {
         let rounds = TaskTracker::new();
         let tasks = TaskTracker::new();
         let (ready_tx, ready) = watch::channel(0usize);
+        let (in_flight, rounds_in_flight) = watch::channel(0usize);
         let shared = Shared {
             drainer: self.drainer.clone(),
             waker: self.waker.clone(),
@@ -201,6 +202,7 @@ impl<C: Category> WorkerBuilder<C> {
             cut_off: cut_off.clone(),
             rounds: rounds.clone(),
             ready: Arc::new(ready_tx),
+            in_flight: Arc::new(in_flight),
         };
         // Buckets a flush released may hold rows that requests left to
         // the drain while the flush was completing.
@@ -244,9 +246,28 @@ impl<C: Category> WorkerBuilder<C> {
             shutdown_timeout: self.shutdown_timeout,
             ready,
             parts,
+            kinds: self.kinds,
+            rounds_in_flight,
         }
     }
 }
+
+/// Why [`WorkerHandle::settled`] returned before the outbox settled.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettleError {
+    /// The store could not say what is due.
+    #[error("could not tell whether outbox rows are due: {0}")]
+    Store(#[from] crate::StoreError),
+    /// The worker stopped first.
+    #[error(transparent)]
+    Stopped(NotSettled),
+}
+
+/// The worker stopped before its outbox settled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the outbox worker stopped before its outbox settled")]
+pub struct NotSettled;
 
 /// A running background drain.
 pub struct WorkerHandle<C: Category> {
@@ -259,6 +280,8 @@ pub struct WorkerHandle<C: Category> {
     shutdown_timeout: Duration,
     ready: watch::Receiver<usize>,
     parts: usize,
+    kinds: Vec<OutboxKind>,
+    rounds_in_flight: watch::Receiver<usize>,
 }
 
 impl<C: Category> std::fmt::Debug for WorkerHandle<C> {
@@ -308,6 +331,65 @@ impl<C: Category> WorkerHandle<C> {
         let mut ready = self.ready.clone();
         let parts = self.parts;
         let _ = ready.wait_for(|count| *count >= parts).await;
+    }
+
+    /// Waits until this worker has nothing left to do now: no round in
+    /// flight, no synchronous flush's completion pending
+    /// ([`Drainer::settled`]), and no row of its kinds due in a shard that
+    /// is free and not backing off (what a round would find). Rows due
+    /// meanwhile are claimed at once (the wait wakes the loops rather than
+    /// leave them to the poll). What it does not wait for: rows scheduled
+    /// later (a backoff, a pause), and shards another process holds.
+    ///
+    /// Tests of the background drain, and a shutdown that should deliver
+    /// what is due first, wait on it instead of polling the tables. It
+    /// waits for as long as it takes: bound it with `tokio::time::timeout`
+    /// (as `outbox_testing::settled` does).
+    ///
+    /// # Errors
+    ///
+    /// [`SettleError::Store`] when the store cannot say what is due;
+    /// [`SettleError::Stopped`] when the worker stops first.
+    pub async fn settled(&self) -> Result<(), SettleError> {
+        let mut rounds = self.rounds_in_flight.clone();
+        loop {
+            self.drainer.settled().await;
+            tokio::select! {
+                idle = rounds.wait_for(|count| *count == 0) => {
+                    if idle.is_err() {
+                        return Err(SettleError::Stopped(NotSettled));
+                    }
+                }
+                () = self.stop.cancelled() => return Err(SettleError::Stopped(NotSettled)),
+            }
+            let mut due = Vec::new();
+            for &kind in &self.kinds {
+                if self.drainer.view().has_due(kind).await? {
+                    due.push(kind);
+                }
+            }
+            if due.is_empty() {
+                // Nothing due, and nothing started while it was asked.
+                if *rounds.borrow() == 0 {
+                    return Ok(());
+                }
+                continue;
+            }
+            // Mark what is seen now, then wake the loops: the round a
+            // wake-up starts changes the count.
+            rounds.borrow_and_update();
+            for kind in due {
+                self.waker.wake_local(kind);
+            }
+            tokio::select! {
+                changed = rounds.changed() => {
+                    if changed.is_err() {
+                        return Err(SettleError::Stopped(NotSettled));
+                    }
+                }
+                () = self.stop.cancelled() => return Err(SettleError::Stopped(NotSettled)),
+            }
+        }
     }
 
     /// Stops claiming, lets the rounds in flight finish within the shutdown

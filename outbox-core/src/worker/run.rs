@@ -32,6 +32,24 @@ pub(super) struct Shared<C: Category> {
     pub(super) cut_off: CancellationToken,
     pub(super) rounds: TaskTracker,
     pub(super) ready: Arc<watch::Sender<usize>>,
+    /// Rounds started and not ended yet, in every loop.
+    pub(super) in_flight: Arc<watch::Sender<usize>>,
+}
+
+/// Counts a round in flight for as long as it lives.
+struct InFlight(Arc<watch::Sender<usize>>);
+
+impl InFlight {
+    fn start(counter: &Arc<watch::Sender<usize>>) -> Self {
+        counter.send_modify(|count| *count += 1);
+        Self(counter.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.send_modify(|count| *count = count.saturating_sub(1));
+    }
 }
 
 impl<C: Category> Shared<C> {
@@ -104,8 +122,10 @@ pub(super) async fn drain_loop<C: Category>(
         let drainer = shared.drainer.clone();
         let cut_off = shared.cut_off.clone();
         let ended_here = round_ended.clone();
+        let in_flight = InFlight::start(&shared.in_flight);
         shared.rounds.spawn(async move {
             let _permit = permit;
+            let _in_flight = in_flight;
             tokio::select! {
                 result = drainer.round_due(kind, None, Some(started)) => match result {
                     // It held buckets, and has released them.

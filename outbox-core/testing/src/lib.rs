@@ -10,7 +10,10 @@
 //! - [`simulation`]: seeded, deterministic schedules of writes, crashes,
 //!   pauses and clock jumps over `MemoryStore`, checked against the rules
 //!   (the `simulate` example runs many);
-//! - [`nats`]: a throwaway `nats-server -js` for JetStream tests;
+//! - [`settled`]: wait, within a bound, until a worker has nothing left to
+//!   do (`WorkerHandle::settled`), instead of polling the tables;
+//! - `nats` (feature `nats`): a throwaway `nats-server -js` for JetStream
+//!   tests;
 //! - [`seed`]: a randomised test's seed, from an environment variable to
 //!   replay a run, printed either way;
 //! - `database` (feature `seaorm`): real PostgreSQL and SQLite databases for
@@ -30,10 +33,13 @@ pub mod conformance;
 #[cfg(feature = "seaorm")]
 #[cfg_attr(docsrs, doc(cfg(feature = "seaorm")))]
 pub mod database;
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub mod nats;
 mod recorder;
 mod runner;
 mod seed;
+mod settle;
 pub mod simulation;
 
 #[cfg(feature = "seaorm")]
@@ -42,3 +48,4 @@ pub use outbox_seaorm_derive::test;
 pub use recorder::{Delivery, Gate, Recorder};
 pub use runner::{drain_until_idle, RunnerError, MAX_ROUNDS};
 pub use seed::seed;
+pub use settle::{settled, SETTLE_BOUND};
