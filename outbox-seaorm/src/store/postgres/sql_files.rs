@@ -78,12 +78,21 @@ mod tests {
     use std::collections::BTreeMap;
     use std::path::Path;
 
+    use outbox_core::OutboxKind;
+
+    use super::super::render::render;
+    use super::super::{CONTROL, REGION};
     use super::sql_files;
 
-    /// The `.sql` files under `dir`, by path relative to `root`.
+    /// The `.sql` files under `dir`, by path relative to `root`, but for
+    /// the sources of `outbox/`, rendered for each table (see
+    /// `each_source_renders_the_files_of_both_tables`).
     fn read(root: &Path, dir: &Path, files: &mut BTreeMap<String, String>) {
         for entry in std::fs::read_dir(dir).unwrap().flatten() {
             let path = entry.path();
+            if path == root.join("outbox") {
+                continue;
+            }
             if path.is_dir() {
                 read(root, &path, files);
             } else if path.extension().is_some_and(|e| e == "sql") {
@@ -105,5 +114,71 @@ mod tests {
             .collect();
         assert_eq!(listed.len(), sql_files().len(), "a file is listed twice");
         assert_eq!(listed, on_disk);
+    }
+
+    /// `sql` as words, whitespace aside: each `--` comment, to the end of
+    /// its line, one word with its whitespace collapsed (so that a comment
+    /// cannot take in code that followed it on the next line).
+    fn words(sql: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        for line in sql.lines() {
+            let (code, comment) = line.split_once("--").unwrap_or((line, ""));
+            words.extend(code.split_whitespace().map(str::to_owned));
+            if line.contains("--") {
+                let comment: Vec<&str> = comment.split_whitespace().collect();
+                words.push(format!("--{}", comment.join(" ")));
+            }
+        }
+        words
+    }
+
+    /// Where `rendered` and `file` part, with a few words around, if they do.
+    fn first_difference(rendered: &[String], file: &[String]) -> Option<String> {
+        let at = rendered
+            .iter()
+            .zip(file)
+            .position(|(a, b)| a != b)
+            .or((rendered.len() != file.len()).then(|| rendered.len().min(file.len())))?;
+        let around =
+            |words: &[String]| words[at.saturating_sub(8)..(at + 8).min(words.len())].join(" ");
+        Some(format!(
+            "at word {at}:\n  rendered: {}\n  file:     {}",
+            around(rendered),
+            around(file)
+        ))
+    }
+
+    /// Each source of `outbox/` renders, for each table, the statement of
+    /// that table's file (`region/`, `control/`) that the store sends,
+    /// comments included, whitespace aside.
+    #[test]
+    fn each_source_renders_the_files_of_both_tables() {
+        let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/postgres/sql/outbox");
+        for (kind, files) in [
+            (OutboxKind::Region, &REGION),
+            (OutboxKind::Control, &CONTROL),
+        ] {
+            for (name, file) in files.files() {
+                let source = std::fs::read_to_string(sources.join(name)).unwrap();
+                let rendered = render(&source, kind);
+                if let Some(difference) = first_difference(&words(&rendered), &words(file)) {
+                    panic!("{}/{name} {difference}", kind.as_str());
+                }
+            }
+        }
+        let mut names: Vec<String> = std::fs::read_dir(&sources)
+            .unwrap()
+            .flatten()
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".sql"))
+            .collect();
+        names.sort();
+        let mut listed: Vec<String> = REGION
+            .files()
+            .iter()
+            .map(|(name, _)| (*name).to_owned())
+            .collect();
+        listed.sort();
+        assert_eq!(names, listed, "a source that is no table's statement");
     }
 }
