@@ -8,7 +8,7 @@ impl StoreAdmin for PgStore {
     async fn pending_count(&self, kind: OutboxKind) -> Result<u64, StoreError> {
         const OP: &str = "count pending rows";
         let row = self
-            .query_one(table(kind).pending_count, vec![], OP)
+            .query_one(&table(kind).pending_count, vec![], OP)
             .await?;
         let count: i64 = match row {
             Some(row) => get(&row, "n", OP)?,
@@ -25,7 +25,7 @@ impl StoreAdmin for PgStore {
         const OP: &str = "measure shard depths";
         let rows = self
             .query_all(
-                table(kind).shard_depths,
+                &table(kind).shard_depths,
                 vec![codec::limit(limit).into()],
                 OP,
             )
@@ -41,7 +41,7 @@ impl StoreAdmin for PgStore {
     async fn oldest_pending(&self, kind: OutboxKind) -> Result<Option<DateTime<Utc>>, StoreError> {
         let row = self
             .query_one(
-                table(kind).oldest_pending,
+                &table(kind).oldest_pending,
                 vec![],
                 "find the oldest pending row",
             )
@@ -54,7 +54,7 @@ impl StoreAdmin for PgStore {
 
     async fn max_id(&self, kind: OutboxKind) -> Result<Option<i64>, StoreError> {
         const OP: &str = "find the highest row id";
-        match self.query_one(table(kind).max_id, vec![], OP).await? {
+        match self.query_one(&table(kind).max_id, vec![], OP).await? {
             Some(row) => get(&row, "max_id", OP),
             None => Ok(None),
         }
@@ -63,7 +63,7 @@ impl StoreAdmin for PgStore {
     async fn has_due(&self, kind: OutboxKind, now: DateTime<Utc>) -> Result<bool, StoreError> {
         let row = self
             .query_one(
-                table(kind).has_due,
+                &table(kind).has_due,
                 vec![kind.as_i16().into(), now.into()],
                 "look for due rows",
             )
@@ -105,7 +105,7 @@ impl StoreAdmin for PgStore {
         Ok(self
             .db
             .execute_raw(statement(
-                table(kind).replay_dead_letters,
+                &table(kind).replay_dead_letters,
                 vec![
                     kind.as_i16().into(),
                     ids.to_vec().into(),
@@ -163,8 +163,8 @@ impl StoreAdmin for PgStore {
         cap: u64,
     ) -> Result<outbox_core::store::AdminSnapshot, StoreError> {
         let sql = crate::store::snapshot::SnapshotSql::Capped {
-            pending: table(kind).count_pending,
-            shard_depths: table(kind).deepest_shards,
+            pending: &table(kind).count_pending,
+            shard_depths: &table(kind).deepest_shards,
             failing_shards: FAILING_SHARDS,
         };
         crate::store::snapshot::read(&self.db, &sql, kind, limit, cap).await
@@ -178,7 +178,7 @@ impl StoreAdmin for PgStore {
         const OP: &str = "read the backlog";
         let rows = self
             .query_all(
-                table(kind).backlog,
+                &table(kind).backlog,
                 vec![
                     crate::store::snapshot::cap_param(cap).into(),
                     kind.as_i16().into(),
@@ -286,7 +286,7 @@ impl StoreAdmin for PgStore {
         }
         let moved = txn
             .execute_raw(statement(
-                table(kind).dead_letter,
+                &table(kind).dead_letter,
                 vec![
                     kind.as_i16().into(),
                     codec::storable_text(error).into(),
@@ -373,7 +373,7 @@ async fn reset_schedule(
         identifiers,
         outbox_core::the_past().into(),
     ];
-    txn.execute_raw(statement(table(kind).reset_schedule, schedule))
+    txn.execute_raw(statement(&table(kind).reset_schedule, schedule))
         .await
         .map_err(op(operation))?;
     Ok(())

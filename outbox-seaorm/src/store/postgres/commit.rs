@@ -49,7 +49,7 @@ impl PgStore {
         let addresses = self.addresses.of(batch.kind, &buckets);
         let row = self
             .query_one(
-                table(batch.kind).commit_finished,
+                &table(batch.kind).commit_finished,
                 vec![
                     batch.kind.as_i16().into(),
                     batch.token.into(),
@@ -104,7 +104,7 @@ impl PgStore {
         }
         let row = self
             .query_one(
-                table(kind).complete,
+                &table(kind).complete,
                 vec![
                     kind.as_i16().into(),
                     now.into(),
@@ -183,7 +183,7 @@ async fn delete_rows(
         return Ok(0);
     }
     Ok(txn
-        .execute_raw(statement(table(kind).delete_rows, vec![ids.into()]))
+        .execute_raw(statement(&table(kind).delete_rows, vec![ids.into()]))
         .await
         .map_err(op("delete delivered rows"))?
         .rows_affected())
@@ -198,7 +198,7 @@ async fn dead_letter(
     for dead in shards.iter().flat_map(|shard| &shard.dead_letters) {
         moved += txn
             .execute_raw(statement(
-                table(batch.kind).dead_letter,
+                &table(batch.kind).dead_letter,
                 vec![
                     batch.kind.as_i16().into(),
                     codec::storable_text(&dead.error).into(),
@@ -274,7 +274,7 @@ async fn apply_ends(
         let [regions, scopes, identifiers] = key_arrays(later.iter().map(|(s, _)| *s));
         let times: Vec<DateTime<Utc>> = later.iter().map(|(_, at)| *at).collect();
         let values = vec![batch.now.into(), regions, scopes, identifiers, times.into()];
-        txn.execute_raw(statement(table(kind).reschedule, values))
+        txn.execute_raw(statement(&table(kind).reschedule, values))
             .await
             .map_err(op(OP))?;
     }
@@ -306,7 +306,7 @@ async fn forget_states(
     .await
     .map_err(op(OP))?;
     txn.execute_raw(statement(
-        table(kind).reset_schedule,
+        &table(kind).reset_schedule,
         vec![
             now.into(),
             regions,

@@ -21,9 +21,12 @@
 //!   process last wrote it (`addresses.rs`, a TID scan), not through its
 //!   key, which walks every version a held-back vacuum horizon keeps.
 //!
-//! The SQL lives in `sql/`, one file per statement; statements that touch an
-//! outbox table have one file per table (`sql/region/`, `sql/control/`).
+//! The SQL lives in `sql/`, one file per statement; a statement that touches
+//! an outbox table is written once (`sql/outbox/`) and rendered for each
+//! table when the store is first built (`render.rs`, which says what differs).
 //! [`sql_files`] lists them, for tools that name the statements a pool sends.
+
+use std::sync::LazyLock;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -47,6 +50,7 @@ mod backlog;
 mod commit;
 mod due;
 mod health;
+mod render;
 mod shard_claim;
 mod sql_files;
 mod watermark;
@@ -78,78 +82,68 @@ use crate::time;
 
 const BACKEND: DbBackend = DbBackend::Postgres;
 
-/// The statements that touch one outbox table.
+/// The statements that touch one outbox table, rendered for it.
 struct TableSql {
-    claim_due_oldest: &'static str,
-    claim_due_newest: &'static str,
-    claim_due_above: &'static str,
-    claim_shard: &'static str,
-    claim_before_commit: &'static str,
-    claim_one_before_commit: &'static str,
-    commit_finished: &'static str,
-    complete: &'static str,
-    delete_rows: &'static str,
-    dead_letter: &'static str,
-    reschedule: &'static str,
-    reset_schedule: &'static str,
-    replay_dead_letters: &'static str,
-    shard_depths: &'static str,
-    deepest_shards: &'static str,
-    count_pending: &'static str,
-    backlog: &'static str,
-    has_due: &'static str,
-    pending_count: &'static str,
-    oldest_pending: &'static str,
-    max_id: &'static str,
+    claim_due_oldest: String,
+    claim_due_newest: String,
+    claim_due_above: String,
+    claim_shard: String,
+    claim_before_commit: String,
+    claim_one_before_commit: String,
+    commit_finished: String,
+    complete: String,
+    delete_rows: String,
+    dead_letter: String,
+    reschedule: String,
+    reset_schedule: String,
+    replay_dead_letters: String,
+    shard_depths: String,
+    deepest_shards: String,
+    count_pending: String,
+    backlog: String,
+    has_due: String,
+    pending_count: String,
+    oldest_pending: String,
+    max_id: String,
 }
 
-const REGION: TableSql = TableSql {
-    claim_due_oldest: include_str!("sql/region/claim_due_oldest.sql"),
-    claim_due_newest: include_str!("sql/region/claim_due_newest.sql"),
-    claim_due_above: include_str!("sql/region/claim_due_above.sql"),
-    claim_shard: include_str!("sql/region/claim_shard.sql"),
-    claim_before_commit: include_str!("sql/region/claim_before_commit.sql"),
-    claim_one_before_commit: include_str!("sql/region/claim_one_before_commit.sql"),
-    commit_finished: include_str!("sql/region/commit_finished.sql"),
-    complete: include_str!("sql/region/complete.sql"),
-    delete_rows: include_str!("sql/region/delete_rows.sql"),
-    dead_letter: include_str!("sql/region/dead_letter.sql"),
-    reschedule: include_str!("sql/region/reschedule.sql"),
-    reset_schedule: include_str!("sql/region/reset_schedule.sql"),
-    replay_dead_letters: include_str!("sql/region/replay_dead_letters.sql"),
-    shard_depths: include_str!("sql/region/shard_depths.sql"),
-    deepest_shards: include_str!("sql/region/deepest_shards.sql"),
-    count_pending: include_str!("sql/region/count_pending.sql"),
-    backlog: include_str!("sql/region/backlog.sql"),
-    has_due: include_str!("sql/region/has_due.sql"),
-    pending_count: "SELECT count(*) AS n FROM region_outbox",
-    oldest_pending: "SELECT min(date_added) AS oldest FROM region_outbox",
-    max_id: "SELECT max(id) AS max_id FROM region_outbox",
-};
+/// Both tables' statements, rendered once.
+static TABLES: LazyLock<[TableSql; 2]> = LazyLock::new(|| {
+    [
+        TableSql::render(OutboxKind::Region),
+        TableSql::render(OutboxKind::Control),
+    ]
+});
 
-const CONTROL: TableSql = TableSql {
-    claim_due_oldest: include_str!("sql/control/claim_due_oldest.sql"),
-    claim_due_newest: include_str!("sql/control/claim_due_newest.sql"),
-    claim_due_above: include_str!("sql/control/claim_due_above.sql"),
-    claim_shard: include_str!("sql/control/claim_shard.sql"),
-    claim_before_commit: include_str!("sql/control/claim_before_commit.sql"),
-    claim_one_before_commit: include_str!("sql/control/claim_one_before_commit.sql"),
-    commit_finished: include_str!("sql/control/commit_finished.sql"),
-    complete: include_str!("sql/control/complete.sql"),
-    delete_rows: include_str!("sql/control/delete_rows.sql"),
-    dead_letter: include_str!("sql/control/dead_letter.sql"),
-    reschedule: include_str!("sql/control/reschedule.sql"),
-    reset_schedule: include_str!("sql/control/reset_schedule.sql"),
-    replay_dead_letters: include_str!("sql/control/replay_dead_letters.sql"),
-    shard_depths: include_str!("sql/control/shard_depths.sql"),
-    deepest_shards: include_str!("sql/control/deepest_shards.sql"),
-    count_pending: include_str!("sql/control/count_pending.sql"),
-    backlog: include_str!("sql/control/backlog.sql"),
-    has_due: include_str!("sql/control/has_due.sql"),
-    pending_count: "SELECT count(*) AS n FROM control_outbox",
-    oldest_pending: "SELECT min(date_added) AS oldest FROM control_outbox",
-    max_id: "SELECT max(id) AS max_id FROM control_outbox",
-};
+impl TableSql {
+    /// The statements of `kind`'s table.
+    fn render(kind: OutboxKind) -> Self {
+        let render = |source| render::render(source, kind);
+        Self {
+            claim_due_oldest: render(include_str!("sql/outbox/claim_due_oldest.sql")),
+            claim_due_newest: render(include_str!("sql/outbox/claim_due_newest.sql")),
+            claim_due_above: render(include_str!("sql/outbox/claim_due_above.sql")),
+            claim_shard: render(include_str!("sql/outbox/claim_shard.sql")),
+            claim_before_commit: render(include_str!("sql/outbox/claim_before_commit.sql")),
+            claim_one_before_commit: render(include_str!("sql/outbox/claim_one_before_commit.sql")),
+            commit_finished: render(include_str!("sql/outbox/commit_finished.sql")),
+            complete: render(include_str!("sql/outbox/complete.sql")),
+            delete_rows: render(include_str!("sql/outbox/delete_rows.sql")),
+            dead_letter: render(include_str!("sql/outbox/dead_letter.sql")),
+            reschedule: render(include_str!("sql/outbox/reschedule.sql")),
+            reset_schedule: render(include_str!("sql/outbox/reset_schedule.sql")),
+            replay_dead_letters: render(include_str!("sql/outbox/replay_dead_letters.sql")),
+            shard_depths: render(include_str!("sql/outbox/shard_depths.sql")),
+            deepest_shards: render(include_str!("sql/outbox/deepest_shards.sql")),
+            count_pending: render(include_str!("sql/outbox/count_pending.sql")),
+            backlog: render(include_str!("sql/outbox/backlog.sql")),
+            has_due: render(include_str!("sql/outbox/has_due.sql")),
+            pending_count: render("SELECT count(*) AS n FROM {table}"),
+            oldest_pending: render("SELECT min(date_added) AS oldest FROM {table}"),
+            max_id: render("SELECT max(id) AS max_id FROM {table}"),
+        }
+    }
+}
 
 const RENEW: &str = include_str!("sql/renew.sql");
 const EXPIRE_CLAIMS: &str = include_str!("sql/expire_claims.sql");
@@ -165,8 +159,8 @@ const TABLE_HEALTH: &str = include_str!("sql/table_health.sql");
 
 fn table(kind: OutboxKind) -> &'static TableSql {
     match kind {
-        OutboxKind::Region => &REGION,
-        OutboxKind::Control => &CONTROL,
+        OutboxKind::Region => &TABLES[0],
+        OutboxKind::Control => &TABLES[1],
     }
 }
 
@@ -212,11 +206,15 @@ impl PgStore {
     /// [`UnsupportedBackend`] when `db` is not PostgreSQL.
     pub fn new(db: DatabaseConnection) -> Result<Self, UnsupportedBackend> {
         match db.get_database_backend() {
-            DbBackend::Postgres => Ok(Self {
-                db,
-                watermarks: std::sync::Arc::default(),
-                addresses: std::sync::Arc::default(),
-            }),
+            DbBackend::Postgres => {
+                // The statements are rendered here rather than on a claim.
+                LazyLock::force(&TABLES);
+                Ok(Self {
+                    db,
+                    watermarks: std::sync::Arc::default(),
+                    addresses: std::sync::Arc::default(),
+                })
+            }
             other => Err(UnsupportedBackend(other)),
         }
     }
@@ -280,9 +278,9 @@ impl DrainStore for PgStore {
             self.addresses.all(kind).into(),
         ]);
         let sql = match (request.order, sent.scan) {
-            (ClaimOrder::Oldest, Scan::Full) => table(kind).claim_due_oldest,
-            (ClaimOrder::Oldest, Scan::Above(_)) => table(kind).claim_due_above,
-            (ClaimOrder::Newest, _) => table(kind).claim_due_newest,
+            (ClaimOrder::Oldest, Scan::Full) => &table(kind).claim_due_oldest,
+            (ClaimOrder::Oldest, Scan::Above(_)) => &table(kind).claim_due_above,
+            (ClaimOrder::Newest, _) => &table(kind).claim_due_newest,
         };
         if request.order == ClaimOrder::Oldest {
             values.push(codec::limit(request.held_rows).into());
@@ -341,7 +339,7 @@ impl DrainStore for PgStore {
             codec::limit(request.rows).into(),
         ];
         let rows = self
-            .query_all(table(request.kind).claim_shard, values, OP)
+            .query_all(&table(request.kind).claim_shard, values, OP)
             .await?;
         decode_shard_claim(&rows, request, shard)
     }

@@ -77,7 +77,7 @@ pub(crate) async fn claim_before_commit<C: ConnectionTrait>(
             codec::limit(request.rows).into(),
         ];
         let rows = conn
-            .query_all_raw(statement(table(kind).claim_one_before_commit, values))
+            .query_all_raw(statement(&table(kind).claim_one_before_commit, values))
             .await
             .map_err(op(OP))?;
         return Ok(vec![decode_shard_claim(&rows, request, shard)?]);
@@ -98,7 +98,7 @@ pub(crate) async fn claim_before_commit<C: ConnectionTrait>(
         codec::buckets(shards.iter().map(|(shard, _)| shard)).into(),
     ];
     let rows = conn
-        .query_all_raw(statement(table(kind).claim_before_commit, values))
+        .query_all_raw(statement(&table(kind).claim_before_commit, values))
         .await
         .map_err(op(OP))?;
     let mut found: Vec<ShardClaim> = Vec::with_capacity(shards.len());

@@ -8,9 +8,11 @@ const MAX_LABEL: usize = 60;
 
 /// A short, stable name for `sql`:
 ///
-/// - the PostgreSQL store's own statements: the file they come from,
-///   relative to the store's `sql` folder (`region/claim_shard.sql`,
-///   `renew.sql`), whitespace around the text aside (as
+/// - the PostgreSQL store's own statements: the name
+///   [`sql_files`](outbox_seaorm::store::postgres::sql_files) gives them,
+///   the file they come from relative to the store's `sql` folder
+///   (`renew.sql`), or the table and file of one rendered per outbox table
+///   (`region/claim_shard.sql`), whitespace around the text aside (as
 ///   `pg_stat_statements` shows it);
 /// - other SQL that opens with a `--` comment: that comment's first line;
 /// - `INSERT INTO t …`, `UPDATE t …`, `DELETE FROM t …`: those words
@@ -80,8 +82,8 @@ pub(super) fn is_blank(sql: &str) -> bool {
     }
 }
 
-/// The PostgreSQL store's SQL files, trimmed text → path relative to its `sql`
-/// folder ([`outbox_seaorm::store::postgres::sql_files`]).
+/// The PostgreSQL store's statements, trimmed text → their name in
+/// [`outbox_seaorm::store::postgres::sql_files`].
 fn store_statements() -> &'static HashMap<String, String> {
     static FILES: OnceLock<HashMap<String, String>> = OnceLock::new();
     FILES.get_or_init(|| {

@@ -1,0 +1,13 @@
+-- Whether a row is due in a free bucket of a shard that does not back off.
+-- $1 kind, $2 now.
+SELECT 1 AS due FROM {table} o
+WHERE o.scheduled_for <= $2
+  AND NOT EXISTS (
+      SELECT 1 FROM outbox_claim_bucket b
+      WHERE b.kind = $1 AND b.lease_until > $2
+        AND b.bucket = ((((o.shard_identifier % 1024) + (o.shard_scope % 1024) * 37) % 1024 + 1024) % 1024)::int)
+  AND NOT EXISTS (
+      SELECT 1 FROM outbox_shard_state s
+      WHERE s.kind = $1 AND s.region_name = {region:o or ''} AND s.shard_scope = o.shard_scope
+        AND s.shard_identifier = o.shard_identifier AND s.retry_at > $2)
+LIMIT 1

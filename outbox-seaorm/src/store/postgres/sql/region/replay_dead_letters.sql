@@ -1,9 +1,0 @@
--- Puts dead-lettered rows back, same ids, due at once. $1 kind, $2 ids, $3 the past.
-WITH moved AS (
-    DELETE FROM outbox_dead_letter WHERE kind = $1 AND id = ANY($2::bigint[]) RETURNING *
-)
-INSERT INTO region_outbox (id, shard_scope, shard_identifier, category, object_identifier,
-                           payload, scheduled_from, scheduled_for, date_added, traceparent, message_id)
-SELECT id, shard_scope, shard_identifier, category, object_identifier, payload,
-       scheduled_from, $3, date_added, traceparent, message_id
-FROM moved
