@@ -25,6 +25,7 @@ mod controls;
 mod head;
 mod history;
 pub mod postgres;
+pub(crate) mod render;
 mod snapshot;
 pub mod sqlite;
 

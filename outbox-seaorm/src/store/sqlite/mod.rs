@@ -31,6 +31,9 @@ use super::UnsupportedBackend;
 use crate::time;
 
 mod admin;
+// Compiled for its tests until the store sends what it renders.
+#[cfg(test)]
+mod render;
 
 const BACKEND: DbBackend = DbBackend::Sqlite;
 

@@ -3,6 +3,6 @@
 SELECT id, region_name, shard_scope, shard_identifier, category, object_identifier,
        payload, scheduled_from, scheduled_for, date_added, traceparent, message_id
 FROM control_outbox
-WHERE shard_scope = $1 AND shard_identifier = $2 AND id <= $3 AND region_name = $5
+WHERE region_name = $5 AND shard_scope = $1 AND shard_identifier = $2 AND id <= $3
 ORDER BY id
 LIMIT $4
