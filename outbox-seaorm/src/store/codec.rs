@@ -362,10 +362,8 @@ mod tests {
             include_str!("postgres/sql/outbox/commit_finished.sql"),
             include_str!("postgres/sql/outbox/complete.sql"),
             include_str!("postgres/sql/outbox/has_due.sql"),
-            include_str!("sqlite/sql/region/has_due.sql"),
-            include_str!("sqlite/sql/control/has_due.sql"),
-            include_str!("sqlite/sql/region/candidates.sql"),
-            include_str!("sqlite/sql/control/candidates.sql"),
+            include_str!("sqlite/sql/outbox/has_due.sql"),
+            include_str!("sqlite/sql/outbox/candidates.sql"),
         ] {
             assert!(sql.contains("% 1024"), "{sql}");
             assert!(!sql.contains("% 1023") && !sql.contains("% 2048"));

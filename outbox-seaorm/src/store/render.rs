@@ -44,7 +44,6 @@ use outbox_core::OutboxKind;
 pub(crate) type Fragments = fn(&str, OutboxKind) -> &'static str;
 
 /// For a store without fragments.
-#[cfg(test)]
 pub(crate) fn no_fragments(name: &str, _: OutboxKind) -> &'static str {
     panic!("no fragment `{name}`: this store's statements include none")
 }

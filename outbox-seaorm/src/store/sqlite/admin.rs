@@ -8,7 +8,7 @@ impl StoreAdmin for SqliteStore {
     async fn pending_count(&self, kind: OutboxKind) -> Result<u64, StoreError> {
         const OP: &str = "count pending rows";
         let row = self
-            .query_one(table(kind).pending_count, vec![], OP)
+            .query_one(&table(kind).pending_count, vec![], OP)
             .await?;
         let count: i64 = match row {
             Some(row) => get(&row, "n", OP)?,
@@ -25,7 +25,7 @@ impl StoreAdmin for SqliteStore {
         const OP: &str = "measure shard depths";
         let rows = self
             .query_all(
-                table(kind).shard_depths,
+                &table(kind).shard_depths,
                 vec![codec::limit(limit).into()],
                 OP,
             )
@@ -41,7 +41,7 @@ impl StoreAdmin for SqliteStore {
     async fn oldest_pending(&self, kind: OutboxKind) -> Result<Option<DateTime<Utc>>, StoreError> {
         let row = self
             .query_one(
-                table(kind).oldest_pending,
+                &table(kind).oldest_pending,
                 vec![],
                 "find the oldest pending row",
             )
@@ -54,7 +54,7 @@ impl StoreAdmin for SqliteStore {
 
     async fn max_id(&self, kind: OutboxKind) -> Result<Option<i64>, StoreError> {
         const OP: &str = "find the highest row id";
-        match self.query_one(table(kind).max_id, vec![], OP).await? {
+        match self.query_one(&table(kind).max_id, vec![], OP).await? {
             Some(row) => get(&row, "max_id", OP),
             None => Ok(None),
         }
@@ -63,7 +63,7 @@ impl StoreAdmin for SqliteStore {
     async fn has_due(&self, kind: OutboxKind, now: DateTime<Utc>) -> Result<bool, StoreError> {
         let row = self
             .query_one(
-                table(kind).has_due,
+                &table(kind).has_due,
                 vec![kind.as_i16().into(), at(now)],
                 "look for due rows",
             )
@@ -110,7 +110,7 @@ impl StoreAdmin for SqliteStore {
             list.clone(),
             at(outbox_core::the_past()),
         ];
-        let moved = execute(&txn, table(kind).replay_dead_letters, values, OP).await?;
+        let moved = execute(&txn, &table(kind).replay_dead_letters, values, OP).await?;
         execute(
             &txn,
             DELETE_DEAD_LETTERS,
@@ -156,7 +156,7 @@ impl StoreAdmin for SqliteStore {
                     vec![at(outbox_core::the_past()), at(now)],
                     Vec::new(),
                 );
-                execute(&txn, table(shard.kind()).reset_schedule, values, OP).await?;
+                execute(&txn, &table(shard.kind()).reset_schedule, values, OP).await?;
                 released.push(shard.clone());
             }
         }
@@ -173,8 +173,8 @@ impl StoreAdmin for SqliteStore {
         cap: u64,
     ) -> Result<outbox_core::store::AdminSnapshot, StoreError> {
         let sql = crate::store::snapshot::SnapshotSql::Exact {
-            pending_count: table(kind).pending_count,
-            shard_depths: table(kind).shard_depths,
+            pending_count: &table(kind).pending_count,
+            shard_depths: &table(kind).shard_depths,
             failing_shards: FAILING_SHARDS,
         };
         crate::store::snapshot::read(&self.db, &sql, kind, limit, cap).await
@@ -281,7 +281,7 @@ impl StoreAdmin for SqliteStore {
         let ids = json(&owned)?;
         let moved = execute(
             &txn,
-            table(kind).dead_letter,
+            &table(kind).dead_letter,
             vec![
                 kind.as_i16().into(),
                 codec::storable_text(error).into(),
@@ -291,7 +291,7 @@ impl StoreAdmin for SqliteStore {
             OP,
         )
         .await?;
-        execute(&txn, table(kind).delete_rows, vec![ids], OP).await?;
+        execute(&txn, &table(kind).delete_rows, vec![ids], OP).await?;
         let key = vec![
             kind.as_i16().into(),
             codec::region(shard).into(),
@@ -304,7 +304,7 @@ impl StoreAdmin for SqliteStore {
             vec![at(outbox_core::the_past()), at(now)],
             Vec::new(),
         );
-        execute(&txn, table(kind).reset_schedule, values, OP).await?;
+        execute(&txn, &table(kind).reset_schedule, values, OP).await?;
         txn.commit().await.map_err(op(OP))?;
         Ok(Some(moved))
     }

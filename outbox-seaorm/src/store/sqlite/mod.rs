@@ -8,7 +8,8 @@
 //! LOCKED` does not exist here, and is not needed.
 //!
 //! The SQL lives in `sql/`, one file per statement; statements that touch an
-//! outbox table have one file per table (`sql/region/`, `sql/control/`).
+//! outbox table are written once, in `sql/outbox/`, and rendered for each
+//! table (`crate::store::render`).
 //! Timestamps are fixed-width UTC text, compared as text.
 
 use std::collections::HashMap;
@@ -31,57 +32,55 @@ use super::UnsupportedBackend;
 use crate::time;
 
 mod admin;
-// Compiled for its tests until the store sends what it renders.
-#[cfg(test)]
 mod render;
 
 const BACKEND: DbBackend = DbBackend::Sqlite;
 
-/// The statements that touch one outbox table.
+/// The statements that touch one outbox table, rendered from `sql/outbox/`
+/// (see `crate::store::render`).
 struct TableSql {
-    candidates: &'static str,
-    read_shard: &'static str,
-    delete_rows: &'static str,
-    dead_letter: &'static str,
-    reschedule: &'static str,
-    reset_schedule: &'static str,
-    replay_dead_letters: &'static str,
-    shard_depths: &'static str,
-    has_due: &'static str,
-    pending_count: &'static str,
-    oldest_pending: &'static str,
-    max_id: &'static str,
+    candidates: String,
+    read_shard: String,
+    delete_rows: String,
+    dead_letter: String,
+    reschedule: String,
+    reset_schedule: String,
+    replay_dead_letters: String,
+    shard_depths: String,
+    has_due: String,
+    pending_count: String,
+    oldest_pending: String,
+    max_id: String,
 }
 
-const REGION: TableSql = TableSql {
-    candidates: include_str!("sql/region/candidates.sql"),
-    read_shard: include_str!("sql/region/read_shard.sql"),
-    delete_rows: include_str!("sql/region/delete_rows.sql"),
-    dead_letter: include_str!("sql/region/dead_letter.sql"),
-    reschedule: include_str!("sql/region/reschedule.sql"),
-    reset_schedule: include_str!("sql/region/reset_schedule.sql"),
-    replay_dead_letters: include_str!("sql/region/replay_dead_letters.sql"),
-    shard_depths: include_str!("sql/region/shard_depths.sql"),
-    has_due: include_str!("sql/region/has_due.sql"),
-    pending_count: "SELECT count(*) AS n FROM region_outbox",
-    oldest_pending: "SELECT min(date_added) AS oldest FROM region_outbox",
-    max_id: "SELECT max(id) AS max_id FROM region_outbox",
-};
+/// Both tables' statements, rendered once.
+static TABLES: std::sync::LazyLock<[TableSql; 2]> = std::sync::LazyLock::new(|| {
+    [
+        TableSql::render(OutboxKind::Region),
+        TableSql::render(OutboxKind::Control),
+    ]
+});
 
-const CONTROL: TableSql = TableSql {
-    candidates: include_str!("sql/control/candidates.sql"),
-    read_shard: include_str!("sql/control/read_shard.sql"),
-    delete_rows: include_str!("sql/control/delete_rows.sql"),
-    dead_letter: include_str!("sql/control/dead_letter.sql"),
-    reschedule: include_str!("sql/control/reschedule.sql"),
-    reset_schedule: include_str!("sql/control/reset_schedule.sql"),
-    replay_dead_letters: include_str!("sql/control/replay_dead_letters.sql"),
-    shard_depths: include_str!("sql/control/shard_depths.sql"),
-    has_due: include_str!("sql/control/has_due.sql"),
-    pending_count: "SELECT count(*) AS n FROM control_outbox",
-    oldest_pending: "SELECT min(date_added) AS oldest FROM control_outbox",
-    max_id: "SELECT max(id) AS max_id FROM control_outbox",
-};
+impl TableSql {
+    /// The statements of `kind`'s table.
+    fn render(kind: OutboxKind) -> Self {
+        let render = |source| render::render(source, kind);
+        Self {
+            candidates: render(include_str!("sql/outbox/candidates.sql")),
+            read_shard: render(include_str!("sql/outbox/read_shard.sql")),
+            delete_rows: render(include_str!("sql/outbox/delete_rows.sql")),
+            dead_letter: render(include_str!("sql/outbox/dead_letter.sql")),
+            reschedule: render(include_str!("sql/outbox/reschedule.sql")),
+            reset_schedule: render(include_str!("sql/outbox/reset_schedule.sql")),
+            replay_dead_letters: render(include_str!("sql/outbox/replay_dead_letters.sql")),
+            shard_depths: render(include_str!("sql/outbox/shard_depths.sql")),
+            has_due: render(include_str!("sql/outbox/has_due.sql")),
+            pending_count: render("SELECT count(*) AS n FROM {table}"),
+            oldest_pending: render("SELECT min(date_added) AS oldest FROM {table}"),
+            max_id: render("SELECT max(id) AS max_id FROM {table}"),
+        }
+    }
+}
 
 const LEASE: &str = include_str!("sql/lease.sql");
 const NEXT_FENCE: &str = include_str!("sql/next_fence.sql");
@@ -100,7 +99,8 @@ const DEAD_LETTERS: &str = include_str!("sql/dead_letters.sql");
 /// `candidates.sql` from the newest end of the due rows.
 fn newest_first(kind: OutboxKind) -> &'static str {
     static NEWEST: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
-        [REGION.candidates, CONTROL.candidates].map(|sql| sql.replace("/*dir*/", "DESC"))
+        [OutboxKind::Region, OutboxKind::Control]
+            .map(|kind| table(kind).candidates.replace("/*dir*/", "DESC"))
     });
     match kind {
         OutboxKind::Region => &NEWEST[0],
@@ -110,8 +110,8 @@ fn newest_first(kind: OutboxKind) -> &'static str {
 
 fn table(kind: OutboxKind) -> &'static TableSql {
     match kind {
-        OutboxKind::Region => &REGION,
-        OutboxKind::Control => &CONTROL,
+        OutboxKind::Region => &TABLES[0],
+        OutboxKind::Control => &TABLES[1],
     }
 }
 
@@ -235,7 +235,7 @@ async fn read_shard(
     );
     let found = query_all(
         txn,
-        table(shard.kind()).read_shard,
+        &table(shard.kind()).read_shard,
         values,
         "read outbox rows",
     )
@@ -359,7 +359,7 @@ impl DrainStore for SqliteStore {
         let kind = request.kind;
         let txn = self.begin(OP).await?;
         let sql = match request.order {
-            ClaimOrder::Oldest => table(kind).candidates,
+            ClaimOrder::Oldest => &table(kind).candidates,
             ClaimOrder::Newest => newest_first(kind),
         };
         let found = query_all(
@@ -527,13 +527,14 @@ impl DrainStore for SqliteStore {
             .flat_map(|shard| shard.delete_ids.iter().copied())
             .collect();
         if !ids.is_empty() {
-            outcome.deleted = execute(&txn, table(kind).delete_rows, vec![json(&ids)?], OP).await?;
+            outcome.deleted =
+                execute(&txn, &table(kind).delete_rows, vec![json(&ids)?], OP).await?;
         }
         for dead in kept.iter().flat_map(|shard| &shard.dead_letters) {
             let ids = json(&dead.ids)?;
             outcome.dead_lettered += execute(
                 &txn,
-                table(kind).dead_letter,
+                &table(kind).dead_letter,
                 vec![
                     kind.as_i16().into(),
                     codec::storable_text(&dead.error).into(),
@@ -543,7 +544,7 @@ impl DrainStore for SqliteStore {
                 OP,
             )
             .await?;
-            execute(&txn, table(kind).delete_rows, vec![ids], OP).await?;
+            execute(&txn, &table(kind).delete_rows, vec![ids], OP).await?;
         }
         for shard in &kept {
             apply_end(&txn, batch, shard).await?;
@@ -614,7 +615,7 @@ async fn apply_end(
     };
     if let Some(retry_at) = later {
         let values = shard_values(key, vec![at(retry_at), at(batch.now)], Vec::new());
-        execute(txn, table(kind).reschedule, values, OP).await?;
+        execute(txn, &table(kind).reschedule, values, OP).await?;
     }
     Ok(())
 }
@@ -640,6 +641,6 @@ async fn forget_state(
         vec![at(outbox_core::the_past()), at(now)],
         Vec::new(),
     );
-    execute(txn, table(kind).reset_schedule, values, OP).await?;
+    execute(txn, &table(kind).reset_schedule, values, OP).await?;
     Ok(())
 }

@@ -12,39 +12,31 @@ pub(super) fn render(source: &str, kind: OutboxKind) -> String {
 mod tests {
     use std::path::{Path, PathBuf};
 
-    use outbox_core::OutboxKind;
-
-    use crate::store::render::testing::sql_files_of;
+    use crate::store::render::testing::{check_differences, sql_files_of};
 
     use super::render;
 
     fn folder() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/sqlite/sql")
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/sqlite/sql/outbox")
     }
 
-    /// `sql` without its `--` comments, its whitespace collapsed.
-    fn code(sql: &str) -> String {
-        sql.lines()
-            .map(|line| line.split_once("--").map_or(line, |(code, _)| code))
-            .flat_map(str::split_whitespace)
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-
-    /// Each source renders, for each table, the statement of that table's
-    /// own file, comments and whitespace aside.
+    /// The tables' statements differ where `sql/outbox/differences.txt`
+    /// says, and nowhere else.
     #[test]
-    fn each_source_renders_each_tables_own_file() {
-        let sources = sql_files_of(&folder().join("outbox"));
-        assert_eq!(sources.len(), 9);
-        for (name, source) in sources {
-            for (kind, dir) in [
-                (OutboxKind::Region, "region"),
-                (OutboxKind::Control, "control"),
-            ] {
-                let file = std::fs::read_to_string(folder().join(dir).join(&name)).unwrap();
-                assert_eq!(code(&render(&source, kind)), code(&file), "{dir}/{name}");
-            }
+    fn the_tables_statements_differ_as_the_snapshot_says() {
+        check_differences(&folder(), render);
+    }
+
+    /// Every source is a statement the store sends.
+    #[test]
+    fn every_source_is_sent() {
+        let store = include_str!("mod.rs");
+        for (name, _) in sql_files_of(&folder()) {
+            let include = format!("include_str!(\"sql/outbox/{name}\")");
+            assert!(
+                store.contains(&include),
+                "sql/outbox/{name} is sent nowhere"
+            );
         }
     }
 }

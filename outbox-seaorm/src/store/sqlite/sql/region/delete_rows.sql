@@ -1,2 +1,0 @@
--- $1 ids as a JSON array.
-DELETE FROM region_outbox WHERE id IN (SELECT value FROM json_each($1))

@@ -1,4 +1,0 @@
--- Makes a recovered shard's rows due at once again. $1 the past, $2 now,
--- $3 scope, $4 identifier.
-UPDATE region_outbox SET scheduled_for = $1, scheduled_from = $2
-WHERE shard_scope = $3 AND shard_identifier = $4 AND scheduled_for > $1

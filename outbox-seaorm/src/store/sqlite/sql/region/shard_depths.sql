@@ -1,7 +1,0 @@
--- The deepest shards first. $1 limit.
-SELECT '' AS region_name, o.shard_scope, o.shard_identifier, count(*) AS depth,
-       min(o.date_added) AS oldest_date_added, min(o.scheduled_for) AS next_scheduled_for
-FROM region_outbox o
-GROUP BY o.shard_scope, o.shard_identifier
-ORDER BY depth DESC, 1, 2, 3
-LIMIT $1
