@@ -102,6 +102,7 @@ mod bearer;
 mod dashboard;
 mod error;
 mod gate;
+mod labels;
 pub mod model;
 mod openapi;
 mod ops;
