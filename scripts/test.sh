@@ -125,16 +125,21 @@ cleanup() {
 trap cleanup EXIT
 if [ "$(id -u)" -eq 0 ]; then chmod 755 "$OUTBOX_TEST_PG_DIR"; fi
 
-# The targets of `$1` tested again with `--no-default-features`; none for
-# a crate whose default features are empty.
+# The targets of `$1` tested again with `--no-default-features`, one
+# `cargo test` a line (`--doc` cannot share one); none for a crate whose
+# default features are empty.
 without_defaults() {
   case "$1" in
     # The layer, `Tx`, the worker, `apply_once` and `webhook` without the
-    # admin surface (feature `admin`): unit tests, and the integration
-    # tests of each. The PostgreSQL suites that never touch the admin
+    # admin surface (feature `admin`): unit tests, the integration tests
+    # of each, and the doctests (the guide's chapters that need the admin
+    # must say so). The PostgreSQL suites that never touch the admin
     # (statement budget, crashes, JetStream, traces, PgBouncer) are not
     # run twice; clippy in `.ci/run` builds every target without it.
-    outbox-axum) echo "--lib --test layer --test worker --test apply_once --test webhook" ;;
+    outbox-axum)
+      echo "--lib --test layer --test worker --test apply_once --test webhook"
+      echo "--doc"
+      ;;
   esac
 }
 # Whether the arguments pick targets themselves (then no second pass).
@@ -156,14 +161,16 @@ for crate in "${crates[@]}"; do
   if ! cargo test -p "$crate" --locked "${args[@]}" 2>&1 | tee -a "$log"; then
     failed+=("$crate")
   fi
-  read -r -a targets <<<"$(without_defaults "$crate")"
-  if [ ${#targets[@]} -gt 0 ] && [ -z "$picks_targets" ]; then
+  runs=()
+  if [ -z "$picks_targets" ]; then mapfile -t runs < <(without_defaults "$crate"); fi
+  for run in "${runs[@]}"; do
+    read -r -a targets <<<"$run"
     echo "=== cargo test -p $crate --locked --no-default-features ${targets[*]} ${args[*]}"
     if ! cargo test -p "$crate" --locked --no-default-features "${targets[@]}" "${args[@]}" 2>&1 |
       tee -a "$log"; then
-      failed+=("$crate (--no-default-features)")
+      failed+=("$crate (--no-default-features ${targets[*]})")
     fi
-  fi
+  done
   echo "=== $crate: $((SECONDS - crate_started)) s"
 done
 
