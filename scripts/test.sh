@@ -14,6 +14,11 @@
 #
 # Arguments go to every `cargo test` (a test name filter, `-- --nocapture`),
 # except `-p <crate>` / `--package <crate>`, which pick the crates to run.
+#
+# A crate with default features is tested a second time without them
+# (`--no-default-features`), on the targets that must work without them
+# only (see `without_defaults`): the rest ran in the first pass, which
+# covers the same code. Skipped when the arguments pick targets.
 # OUTBOX_TEST_KEEP_CLUSTER=1 keeps the throwaway cluster (and the databases of
 # failing tests) after the run instead of removing it.
 set -euo pipefail
@@ -120,6 +125,34 @@ cleanup() {
 trap cleanup EXIT
 if [ "$(id -u)" -eq 0 ]; then chmod 755 "$OUTBOX_TEST_PG_DIR"; fi
 
+# The targets of `$1` tested again with `--no-default-features`, one
+# `cargo test` a line (`--doc` cannot share one); none for a crate whose
+# default features are empty.
+without_defaults() {
+  case "$1" in
+    # The layer, `Tx`, the worker, `apply_once` and `webhook` without the
+    # admin surface (feature `admin`): unit tests, the integration tests
+    # of each, and the doctests (the guide's chapters that need the admin
+    # must say so). The PostgreSQL suites that never touch the admin
+    # (statement budget, crashes, JetStream, traces, PgBouncer) are not
+    # run twice; clippy in `.ci/run` builds every target without it.
+    outbox-axum)
+      echo "--lib --test layer --test worker --test apply_once --test webhook"
+      echo "--doc"
+      ;;
+  esac
+}
+# Whether the arguments pick targets themselves (then no second pass).
+picks_targets=""
+for arg in "${args[@]}"; do
+  case "$arg" in
+    --) break ;;
+    --lib | --doc | --bins | --bin | --bin=* | --tests | --test | --test=* | --examples | \
+      --example | --example=* | --benches | --bench | --bench=* | --all-targets)
+      picks_targets=1 ;;
+  esac
+done
+
 failed=()
 started=$SECONDS
 for crate in "${crates[@]}"; do
@@ -128,6 +161,16 @@ for crate in "${crates[@]}"; do
   if ! cargo test -p "$crate" --locked "${args[@]}" 2>&1 | tee -a "$log"; then
     failed+=("$crate")
   fi
+  runs=()
+  if [ -z "$picks_targets" ]; then mapfile -t runs < <(without_defaults "$crate"); fi
+  for run in "${runs[@]}"; do
+    read -r -a targets <<<"$run"
+    echo "=== cargo test -p $crate --locked --no-default-features ${targets[*]} ${args[*]}"
+    if ! cargo test -p "$crate" --locked --no-default-features "${targets[@]}" "${args[@]}" 2>&1 |
+      tee -a "$log"; then
+      failed+=("$crate (--no-default-features ${targets[*]})")
+    fi
+  done
   echo "=== $crate: $((SECONDS - crate_started)) s"
 done
 

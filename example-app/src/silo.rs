@@ -519,6 +519,10 @@ fn admin_routes(
                 .inbox(db);
             // Behind the admin's tokens and its throttle: a wrong token at
             // `/metrics` counts against the client as on the admin routes.
+            // At the silo's root rather than the router's own
+            // (`Admin::metrics`, under `/admin/outbox`): the path the ops
+            // checks scrape, public with `--public-metrics`, and 503 when
+            // another recorder holds the process.
             let metrics = if public_metrics {
                 metrics
             } else {

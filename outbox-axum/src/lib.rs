@@ -14,11 +14,14 @@
 //!   start when a category has no receiver, wakes on in-process commits and
 //!   PostgreSQL `NOTIFY`, polls as a fallback, survives the database going
 //!   away, and shuts down gracefully.
-//! - [`admin::Admin`] is the operators' JSON API and dashboard, a router to
-//!   nest beside yours; serve the app with
-//!   `into_make_service_with_connect_info::<SocketAddr>()`, since it counts
-//!   wrong credentials per client address (see
-//!   [the guide's chapter](_guide::_03_admin)).
+#![cfg_attr(
+    feature = "admin",
+    doc = "- [`admin::Admin`] is the operators' JSON API and dashboard (feature
+  `admin`, on by default), a router to nest beside yours; serve the app
+  with `into_make_service_with_connect_info::<SocketAddr>()`, since it
+  counts wrong credentials per client address (see
+  [the guide's chapter](_guide::_03_admin))."
+)]
 //!
 //! New to the outbox? [The guide](_guide) goes from adding the crates to a
 //! served worker with its admin router, then gives each feature a chapter
@@ -120,6 +123,8 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "admin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
 pub mod admin;
 pub mod apply_once;
 mod context;
@@ -142,14 +147,28 @@ pub use worker::{shutdown_signal, OutboxWorker, OutboxWorkerBuilder, WorkerError
 // The guide, chapter by chapter: empty modules, read with `cargo doc`;
 // their Rust blocks are doctests of this crate. Each chapter is a Markdown
 // file inside this crate's folder, so that it packages with the crate;
-// compiled in every build, so that `cargo package` reads them too.
+// compiled in every build, so that `cargo package` reads them too. The
+// chapters that serve the admin router are read with `admin` (a default
+// feature, on for docs.rs and `cargo package`); without it, their modules
+// stay, so that links to them hold, and say what they need.
 #[doc = include_str!("docs/guide/index.md")]
 pub mod _guide {
     #[doc = include_str!("docs/guide/01-first-steps.md")]
     pub mod _01_first_steps {}
-    #[doc = include_str!("docs/guide/02-axum.md")]
+    #[cfg_attr(feature = "admin", doc = include_str!("docs/guide/02-axum.md"))]
+    #[cfg_attr(
+        not(feature = "admin"),
+        doc = "With Axum: the layer, `Tx`, the worker and the admin router served \
+               together. This chapter needs the `admin` feature (on by default)."
+    )]
     pub mod _02_axum {}
-    #[doc = include_str!("docs/guide/03-admin.md")]
+    #[cfg_attr(feature = "admin", doc = include_str!("docs/guide/03-admin.md"))]
+    #[cfg_attr(
+        not(feature = "admin"),
+        doc = "The admin API and dashboard: this chapter needs the `admin` feature \
+               (on by default)."
+    )]
+    #[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
     pub mod _03_admin {}
     #[doc = include_str!("docs/guide/04-first-hour.md")]
     pub mod _04_first_hour {}

@@ -36,6 +36,8 @@ mod head;
 mod history;
 #[path = "admin/horizon.rs"]
 mod horizon;
+#[path = "admin/metrics.rs"]
+mod metrics;
 #[path = "admin/names.rs"]
 mod names;
 #[path = "admin/openapi.rs"]

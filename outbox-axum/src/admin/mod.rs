@@ -31,6 +31,7 @@
 //! | `GET /history?kind=region&minutes=60` | the table's history, one point per sampling time (every worker's samples merged): rows pending, oldest age, deliveries, failures, dead letters (see [`outbox_core::history`]) |
 //! | `GET /audit?limit=100` | the operators' audit log, newest first: who (name, role), when, what, target, reason, outcome, detail |
 //! | `GET /fences?limit=100` | the fenced receivers' records (consumer, sender, shard, highest token applied, deliveries refused as superseded and when the last was), most refusals first, and their total (with [`Admin::inbox`]; `404 no_inbox` without) |
+//! | `GET /metrics` | every metric, in Prometheus's text format (`text/plain; version=0.0.4`), as your exporter renders it (with [`Admin::metrics`]; `404 no_metrics` without); a viewer may scrape it |
 //! | `GET /openapi.json` | this API as an OpenAPI 3.1 document (generated from the same serde types) |
 //! | `GET /dashboard?kind=region` | the same as a page, with forms: see below |
 //!
@@ -61,7 +62,9 @@
 //! refused with `500 no_client_address` (and the log says how to fix it):
 //! counting every client together would let one guesser lock every
 //! operator out. Routes of your own behind the same tokens (a `/metrics`
-//! scrape) share the count through [`Admin::require_principal`].
+//! at your application's root rather than the router's own, see
+//! [`Admin::metrics`]) share the count through
+//! [`Admin::require_principal`].
 //!
 //! A logout ends only a session that checks (signed for a known principal,
 //! not expired); a forged one changes nothing and counts as a wrong
@@ -102,6 +105,7 @@ mod bearer;
 mod dashboard;
 mod error;
 mod gate;
+mod labels;
 pub mod model;
 mod openapi;
 mod ops;
@@ -161,7 +165,12 @@ pub(crate) struct AdminState<C: Category> {
     pub(crate) audit_retention: std::time::Duration,
     /// Whether the dashboard has its own login (and so a logout button).
     pub(crate) login: bool,
+    /// What `GET /metrics` answers (`Admin::metrics`).
+    pub(crate) metrics: Option<RenderMetrics>,
 }
+
+/// The exporter's rendering of every metric, in Prometheus's text format.
+pub(crate) type RenderMetrics = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// The backfills the admin API reports on, and their database.
 #[derive(Clone)]
@@ -205,6 +214,7 @@ impl<C: Category> Admin<C> {
                 inbox: None,
                 audit_retention: outbox_core::audit::DEFAULT_RETENTION,
                 login: false,
+                metrics: None,
             },
             secure_cookies: false,
             throttle: throttle::Throttle::default(),
@@ -236,6 +246,36 @@ impl<C: Category> Admin<C> {
     /// superseded, sent by workers paused past their lease (rule 12).
     pub fn inbox(mut self, db: DatabaseConnection) -> Self {
         self.state.inbox = Some(db);
+        self
+    }
+
+    /// Serves `GET /metrics`: what `render` returns, answered as
+    /// Prometheus's text format (`text/plain; version=0.0.4`), behind the
+    /// router's authoriser and its throttle like every route; a
+    /// [viewer](Role::Viewer) may scrape it. `render` is your exporter's
+    /// (with `metrics-exporter-prometheus`, `move || handle.render()` on its
+    /// `PrometheusHandle`), so the router needs no exporter of its own.
+    /// Without it, `GET /metrics` answers `404 no_metrics`.
+    ///
+    /// ```no_run
+    /// # fn app<C: outbox_core::Category>(drainer: outbox_core::Drainer<C>) -> axum::Router {
+    /// # struct PrometheusHandle;
+    /// # impl PrometheusHandle { fn render(&self) -> String { String::new() } }
+    /// use outbox_axum::admin::{Admin, BearerToken};
+    /// // Your exporter's handle, e.g. metrics-exporter-prometheus's
+    /// // `PrometheusBuilder::new().install_recorder()?`.
+    /// let handle = PrometheusHandle;
+    /// let tokens = BearerToken::new(std::env::var("OUTBOX_ADMIN_TOKEN").unwrap())
+    ///     .unwrap()
+    ///     .viewer("prometheus", std::env::var("OUTBOX_SCRAPE_TOKEN").unwrap())
+    ///     .unwrap();
+    /// let admin = Admin::new(drainer).metrics(move || handle.render());
+    /// // Scraped at `/admin/outbox/metrics` with the viewer's token.
+    /// axum::Router::new().nest("/admin/outbox", admin.router(tokens))
+    /// # }
+    /// ```
+    pub fn metrics(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> Self {
+        self.state.metrics = Some(Arc::new(render));
         self
     }
 
@@ -374,6 +414,7 @@ impl<C: Category> Admin<C> {
             .route("/fences", get(routes::fences::<C>))
             .route("/audit", get(routes::audit::<C>))
             .route("/history", get(routes::history::<C>))
+            .route("/metrics", get(routes::metrics::<C>))
             .route("/openapi.json", get(openapi::document))
             .route_layer(roles)
             .with_state(self.state);

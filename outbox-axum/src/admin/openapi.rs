@@ -110,6 +110,12 @@ fn audit() {}
     responses((status = 200, body = HistoryView), (status = 400, body = ErrorBody)))]
 fn history() {}
 
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses((status = 200, description = "every metric, in Prometheus's text format", body = String,
+               content_type = "text/plain; version=0.0.4"),
+              (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+fn metrics() {}
+
 #[utoipa::path(get, path = "/openapi.json", tag = "health",
     responses((status = 200, description = "this document")))]
 fn openapi() {}
@@ -119,7 +125,7 @@ fn openapi() {}
 #[openapi(
     info(
         title = "Outbox admin API",
-        description = "Operating the transactional outbox: backlog, failing and paused shards, runtime controls, dead letters, audit log, history. Every route needs the admin credentials (`Authorization: Bearer <token>`); a viewer may only read."
+        description = "Operating the transactional outbox: backlog, failing and paused shards, runtime controls, dead letters, audit log, history, metrics. Every route needs the admin credentials (`Authorization: Bearer <token>`); a viewer may only read."
     ),
     paths(
         health,
@@ -137,6 +143,7 @@ fn openapi() {}
         fences,
         audit,
         history,
+        metrics,
         openapi
     ),
     components(schemas(

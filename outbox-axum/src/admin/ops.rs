@@ -12,7 +12,8 @@ use outbox_core::{Category, ControlAction, ControlTarget, OutboxKind, ShardKey};
 
 use super::auth::Principal;
 use super::error::AdminError;
-use super::model::{ControlView, Retried, ShardRef, TargetRef, MAX_LIMIT};
+use super::labels::{control_target_label, ids_label, shards_label};
+use super::model::{ControlView, Retried, ShardRef, MAX_LIMIT};
 use super::AdminState;
 
 /// Who asked: the [`Principal`] the authoriser put in the request's
@@ -69,31 +70,6 @@ pub(crate) async fn record<C: Category, T>(
     if let Err(error) = state.operator.record(&entry, state.audit_retention).await {
         tracing::error!(%error, actor = audit.actor.name(), action = audit.action, "outbox admin: the action could not be recorded in the audit log");
     }
-}
-
-/// The shards as the dashboard names them.
-fn shards_label<C: Category>(shards: &[ShardKey]) -> String {
-    shards
-        .iter()
-        .map(|shard| target_label::<C>(&ControlTarget::Shard(shard.clone())))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// A target as the dashboard names it.
-fn target_label<C: Category>(target: &ControlTarget) -> String {
-    super::dashboard::target_label::<C>(&TargetRef::of::<C>(target))
-}
-
-/// `region dead letters 4, 7` (the first 20 ids, then `… (n ids)`).
-fn ids_label(kind: OutboxKind, ids: &[i64]) -> String {
-    let shown: Vec<String> = ids.iter().take(20).map(ToString::to_string).collect();
-    let more = if ids.len() > shown.len() {
-        format!(", … ({} ids)", ids.len())
-    } else {
-        String::new()
-    };
-    format!("{kind} dead letters {}{more}", shown.join(", "))
 }
 
 /// How long a reason may be.
@@ -182,7 +158,7 @@ pub(super) async fn set_control<C: Category>(
             ControlAction::Pause => "pause",
             ControlAction::Cull => "cull",
         },
-        target: Some(target_label::<C>(&target)),
+        target: Some(control_target_label::<C>(&target)),
         reason: reason.clone(),
     };
     let outcome = control(state, target, action, reason).await;
@@ -226,7 +202,7 @@ pub(super) async fn lift_control<C: Category>(
     let audit = Audit {
         actor,
         action: "resume",
-        target: Some(target_label::<C>(target)),
+        target: Some(control_target_label::<C>(target)),
         reason: None,
     };
     record(state, audit, &outcome, |()| "lifted".to_owned()).await;

@@ -1,7 +1,9 @@
 //! The handlers.
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use outbox_core::{Category, OutboxKind, ShardKey};
@@ -229,4 +231,20 @@ pub(super) async fn set_aside<C: Category>(
         shard: ShardRef::of::<C>(&shard),
         ids,
     }))
+}
+
+/// Prometheus's text exposition format.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4";
+
+pub(super) async fn metrics<C: Category>(
+    State(state): State<AdminState<C>>,
+) -> Result<Response, AdminError> {
+    let Some(render) = &state.metrics else {
+        return Err(AdminError::not_found(
+            "no_metrics",
+            "this admin API was built without metrics (`Admin::metrics`)",
+        ));
+    };
+    let content_type = HeaderValue::from_static(PROMETHEUS_TEXT);
+    Ok(([(CONTENT_TYPE, content_type)], render()).into_response())
 }

@@ -18,8 +18,6 @@
 
 mod page;
 
-pub(crate) use page::target_label;
-
 use axum::extract::{Form, FromRequest, NestedPath, Path, RawQuery, Request, State};
 use axum::http::header::{CONTENT_TYPE, HOST, LOCATION, ORIGIN, SET_COOKIE};
 use axum::http::request::Parts;
@@ -33,6 +31,7 @@ use outbox_core::{Category, ControlAction};
 use super::auth::{Authorize, Principal};
 use super::error::AdminError;
 use super::gate::{no_client_address, throttled, Gate, Refused};
+use super::labels;
 use super::model::{Kind, ShardRef, TargetRef};
 use super::ops::Actor;
 use super::{ops, AdminState};
@@ -95,7 +94,7 @@ impl PageQuery {
     pub(crate) fn notice<C: Category>(&self) -> Option<String> {
         let count = self.count.unwrap_or(0);
         let target = || {
-            page::target_label::<C>(&TargetRef {
+            labels::target_label::<C>(&TargetRef {
                 kind: self.kind,
                 region: None,
                 scope: self.scope.unwrap_or_default(),

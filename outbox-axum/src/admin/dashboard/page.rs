@@ -12,16 +12,16 @@ use outbox_seaorm::inbox::FenceRecord;
 
 use super::super::auth::Principal;
 use super::super::error::AdminError;
+use super::super::labels::{category_label, describe, scope_label};
 use super::super::model::{Action, Kind, TargetRef};
 use super::super::AdminState;
 use outbox_core::audit::AuditRecord;
 
 mod charts;
-mod labels;
 mod tables;
+mod words;
 
-pub(crate) use labels::target_label;
-use labels::{ago, category_label, describe, kind_value, scope_label, span, until};
+use words::{ago, kind_value, span, until};
 
 const STYLE: &str = include_str!("style.css");
 
