@@ -95,6 +95,7 @@ mod planner;
 mod recovery;
 mod report;
 mod round;
+mod span;
 mod tally;
 mod view;
 mod wave;
