@@ -67,6 +67,7 @@ pub mod control;
 pub mod delivery_headers;
 pub mod drain;
 pub mod fence;
+mod fence_token;
 pub mod history;
 pub mod memory;
 pub mod message;
@@ -90,7 +91,7 @@ pub use drain::{
     Drainer, DrainerBuilder, FlushError, FlushOutcome, HeadMessage, PreparedFlush, ScopeBacklog,
     ShardFailure,
 };
-pub use fence::FencingToken;
+pub use fence_token::FencingToken;
 pub use memory::{MemoryStore, MemoryTransaction};
 pub use message::{Message, PayloadError, StoredRow};
 pub use payload::Payload;

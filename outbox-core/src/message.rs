@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
-use crate::fence::FencingToken;
+use crate::fence_token::FencingToken;
 use crate::payload::Payload;
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey};

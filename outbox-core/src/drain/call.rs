@@ -13,7 +13,7 @@ use super::observe;
 use super::report::DeliveryError;
 use super::span;
 use crate::coalesce::CoalescingGroup;
-use crate::fence::FencingToken;
+use crate::fence_token::FencingToken;
 use crate::message::Message;
 use crate::receiver::{BatchItem, Handler, HandlerError};
 use crate::registry::{Category, Scope};

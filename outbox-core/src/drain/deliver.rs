@@ -11,7 +11,7 @@ use super::observe;
 use super::report::{DeliveryError, ShardFailure};
 use crate::coalesce::{coalesce, CoalescingGroup};
 use crate::control::ControlAction;
-use crate::fence::FencingToken;
+use crate::fence_token::FencingToken;
 use crate::registry::Category;
 use crate::shard::ShardKey;
 use crate::store::{ClaimedShard, DeadLetter, ShardCommit, ShardEnd, ShardState};

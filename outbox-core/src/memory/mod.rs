@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::clock::Clock;
-use crate::fence::FencingToken;
+use crate::fence_token::FencingToken;
 use crate::message::StoredRow;
 use crate::payload::Payload;
 use crate::registry::Category;

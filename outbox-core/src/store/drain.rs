@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::error::StoreError;
-use crate::fence::FencingToken;
+use crate::fence_token::FencingToken;
 use crate::message::StoredRow;
 use crate::shard::{OutboxKind, ShardKey};
 
