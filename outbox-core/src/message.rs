@@ -10,7 +10,7 @@ use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey};
 use crate::trace::TraceParent;
 
-/// An outbox row as a [`Store`](crate::Store) reads it. Categories are raw
+/// An outbox row as a [`Store`](crate::store::Store) reads it. Categories are raw
 /// integers here: a row may carry one this binary does not know.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoredRow {

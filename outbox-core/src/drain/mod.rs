@@ -1,6 +1,6 @@
 //! The drain engine: claim shards, deliver coalesced messages in order, commit.
 //!
-//! A [`Drainer`] pairs a [`Store`](crate::Store) with [`Receivers`](crate::Receivers).
+//! A [`Drainer`] pairs a [`Store`](crate::store::Store) with [`Receivers`](crate::Receivers).
 //! It has two entry points:
 //!
 //! - The *synchronous flush* delivers what a transaction wrote right after it

@@ -49,6 +49,9 @@ pub use drain::{
 };
 pub use error::{BoxError, StoreError};
 
+pub use crate::message::StoredRow;
+pub use crate::schedule::{due_at_once, paused_until, quarantined_until};
+
 /// A store the drain can run on and operators can inspect: both traits.
 pub trait Store: DrainStore + StoreAdmin {}
 

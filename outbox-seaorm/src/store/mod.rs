@@ -32,10 +32,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sea_orm::{DatabaseConnection, DbBackend};
 
-use outbox_core::{
-    ClaimRequest, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore, DueClaim, FailingShard,
-    OutboxKind, ShardClaim, ShardDepth, ShardKey, StoreAdmin, StoreError,
+use outbox_core::store::{
+    ClaimRequest, CommitBatch, CommitOutcome, DrainStore, DueClaim, ShardClaim, StoreAdmin,
 };
+use outbox_core::{DeadLetterRow, FailingShard, OutboxKind, ShardDepth, ShardKey, StoreError};
 
 pub use claim_on::ClaimOn;
 pub use postgres::PgStore;

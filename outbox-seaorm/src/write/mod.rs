@@ -470,7 +470,7 @@ fn insert_statement<C: Category>(
     );
     let mut values = vec![
         time::bind(backend, now),
-        time::bind(backend, outbox_core::the_past()),
+        time::bind(backend, outbox_core::store::due_at_once()),
         Value::String(traceparent.map(|parent| parent.to_string())),
     ];
     if let Some(locks) = locks {
