@@ -8,6 +8,13 @@
 //! be aliased, and rustc (1.95) does not warn on a `#[deprecated]`
 //! re-export, so the four traits are plain hidden re-exports: old code
 //! compiles, silently.
+//!
+//! The feature `test-utils` gated `MemoryStore` (always built now) and
+//! `outbox_core::testing`, which cannot come back here (`outbox-testing`
+//! depends on this crate): a build of a crate that turns it on fails at
+//! once with what to write instead. Builds of this crate itself
+//! (`--all-features`: docs.rs, `cargo package`, the workspace's lints) are
+//! not refused: there it is the primary package.
 
 #![allow(missing_docs)]
 
@@ -110,3 +117,15 @@ pub fn paused_until() -> DateTime<Utc> {
 pub fn quarantined_until() -> DateTime<Utc> {
     crate::schedule::quarantined_until()
 }
+
+#[cfg(feature = "test-utils")]
+const _: () = if option_env!("CARGO_PRIMARY_PACKAGE").is_none() {
+    panic!(
+        "outbox-core's feature `test-utils` is gone: `MemoryStore` is always built, and the test \
+         support is the `outbox-testing` crate. In Cargo.toml, remove `test-utils` and add \
+         `outbox-testing = \"0.1\"` under [dev-dependencies]; in code, replace \
+         `outbox_core::testing::` with `outbox_testing::`, and `outbox_core::conformance`, \
+         `outbox_core::conformance_tests!` and `outbox_core::simulation` with the same names \
+         in `outbox_testing`."
+    )
+};

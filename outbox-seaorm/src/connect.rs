@@ -27,7 +27,10 @@ pub fn connect_options(url: impl Into<String>) -> Result<ConnectOptions, Unsuppo
 
 /// Opens a pool to the PostgreSQL or SQLite database at `url` with
 /// [`connect_options`]: the branch every app that reads `DATABASE_URL`
-/// would write otherwise.
+/// would write otherwise. The backend comes from the URL's scheme, as with
+/// `sea_orm::Database::connect`; [`sqlite::connect`](crate::sqlite::connect)
+/// is the SQLite-only form (it refuses any other scheme), with the same
+/// SQLite options.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
