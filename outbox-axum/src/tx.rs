@@ -224,6 +224,16 @@ pub enum TxRejection {
     /// middleware and the handler).
     #[error("`Tx` was extracted twice in one request; extract it once and pass it along")]
     AlreadyExtracted,
+    /// Never returned: kept until 0.2 so that a `match` written for the
+    /// first API compiles.
+    #[deprecated(
+        since = "0.1.1",
+        note = "never returned: a `Tx` begins its transaction at its first statement, which \
+                fails with the pool's `DbErr`; match that instead"
+    )]
+    #[doc(hidden)]
+    #[error("could not begin a database transaction")]
+    Begin,
 }
 
 impl TxRejection {
@@ -233,6 +243,8 @@ impl TxRejection {
             TxRejection::MissingLayer | TxRejection::AlreadyExtracted => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
+            #[allow(deprecated)]
+            TxRejection::Begin => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -252,3 +264,4 @@ impl IntoResponse for TxRejection {
         (self.status(), self.body_text()).into_response()
     }
 }
+

@@ -1,7 +1,8 @@
-//! Items that left the crate root keep their old paths until 0.2: each
-//! old path names the same item as the new one, and a use of it warns with
-//! the new path (checked with `deny(deprecated)` in
-//! `tests/ui/deprecated_root_paths.rs`).
+//! Old paths and names kept until 0.2: items that left the crate root
+//! (each old path names the same item as the new one, and a use of it
+//! warns with the new path: `tests/ui/deprecated_root_paths.rs`), and the
+//! `Drainer` and `DrainConfig` methods of the first API, which do what
+//! their successors do.
 
 #![allow(deprecated, clippy::unwrap_used, missing_docs)]
 
@@ -26,11 +27,20 @@ fn every_old_root_path_names_the_moved_item() {
     assert!(same::<outbox_core::ShardCommit, store::ShardCommit>());
     assert!(same::<outbox_core::ShardEnd, store::ShardEnd>());
     assert!(same::<outbox_core::StoredRow, store::StoredRow>());
-    assert!(same::<outbox_core::CoalescingGroup, coalesce::CoalescingGroup>());
-    assert!(same::<outbox_core::MemoryTransaction, memory::MemoryTransaction>());
+    assert!(same::<
+        outbox_core::CoalescingGroup,
+        coalesce::CoalescingGroup,
+    >());
+    assert!(same::<
+        outbox_core::MemoryTransaction,
+        memory::MemoryTransaction,
+    >());
     assert!(same::<dyn outbox_core::DrainStore, dyn store::DrainStore>());
     assert!(same::<dyn outbox_core::StoreAdmin, dyn store::StoreAdmin>());
-    assert!(same::<dyn outbox_core::ClaimBeforeCommit, dyn store::ClaimBeforeCommit>());
+    assert!(same::<
+        dyn outbox_core::ClaimBeforeCommit,
+        dyn store::ClaimBeforeCommit,
+    >());
     assert!(same::<dyn outbox_core::Store, dyn store::Store>());
 
     assert_eq!(outbox_core::CLAIM_BUCKETS, shard::CLAIM_BUCKETS);
@@ -57,6 +67,56 @@ fn a_store_written_against_the_old_paths_still_compiles() {
         ..Default::default()
     };
     assert_eq!(outcome.deleted, 1);
+}
+
+outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
+
+#[tokio::test]
+async fn the_first_apis_drainer_methods_do_what_their_successors_do() {
+    use outbox_core::{
+        ControlTarget, DrainConfig, Drainer, ManualClock, MemoryStore, OutboxKind, Receivers,
+        ShardKey,
+    };
+    use std::time::Duration;
+
+    let store = MemoryStore::new();
+    let receivers = Receivers::new().discard(OutboxCategory::OrgUpdate);
+    let config = DrainConfig::default()
+        .lease(Duration::from_secs(5))
+        .shards_per_claim(8)
+        .max_rows_per_claim(8)
+        .delete_chunk(8);
+    assert_eq!(config, DrainConfig::default().lease(Duration::from_secs(5)));
+    let clock = ManualClock::new(outbox_core::store::due_at_once());
+    let drainer = Drainer::new(store.clone(), receivers)
+        .with_config(config)
+        .with_clock(clock.clone())
+        .with_owner("old")
+        .with_dead_letter(OutboxScope::OrgScope, 3);
+    assert_eq!(drainer.config().lease_duration(), Duration::from_secs(5));
+    assert_eq!(drainer.now(), outbox_core::Clock::now(&clock));
+
+    let shard = ShardKey::region(OutboxScope::OrgScope, 7);
+    store.write(&shard, OutboxCategory::OrgUpdate, 7, None);
+    assert_eq!(
+        drainer
+            .admin()
+            .pending_count(OutboxKind::Region)
+            .await
+            .unwrap(),
+        1
+    );
+    drainer
+        .pause(ControlTarget::Shard(shard.clone()), None)
+        .await
+        .unwrap();
+    assert_eq!(drainer.controls().current().len(), 1);
+    assert!(drainer.resume(&ControlTarget::Shard(shard)).await.unwrap());
+    let backlog = drainer.backlog(OutboxKind::Region).await.unwrap();
+    assert_eq!(
+        backlog,
+        drainer.view().backlog(OutboxKind::Region).await.unwrap()
+    );
 }
 
 #[test]
