@@ -130,6 +130,7 @@ pub mod admin;
 pub mod apply_once;
 mod context;
 mod deprecated;
+mod error_debug;
 pub mod layer;
 mod slot;
 mod tx;

@@ -211,7 +211,7 @@ impl TransactionTrait for Tx {
 
 /// Why a [`Tx`] could not be extracted. Each variant has a fixed status and
 /// body; details go to `tracing` (target `outbox_axum::rejection`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TxRejection {
     /// The router has no `OutboxLayer` above this handler.
@@ -235,6 +235,12 @@ pub enum TxRejection {
     #[error("could not begin a database transaction")]
     Begin,
 }
+
+crate::error_debug::debug_with_message!(TxRejection {
+    MissingLayer,
+    AlreadyExtracted,
+    Begin
+});
 
 impl TxRejection {
     /// The response status.
@@ -265,3 +271,16 @@ impl IntoResponse for TxRejection {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::TxRejection;
+
+    #[test]
+    fn a_rejections_debug_names_the_fix() {
+        let debug = format!("{:?}", TxRejection::MissingLayer);
+        assert!(
+            debug.starts_with("TxRejection::MissingLayer: ") && debug.contains("add `.layer("),
+            "{debug}"
+        );
+    }
+}

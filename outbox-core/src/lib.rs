@@ -97,6 +97,7 @@ pub mod control;
 pub mod delivery_headers;
 mod deprecated;
 pub mod drain;
+mod error_debug;
 pub mod fence;
 mod fence_token;
 pub mod history;

@@ -128,7 +128,7 @@ impl<C: Category> Message<C> {
 
 /// A payload that a receiver could not decode. Returned from a receiver, it
 /// fails the delivery, which holds the shard with backoff: nothing is lost.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum PayloadError {
     /// The row has no payload but the receiver needs one.
@@ -152,6 +152,8 @@ pub enum PayloadError {
         source: serde_json::Error,
     },
 }
+
+crate::error_debug::debug_with_message!(PayloadError { Missing, Malformed });
 
 tokio::task_local! {
     /// The delivery whose handler runs on this task.

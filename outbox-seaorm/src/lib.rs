@@ -88,6 +88,7 @@ pub mod cli;
 mod connect;
 mod deprecated;
 pub mod entity;
+mod error_debug;
 pub mod inbox;
 pub mod listener;
 pub mod replication;

@@ -42,9 +42,11 @@ pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
 /// The database is neither PostgreSQL nor SQLite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the outbox supports PostgreSQL and SQLite; this connection is {0:?}")]
 pub struct UnsupportedBackend(pub DbBackend);
+
+crate::error_debug::debug_with_message!(UnsupportedBackend);
 
 /// The store for a SeaORM connection: [`PgStore`] or [`SqliteStore`], chosen
 /// by its backend. Cheap to clone (the connection is a pool).
