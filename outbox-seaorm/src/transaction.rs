@@ -32,12 +32,6 @@
 
 use sea_orm::{DbErr, SqliteTransactionMode, TransactionOptions, TransactionTrait};
 
-/// `ClaimOn` at its path before it moved to [`crate::store`]. A tuple
-/// struct cannot be built through a type alias, so this re-export is plain
-/// (no warning); until 0.2.
-#[doc(hidden)]
-pub use crate::store::ClaimOn;
-
 /// The options of a transaction that will write: `BEGIN IMMEDIATE` on
 /// SQLite, a plain `BEGIN` elsewhere. For
 /// `TransactionTrait::begin_with_options`, or a layer's own

@@ -1,9 +1,8 @@
 //! Old paths kept until 0.2: the test support that moved to
 //! `outbox-testing` (`#[outbox_seaorm::test]`,
-//! `outbox_seaorm::on_both_backends!`), `write_transaction()` (renamed
-//! `write_transaction_options()`) and `transaction::ClaimOn`. Each still
-//! works, and each but `ClaimOn` warns with its new path
-//! (`tests/ui/deprecated_paths.rs`).
+//! `outbox_seaorm::on_both_backends!`) and `write_transaction()` (renamed
+//! `write_transaction_options()`). Each still works, and warns with its new
+//! path (`tests/ui/deprecated_paths.rs`).
 
 #![allow(deprecated, clippy::unwrap_used, missing_docs)]
 
@@ -25,13 +24,6 @@ fn renamed_items_are_the_new_ones() {
         format!("{:?}", outbox_seaorm::write_transaction()),
         format!("{:?}", outbox_seaorm::write_transaction_options())
     );
-    fn same<Old: 'static, New: 'static>() -> bool {
-        std::any::TypeId::of::<Old>() == std::any::TypeId::of::<New>()
-    }
-    assert!(same::<
-        outbox_seaorm::transaction::ClaimOn<'static, sea_orm::DatabaseConnection>,
-        outbox_seaorm::store::ClaimOn<'static, sea_orm::DatabaseConnection>,
-    >());
 }
 
 #[test]
