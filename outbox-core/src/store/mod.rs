@@ -32,6 +32,13 @@
 //! rescheduled to that time, and a claim hands the state back with the shard,
 //! so that the engine can leave a backing-off shard alone (rule 5) however it
 //! reaches it: a background round, or a synchronous flush.
+//!
+//! # Rows and their times
+//!
+//! A store reads rows as [`StoredRow`]s, and writes three `scheduled_for`
+//! times that are not real ones: [`due_at_once`] (a new row, or one made
+//! due again), [`paused_until`] (an operator's pause) and
+//! [`quarantined_until`] (a permanent error).
 
 mod admin;
 mod count;
