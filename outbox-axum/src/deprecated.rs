@@ -1,5 +1,4 @@
-//! Names of the first API kept for one release (until 0.2), each naming
-//! its successor.
+//! Deprecated names, kept until 0.2, each naming its successor.
 
 #![allow(missing_docs)]
 

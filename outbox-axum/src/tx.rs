@@ -224,8 +224,8 @@ pub enum TxRejection {
     /// middleware and the handler).
     #[error("`Tx` was extracted twice in one request; extract it once and pass it along")]
     AlreadyExtracted,
-    /// Never returned: kept until 0.2 so that a `match` written for the
-    /// first API compiles.
+    /// Never returned: deprecated, kept until 0.2 so that a `match` that
+    /// names it compiles.
     #[deprecated(
         since = "0.1.1",
         note = "never returned: a `Tx` begins its transaction at its first statement, which \

@@ -1,5 +1,5 @@
-//! Names of the first API kept until 0.2: they compile, and mean what
-//! their successors mean.
+//! Deprecated names kept until 0.2: they compile, and mean what their
+//! successors mean.
 
 #![allow(deprecated, clippy::unwrap_used, missing_docs)]
 

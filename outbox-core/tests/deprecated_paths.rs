@@ -1,8 +1,8 @@
 //! Old paths and names kept until 0.2: items that left the crate root
 //! (each old path names the same item as the new one, and a use of it
 //! warns with the new path: `tests/ui/deprecated_root_paths.rs`), and the
-//! `Drainer` and `DrainConfig` methods of the first API, which do what
-//! their successors do.
+//! deprecated `Drainer` and `DrainConfig` methods, which do what their
+//! successors do.
 
 #![allow(deprecated, clippy::unwrap_used, missing_docs)]
 
@@ -72,7 +72,7 @@ fn a_store_written_against_the_old_paths_still_compiles() {
 outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 } }
 
 #[tokio::test]
-async fn the_first_apis_drainer_methods_do_what_their_successors_do() {
+async fn deprecated_drainer_methods_do_what_their_successors_do() {
     use outbox_core::{
         ControlTarget, DrainConfig, Drainer, ManualClock, MemoryStore, OutboxKind, Receivers,
         ShardKey,

@@ -1,5 +1,5 @@
-//! What test support looked like before it moved to `outbox-testing`, kept
-//! for one release (until 0.2) so that an upgrade says what to change.
+//! Deprecated paths of the test support that is in `outbox-testing`, kept
+//! until 0.2 so that an upgrade says what to change.
 //!
 //! - `#[outbox_seaorm::test]` and `outbox_seaorm::on_both_backends!` still
 //!   work (their expansions name `outbox_testing`, a dev-dependency the

@@ -1,13 +1,12 @@
-//! What a [`Drainer`] and a [`DrainConfig`] answered before they were
-//! split and set up by a builder, kept for one release (until 0.2): each
-//! old method does what its successor does, and its deprecation names it.
+//! Deprecated methods of [`Drainer`] and [`DrainConfig`], kept until 0.2:
+//! each does what its successor does, and its deprecation names it.
 //!
 //! - set-up on the drainer (`with_config`, `with_clock`, …) is the
 //!   builder's ([`Drainer::builder`]);
 //! - reads are the view's ([`Drainer::view`]), changes the operator's
 //!   ([`Drainer::operator`]);
-//! - three tuning knobs of the first claims have no effect: the old
-//!   setters keep code compiling, and say so.
+//! - three tuning setters have no effect: they keep code compiling, and
+//!   say so.
 
 #![allow(missing_docs)]
 
@@ -196,7 +195,7 @@ impl<C: Category> Drainer<C> {
     }
 }
 
-/// Knobs of the first claims that no longer exist.
+/// Setters without an effect.
 impl DrainConfig {
     #[deprecated(
         since = "0.1.1",
