@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use example_app::migrations::RegionMigrator;
 use example_app::registry::OutboxCategory;
 use example_app::silo::open_database;
-use outbox_core::StoreAdmin;
+use outbox_core::store::StoreAdmin;
 use outbox_seaorm::cli::output::{
     BackfillStatusOutput, ControlChange, ControlOutput, ShardsOutput,
 };

@@ -127,7 +127,7 @@ pub async fn apply_once(State(state): State<ApplyOnce>, request: Request, next: 
 }
 
 /// Why [`apply_once`] refused a request.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum ApplyOnceRejection {
     /// A delivery header is malformed, or the fencing token came without
@@ -148,6 +148,12 @@ pub enum ApplyOnceRejection {
     #[error("the inbox could not record the delivery: {0}")]
     Database(#[from] DbErr),
 }
+
+crate::error_debug::debug_with_message!(ApplyOnceRejection {
+    BadHeader,
+    Transaction,
+    Database
+});
 
 impl ApplyOnceRejection {
     /// The response status.

@@ -128,6 +128,8 @@
 pub mod admin;
 pub mod apply_once;
 mod context;
+mod deprecated;
+mod error_debug;
 pub mod layer;
 mod slot;
 mod tx;
@@ -137,6 +139,9 @@ pub mod webhook;
 pub mod worker;
 
 pub use context::{defer_flush, deferred, OutboxCtx};
+#[allow(deprecated)]
+#[doc(hidden)]
+pub use deprecated::OutboxWaker;
 pub use layer::{
     flush_header_value, DefaultOnFlushError, OnFlushError, Outbox, OutboxLayer, RespondWith,
     ResponseFuture, FLUSH_CULLED, FLUSH_DEFERRED, FLUSH_FAILED, FLUSH_HEADER, FLUSH_PAUSED,

@@ -211,7 +211,7 @@ impl TransactionTrait for Tx {
 
 /// Why a [`Tx`] could not be extracted. Each variant has a fixed status and
 /// body; details go to `tracing` (target `outbox_axum::rejection`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TxRejection {
     /// The router has no `OutboxLayer` above this handler.
@@ -224,7 +224,23 @@ pub enum TxRejection {
     /// middleware and the handler).
     #[error("`Tx` was extracted twice in one request; extract it once and pass it along")]
     AlreadyExtracted,
+    /// Never returned: deprecated, kept until 0.2 so that a `match` that
+    /// names it compiles.
+    #[deprecated(
+        since = "0.1.1",
+        note = "never returned: a `Tx` begins its transaction at its first statement, which \
+                fails with the pool's `DbErr`; match that instead"
+    )]
+    #[doc(hidden)]
+    #[error("could not begin a database transaction")]
+    Begin,
 }
+
+crate::error_debug::debug_with_message!(TxRejection {
+    MissingLayer,
+    AlreadyExtracted,
+    Begin
+});
 
 impl TxRejection {
     /// The response status.
@@ -233,6 +249,8 @@ impl TxRejection {
             TxRejection::MissingLayer | TxRejection::AlreadyExtracted => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
+            #[allow(deprecated)]
+            TxRejection::Begin => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -250,5 +268,19 @@ impl TxRejection {
 impl IntoResponse for TxRejection {
     fn into_response(self) -> Response {
         (self.status(), self.body_text()).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TxRejection;
+
+    #[test]
+    fn a_rejections_debug_names_the_fix() {
+        let debug = format!("{:?}", TxRejection::MissingLayer);
+        assert!(
+            debug.starts_with("TxRejection::MissingLayer: ") && debug.contains("add `.layer("),
+            "{debug}"
+        );
     }
 }

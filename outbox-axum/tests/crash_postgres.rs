@@ -15,7 +15,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use outbox_axum::OutboxWorker;
-use outbox_core::{DrainConfig, HandlerError, Message, OutboxKind, Receivers, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::{DrainConfig, HandlerError, Message, OutboxKind, Receivers};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
 use outbox_testing::database::{connect, TestDatabase};
 use rand::rngs::StdRng;

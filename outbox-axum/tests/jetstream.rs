@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use outbox_axum::OutboxWorker;
 use outbox_core::sink::jetstream::{async_nats, JetStreamSink, MESSAGE_ID_HEADER};
-use outbox_core::{BackoffPolicy, BatchItem, DrainConfig, OutboxKind, Receivers, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::{BackoffPolicy, BatchItem, DrainConfig, OutboxKind, Receivers};
 use outbox_seaorm::{begin_write, write_region, ObjectId, OutboxMessage, ShardId};
 use outbox_testing::database::{connect, DbBackend, TestDatabase};
 use outbox_testing::nats::{read_stream, NatsServer};

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use outbox_axum::OutboxWorker;
-use outbox_core::{OutboxKind, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::OutboxKind;
 use outbox_seaorm::{listener, write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use outbox_testing::database::{connect, PgBouncer, PoolMode};
 use sea_orm::{ConnectionTrait, DbBackend, TransactionTrait};

@@ -51,10 +51,9 @@ use axum::http::{Request, StatusCode};
 use axum::routing::{get, post};
 use axum::{middleware, Router};
 use outbox_axum::{OutboxLayer, Tx, FLUSH_DEFERRED, FLUSH_HEADER};
+use outbox_core::store::{ClaimRequest, DrainStore, ShardClaim};
 use outbox_core::worker::Waker;
-use outbox_core::{
-    ClaimRequest, DrainConfig, DrainStore, Drainer, OutboxKind, Receivers, ShardClaim, ShardKey,
-};
+use outbox_core::{DrainConfig, Drainer, OutboxKind, Receivers, ShardKey};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use outbox_testing::database::wire::{label, pool_idle, StatementCounter, WireSnapshot};
 use outbox_testing::database::{connect, start_cluster_at, stop_cluster_at, TestDatabase};
@@ -832,7 +831,7 @@ async fn each_request_path_stays_within_its_statement_budget() {
         owner: "statement_budget: another worker".to_owned(),
         rows: 1,
         up_to_id: None,
-        order: outbox_core::ClaimOrder::Oldest,
+        order: outbox_core::store::ClaimOrder::Oldest,
         beyond: 0,
         shard_rows: usize::MAX,
         held_rows: 0,

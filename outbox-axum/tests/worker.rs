@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_axum::{OutboxWorker, WorkerError};
-use outbox_core::{HandlerError, Message, OutboxContext, OutboxKind, Receivers, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::{HandlerError, Message, OutboxContext, OutboxKind, Receivers};
 use outbox_seaorm::{listener, write_region, ObjectId, OutboxMessage, ShardId};
 use outbox_testing::database::{
     restart_cluster_at, start_cluster_at, stop_cluster_at, TestDatabase,

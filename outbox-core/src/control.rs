@@ -4,7 +4,7 @@
 //!
 //! - **Pause** (keep and skip): nothing of the target is delivered, nothing
 //!   is deleted. A paused shard is *parked* when a worker next meets it: its
-//!   state gets `retry_at =` [`paused_until`](crate::paused_until) (its
+//!   state gets `retry_at =` [`paused_until`](crate::store::paused_until) (its
 //!   attempts and last error stay; the error reads "paused by an
 //!   operator"), so claims pass it by and a synchronous flush answers
 //!   `FlushError::BackingOff`. Resuming deletes the control and makes the
@@ -218,7 +218,7 @@ mod tests {
             target,
             action,
             reason: None,
-            created_at: crate::the_past(),
+            created_at: crate::schedule::due_at_once(),
         }
     }
 
@@ -238,13 +238,16 @@ mod tests {
                 control(scope.clone(), ControlAction::Cull),
                 control(ControlTarget::Shard(shard.clone()), ControlAction::Pause),
             ],
-            crate::the_past(),
+            crate::schedule::due_at_once(),
         );
         assert_eq!(controls.action_for(&shard), Some(ControlAction::Pause));
         assert_eq!(controls.action_for(&other), Some(ControlAction::Cull));
         let control_outbox = ShardKey::from_raw(OutboxKind::Control, 3, 7, Some("us".into()));
         assert_eq!(controls.action_for(&control_outbox), None, "another table");
-        let gone = controls.replace(vec![control(scope, ControlAction::Cull)], crate::the_past());
+        let gone = controls.replace(
+            vec![control(scope, ControlAction::Cull)],
+            crate::schedule::due_at_once(),
+        );
         assert_eq!(gone, vec![ControlTarget::Shard(shard)]);
     }
 }

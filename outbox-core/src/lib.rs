@@ -3,14 +3,15 @@
 //! The database-free heart of a transactional outbox modelled on Sentry's
 //! hybrid-cloud outboxes: a compile-time registry of scopes and categories,
 //! shards, coalescing, whole-shard backoff, receivers, and a drain engine
-//! written against the [`DrainStore`] trait.
+//! written against the [`store::DrainStore`] trait.
 //!
 //! - [`registry!`] declares scopes and categories; the compiler rejects a
 //!   category in two scopes or a number used twice.
 //! - Rows are grouped into [`ShardKey`]s (scope + identifier, plus region for
 //!   the control outbox). A shard is delivered in order by one worker at a time.
 //! - Within a shard, rows of one `(category, object)` form a
-//!   [`CoalescingGroup`]: only its newest payload is delivered.
+//!   [`CoalescingGroup`](coalesce::CoalescingGroup): only its newest payload
+//!   is delivered.
 //! - A failing receiver stops its shard, which is retried as a whole after a
 //!   doubling delay ([`BackoffPolicy`]).
 //! - [`Drainer`] runs it all: [`Drainer::drain_shard`] is the synchronous flush
@@ -25,6 +26,35 @@
 //! Databases live in `outbox-seaorm`; this crate ships `MemoryStore` for
 //! fast tests. Test support (drain-until-idle, a recording receiver, the
 //! conformance suite, the simulator) is the `outbox-testing` crate.
+//!
+//! # What is at the root
+//!
+//! What an application names: declaring its outbox ([`registry!`],
+//! [`Category`], [`Scope`], [`ShardKey`], [`OutboxKind`]); receiving
+//! ([`Receivers`], [`Message`], [`Payload`], [`HandlerError`],
+//! [`permanent`], [`retry_after`], [`FencingToken`], [`TraceParent`]);
+//! running and operating the drain ([`Drainer`], [`DrainerBuilder`],
+//! [`DrainConfig`], [`DrainOperator`], [`DrainView`], runtime controls,
+//! clocks, [`MemoryStore`] for tests); and what these hand back: reports
+//! ([`DrainReport`], [`FlushOutcome`], [`Backlog`]), the rows of the view
+//! ([`ShardDepth`], [`FailingShard`], [`ShardState`], [`Count`], …) and
+//! every error they return.
+//!
+//! Elsewhere, by who needs it:
+//!
+//! - [`store`]: what a store's implementer needs and an application never
+//!   names: the traits ([`store::DrainStore`], [`store::StoreAdmin`],
+//!   [`store::ClaimBeforeCommit`]), claims and commits
+//!   ([`store::ClaimRequest`], [`store::CommitBatch`], [`store::ShardEnd`],
+//!   …), rows as stored ([`store::StoredRow`]) and the times a row is
+//!   scheduled for ([`store::due_at_once`], …);
+//! - the engine's parts a store or a test may look at: [`coalesce`],
+//!   [`shard`]'s bucket constants, [`memory`]'s transaction;
+//! - one module per topic an application reaches into when it needs it:
+//!   [`worker`], [`fence`], [`trace`], [`sink`], [`history`], [`audit`],
+//!   [`metrics`], [`delivery_headers`].
+//!
+//! Items that left the root keep their old path, deprecated, until 0.2.
 //!
 //! ```
 //! outbox_core::registry! {
@@ -65,8 +95,11 @@ pub mod coalesce;
 pub mod context;
 pub mod control;
 pub mod delivery_headers;
+mod deprecated;
 pub mod drain;
+mod error_debug;
 pub mod fence;
+mod fence_token;
 pub mod history;
 pub mod memory;
 pub mod message;
@@ -74,15 +107,32 @@ pub mod metrics;
 pub mod payload;
 pub mod receiver;
 pub mod registry;
+mod schedule;
 pub mod shard;
 pub mod sink;
 pub mod store;
 pub mod trace;
 pub mod worker;
 
+// Declaring the outbox: `registry!` (exported by the macro itself).
+pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
+pub use shard::{InvalidShardKey, OutboxKind, ShardKey, UnknownOutboxKind};
+
+// What a receiver gets and answers.
+pub use fence_token::FencingToken;
+pub use message::{Message, PayloadError};
+pub use payload::Payload;
+pub use receiver::{
+    is_permanent, permanent, requested_retry_after, retry_after, BatchFuture, BatchItem,
+    HandlerError, IncompleteReceivers, Permanent, Receivers, RetryAfter,
+};
+pub use trace::TraceParent;
+/// The UUID crate of [`Message::message_id`], for receivers that store it.
+pub use uuid;
+
+// Running the drain, operating it, and what it reports.
 pub use backoff::BackoffPolicy;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use coalesce::{coalesce, CoalescingGroup};
 pub use context::OutboxContext;
 pub use control::{ControlAction, ControlTarget, Controls, RuntimeControl};
 pub use drain::{
@@ -90,58 +140,13 @@ pub use drain::{
     Drainer, DrainerBuilder, FlushError, FlushOutcome, HeadMessage, PreparedFlush, ScopeBacklog,
     ShardFailure,
 };
-pub use fence::FencingToken;
-pub use memory::{MemoryStore, MemoryTransaction};
-pub use message::{Message, PayloadError, StoredRow};
-pub use payload::Payload;
-pub use receiver::{
-    is_permanent, permanent, requested_retry_after, retry_after, BatchFuture, BatchItem,
-    HandlerError, IncompleteReceivers, Permanent, Receivers, RetryAfter,
-};
-pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
-pub use shard::{
-    InvalidShardKey, OutboxKind, ShardKey, UnknownOutboxKind, CLAIM_BUCKETS, MAX_BUCKETS_PER_CLAIM,
-};
+pub use memory::MemoryStore;
 pub use store::{
-    BoxError, ClaimBeforeCommit, ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch,
-    CommitOutcome, Count, DeadLetter, DeadLetterRow, DrainStore, DueClaim, FailingShard,
-    ScopeDepth, ShardClaim, ShardCommit, ShardDepth, ShardEnd, ShardState, ShardStatus, Store,
-    StoreAdmin, StoreError,
+    BoxError, Count, DeadLetterRow, FailingShard, ScopeDepth, ShardDepth, ShardState, ShardStatus,
+    StoreError,
 };
-pub use trace::TraceParent;
-/// The UUID crate of [`Message::message_id`], for receivers that store it.
-pub use uuid;
 
-/// The `retry_at` of a quarantined shard (and the `scheduled_for` of its
-/// rows): 9999-01-01, a time no clock reaches. A receiver's
-/// [`permanent`] error quarantines its shard unless the scope dead-letters;
-/// `StoreAdmin::retry_now` releases it.
-pub fn quarantined_until() -> chrono::DateTime<chrono::Utc> {
-    use chrono::TimeZone;
-    chrono::Utc
-        .with_ymd_and_hms(9999, 1, 1, 0, 0, 0)
-        .single()
-        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
-}
-
-/// The `retry_at` of a shard parked by an operator's pause (and the
-/// `scheduled_for` of its rows): 9998-01-01, a time no clock reaches and
-/// before [`quarantined_until`]. Resuming the pause releases it (see
-/// [`control`]).
-pub fn paused_until() -> chrono::DateTime<chrono::Utc> {
-    use chrono::TimeZone;
-    chrono::Utc
-        .with_ymd_and_hms(9998, 1, 1, 0, 0, 0)
-        .single()
-        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
-}
-
-/// The `scheduled_for` given to new rows: `2016-08-01`, so a new row is due at
-/// once whatever the clocks of the processes that drain it (as Sentry does).
-pub fn the_past() -> chrono::DateTime<chrono::Utc> {
-    use chrono::TimeZone;
-    chrono::Utc
-        .with_ymd_and_hms(2016, 8, 1, 0, 0, 0)
-        .single()
-        .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC)
-}
+// The old root paths of what moved to `store`, `coalesce`, `memory` and
+// `shard`, deprecated (see `deprecated.rs`).
+#[doc(hidden)]
+pub use deprecated::*;

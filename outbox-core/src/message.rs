@@ -4,13 +4,13 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
-use crate::fence::FencingToken;
+use crate::fence_token::FencingToken;
 use crate::payload::Payload;
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey};
 use crate::trace::TraceParent;
 
-/// An outbox row as a [`Store`](crate::Store) reads it. Categories are raw
+/// An outbox row as a [`Store`](crate::store::Store) reads it. Categories are raw
 /// integers here: a row may carry one this binary does not know.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoredRow {
@@ -128,7 +128,7 @@ impl<C: Category> Message<C> {
 
 /// A payload that a receiver could not decode. Returned from a receiver, it
 /// fails the delivery, which holds the shard with backoff: nothing is lost.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum PayloadError {
     /// The row has no payload but the receiver needs one.
@@ -152,6 +152,8 @@ pub enum PayloadError {
         source: serde_json::Error,
     },
 }
+
+crate::error_debug::debug_with_message!(PayloadError { Missing, Malformed });
 
 tokio::task_local! {
     /// The delivery whose handler runs on this task.

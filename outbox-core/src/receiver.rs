@@ -417,7 +417,7 @@ impl<C: Category> Receivers<C> {
 }
 
 /// Some live categories have no receiver, or one was registered twice.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "outbox receivers are incomplete: no receiver for [{}]{}; register one with \
      `Receivers::on` (or `discard` for a category you mean to drop) before starting a worker",
@@ -430,3 +430,5 @@ pub struct IncompleteReceivers {
     /// Names of categories registered more than once.
     pub duplicates: Vec<&'static str>,
 }
+
+crate::error_debug::debug_with_message!(IncompleteReceivers);

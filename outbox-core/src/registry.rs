@@ -67,17 +67,21 @@ use std::hash::Hash;
 ///
 /// A row with such a category holds its shard (it is neither delivered nor
 /// deleted) until a binary that knows the category drains it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error(
     "unknown outbox category {0}: this binary's registry does not declare it; \
      deploy a binary that does, or cull the row"
 )]
 pub struct UnknownCategory(pub i32);
 
+crate::error_debug::debug_with_message!(UnknownCategory);
+
 /// A scope value read from the database that this binary does not know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("unknown outbox scope {0}: this binary's registry does not declare it")]
 pub struct UnknownScope(pub i32);
+
+crate::error_debug::debug_with_message!(UnknownScope);
 
 /// An outbox scope: the namespace that, with a shard identifier, forms a shard.
 ///

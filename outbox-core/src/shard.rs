@@ -53,9 +53,11 @@ impl OutboxKind {
 }
 
 /// A text that is not `region` or `control`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown outbox kind {0:?}: expected `region` or `control`")]
 pub struct UnknownOutboxKind(pub String);
+
+crate::error_debug::debug_with_message!(UnknownOutboxKind);
 
 impl std::str::FromStr for OutboxKind {
     type Err = UnknownOutboxKind;
@@ -192,9 +194,11 @@ impl fmt::Display for ShardKey {
 
 /// Text that is not a shard as [`ShardKey`]'s `Display` writes it
 /// (`region:0/42`, `control[us]:0/42`).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not a shard (`region:<scope>/<identifier>` or `control[<region>]:<scope>/<identifier>`): {0:?}")]
 pub struct InvalidShardKey(pub String);
+
+crate::error_debug::debug_with_message!(InvalidShardKey);
 
 impl std::str::FromStr for ShardKey {
     type Err = InvalidShardKey;

@@ -5,9 +5,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use outbox_core::store::{DrainStore, ShardClaim, StoreAdmin};
 use outbox_core::{
-    DeliveryError, DrainConfig, DrainStore, Drainer, FlushError, HandlerError, ManualClock,
-    MemoryStore, Message, OutboxKind, PayloadError, Receivers, ShardClaim, ShardKey, StoreAdmin,
+    DeliveryError, DrainConfig, Drainer, FlushError, HandlerError, ManualClock, MemoryStore,
+    Message, OutboxKind, PayloadError, Receivers, ShardKey,
 };
 use serde_json::json;
 
@@ -275,7 +276,7 @@ async fn a_sync_flush_reports_a_busy_shard() {
     let clock = ManualClock::starting_now();
     let store = MemoryStore::new();
     let id = store.write(&org(1), OutboxCategory::OrgUpdate, 1, None);
-    let request = outbox_core::ClaimRequest {
+    let request = outbox_core::store::ClaimRequest {
         kind: OutboxKind::Region,
         now: outbox_core::Clock::now(&clock),
         lease_until: outbox_core::Clock::now(&clock) + chrono::Duration::seconds(30),
@@ -283,7 +284,7 @@ async fn a_sync_flush_reports_a_busy_shard() {
         owner: "someone else".into(),
         rows: 1,
         up_to_id: None,
-        order: outbox_core::ClaimOrder::Oldest,
+        order: outbox_core::store::ClaimOrder::Oldest,
         beyond: 0,
         shard_rows: usize::MAX,
         held_rows: 0,

@@ -14,9 +14,10 @@ use outbox_core::sink::jetstream::{
     COALESCED_HEADER, DATE_ADDED_HEADER, MESSAGE_ID_HEADER, OBJECT_HEADER, ROW_ID_HEADER,
     SHARD_HEADER, TRACEPARENT_HEADER,
 };
+use outbox_core::store::{quarantined_until, StoreAdmin};
 use outbox_core::{
-    quarantined_until, BackoffPolicy, DeliveryError, DrainConfig, DrainReport, Drainer,
-    HandlerError, MemoryStore, Message, OutboxKind, Receivers, ShardKey, StoreAdmin,
+    BackoffPolicy, DeliveryError, DrainConfig, DrainReport, Drainer, HandlerError, MemoryStore,
+    Message, OutboxKind, Receivers, ShardKey,
 };
 use outbox_testing::nats::{read_stream, NatsServer};
 use serde_json::json;

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
+use outbox_core::store::StoreAdmin;
 use outbox_core::{
     BackoffPolicy, Category, DrainConfig, Drainer, HandlerError, ManualClock, MemoryStore, Message,
-    OutboxKind, Receivers, ShardKey, StoreAdmin,
+    OutboxKind, Receivers, ShardKey,
 };
 use proptest::prelude::*;
 use serde_json::json;

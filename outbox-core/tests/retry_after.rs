@@ -7,9 +7,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use outbox_core::store::StoreAdmin;
 use outbox_core::{
     retry_after, BackoffPolicy, Clock, DrainConfig, Drainer, HandlerError, ManualClock,
-    MemoryStore, Message, OutboxKind, Receivers, ShardKey, StoreAdmin,
+    MemoryStore, Message, OutboxKind, Receivers, ShardKey,
 };
 
 outbox_core::registry! {

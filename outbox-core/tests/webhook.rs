@@ -20,9 +20,10 @@ use outbox_core::sink::webhook::{
     WebhookError, WebhookKeys, WebhookSecret, WebhookSink, ID_HEADER, SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
 };
+use outbox_core::store::StoreAdmin;
 use outbox_core::{
     DeliveryError, DrainConfig, DrainReport, Drainer, ManualClock, MemoryStore, OutboxKind,
-    Receivers, ShardKey, StoreAdmin,
+    Receivers, ShardKey,
 };
 use serde_json::json;
 use tokio::sync::mpsc;

@@ -237,7 +237,7 @@ async fn rows_passed_over_in_a_held_bucket_are_claimed_when_the_holder_ends() {
 
     // A row of another shard of that bucket, written after the first
     // round's claim: the claim it wakes passes it over.
-    let neighbour = org(1 + i64::from(outbox_core::CLAIM_BUCKETS));
+    let neighbour = org(1 + i64::from(outbox_core::shard::CLAIM_BUCKETS));
     assert_eq!(neighbour.bucket(), org(1).bucket());
     store.write(&neighbour, OutboxCategory::OrgUpdate, 2, None);
     worker.waker().wake(OutboxKind::Region).await;

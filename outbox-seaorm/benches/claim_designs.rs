@@ -34,10 +34,9 @@
 use std::time::{Duration, Instant};
 
 use outbox_core::drain::DEFAULT_BATCH_SIZE;
-use outbox_core::{
-    ClaimRequest, CommitBatch, DrainStore, OutboxKind, ShardCommit, ShardEnd, CLAIM_BUCKETS,
-    MAX_BUCKETS_PER_CLAIM,
-};
+use outbox_core::shard::{CLAIM_BUCKETS, MAX_BUCKETS_PER_CLAIM};
+use outbox_core::store::{ClaimRequest, CommitBatch, DrainStore, ShardCommit, ShardEnd};
+use outbox_core::OutboxKind;
 use outbox_seaorm::store::PgStore;
 use outbox_testing::database::{connect, start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, QueryResult, Statement, Value};
@@ -254,7 +253,7 @@ async fn buckets(db: DatabaseConnection, rows_per_claim: usize) -> u64 {
             owner: "bench".to_owned(),
             rows: rows_per_claim,
             up_to_id: None,
-            order: outbox_core::ClaimOrder::Oldest,
+            order: outbox_core::store::ClaimOrder::Oldest,
             beyond: 0,
             shard_rows: usize::MAX,
             held_rows: 0,

@@ -27,7 +27,10 @@ pub fn connect_options(url: impl Into<String>) -> Result<ConnectOptions, Unsuppo
 
 /// Opens a pool to the PostgreSQL or SQLite database at `url` with
 /// [`connect_options`]: the branch every app that reads `DATABASE_URL`
-/// would write otherwise.
+/// would write otherwise. The backend comes from the URL's scheme, as with
+/// `sea_orm::Database::connect`; [`sqlite::connect`](crate::sqlite::connect)
+/// is the SQLite-only form (it refuses any other scheme), with the same
+/// SQLite options.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -52,7 +55,7 @@ pub async fn connect(url: impl Into<String>) -> Result<DatabaseConnection, DbErr
 }
 
 /// A database URL whose scheme the outbox does not support.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "the outbox runs on PostgreSQL (`postgres://`, `postgresql://`) and SQLite (`sqlite:`), \
      not `{scheme}:` URLs"
@@ -61,6 +64,8 @@ pub struct UnsupportedUrl {
     /// The URL's scheme.
     pub scheme: String,
 }
+
+crate::error_debug::debug_with_message!(UnsupportedUrl);
 
 #[cfg(test)]
 mod tests {
@@ -79,5 +84,10 @@ mod tests {
         let error = connect_options("mysql://u:secret@localhost/app").unwrap_err();
         assert_eq!(error.scheme, "mysql");
         assert!(!error.to_string().contains("secret"), "{error}");
+        let debug = format!("{error:?}");
+        assert!(
+            debug.contains("the outbox runs on PostgreSQL") && !debug.contains("secret"),
+            "{debug}"
+        );
     }
 }

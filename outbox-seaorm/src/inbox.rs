@@ -186,7 +186,7 @@ pub enum Fence {
 
 /// What [`Inbox::apply`] could not do. Nothing was committed: the message
 /// id is recorded only with the change.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum InboxError<E> {
     /// The transaction could not begin or commit, or the id not be recorded.
     #[error("outbox inbox: {0}")]
@@ -195,6 +195,8 @@ pub enum InboxError<E> {
     #[error("outbox inbox: the change failed: {0}")]
     Apply(#[source] E),
 }
+
+crate::error_debug::debug_with_message!(InboxError<E> { Database, Apply });
 
 impl Inbox {
     /// The inbox of `consumer` (e.g. `"region-replica"`).

@@ -227,7 +227,7 @@ const FIX: &str = "run the outbox migrations before starting: add \
     or run `outbox_migrations::OutboxMigrator::up(&db, None)`";
 
 /// The database lacks what the outbox needs.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum SchemaError {
     /// An outbox migration has not run: a table or a column it creates is
@@ -259,6 +259,12 @@ pub enum SchemaError {
     #[error(transparent)]
     UnsupportedBackend(#[from] UnsupportedBackend),
 }
+
+crate::error_debug::debug_with_message!(SchemaError {
+    NotMigrated,
+    Database,
+    UnsupportedBackend
+});
 
 fn describe(table: &str, column: Option<&str>, index: Option<&str>) -> String {
     match (column, index) {

@@ -121,6 +121,10 @@ pub fn options(url: impl Into<String>) -> ConnectOptions {
 /// Opens a pool to the SQLite database at `url` with [`options`]. Add
 /// `?mode=rwc` to the URL to create the file when it does not exist.
 ///
+/// SQLite only: an app whose URL may name PostgreSQL too (`DATABASE_URL`)
+/// calls [`crate::connect`], which chooses by the scheme and opens SQLite
+/// with these same options.
+///
 /// # Errors
 ///
 /// The database's, when the URL is not a SQLite one or the file cannot be
@@ -132,7 +136,7 @@ pub async fn connect(url: impl Into<String>) -> Result<DatabaseConnection, DbErr
         let scheme = url.split(':').next().unwrap_or_default();
         return Err(DbErr::Conn(sea_orm::RuntimeErr::Internal(format!(
             "`outbox_seaorm::sqlite::connect` opens SQLite databases, not `{scheme}:` URLs; \
-             use `sea_orm::Database::connect` for other databases"
+             use `outbox_seaorm::connect`, which opens PostgreSQL or SQLite by the URL's scheme"
         ))));
     }
     Database::connect(options(url)).await

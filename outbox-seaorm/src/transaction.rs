@@ -33,13 +33,26 @@
 use sea_orm::{DbErr, SqliteTransactionMode, TransactionOptions, TransactionTrait};
 
 /// The options of a transaction that will write: `BEGIN IMMEDIATE` on
-/// SQLite, a plain `BEGIN` elsewhere.
-pub const fn write_transaction() -> TransactionOptions {
+/// SQLite, a plain `BEGIN` elsewhere. For
+/// `TransactionTrait::begin_with_options`, or a layer's own
+/// configuration; [`begin_write`] begins one.
+pub const fn write_transaction_options() -> TransactionOptions {
     TransactionOptions {
         isolation_level: None,
         access_mode: None,
         sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
     }
+}
+
+/// The options of a transaction that will write, not a transaction: see
+/// [`write_transaction_options`].
+#[deprecated(
+    since = "0.1.1",
+    note = "use `outbox_seaorm::write_transaction_options`"
+)]
+#[doc(hidden)]
+pub const fn write_transaction() -> TransactionOptions {
+    write_transaction_options()
 }
 
 /// Begins a transaction that will write (see the [module
@@ -50,5 +63,5 @@ pub const fn write_transaction() -> TransactionOptions {
 /// The database's, when it cannot begin one (on SQLite, when another
 /// connection holds the write lock for longer than `busy_timeout`).
 pub async fn begin_write<T: TransactionTrait>(db: &T) -> Result<T::Transaction, DbErr> {
-    db.begin_with_options(write_transaction()).await
+    db.begin_with_options(write_transaction_options()).await
 }

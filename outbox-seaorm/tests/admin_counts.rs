@@ -5,7 +5,8 @@
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use outbox_core::{Count, OutboxKind, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::{Count, OutboxKind};
 use outbox_testing::database::TestDatabase;
 use sea_orm::ConnectionTrait;
 

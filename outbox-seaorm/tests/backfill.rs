@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use outbox_core::{HandlerError, OutboxKind, Receivers, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::{HandlerError, OutboxKind, Receivers};
 use outbox_seaorm::backfill::{set_target_version, Backfill};
 use outbox_seaorm::entity::{control_outbox, region_outbox};
 use outbox_seaorm::replication::{ControlReplication, RegionReplication};

@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
 use common::{database, number, OutboxCategory, OutboxScope, Recorder};
-use outbox_core::{
-    ClaimRequest, CommitBatch, DrainStore, Drainer, OutboxKind, ShardClaim, ShardCommit, ShardEnd,
-    ShardKey, StoreAdmin,
+use outbox_core::store::{
+    ClaimRequest, CommitBatch, DrainStore, ShardClaim, ShardCommit, ShardEnd, StoreAdmin,
 };
+use outbox_core::{Drainer, OutboxKind, ShardKey};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use sea_orm::{ConnectionTrait, DbBackend};
 
@@ -29,7 +29,7 @@ fn request(token: i64) -> ClaimRequest {
         owner: format!("test-{token}"),
         rows: 100,
         up_to_id: None,
-        order: outbox_core::ClaimOrder::Oldest,
+        order: outbox_core::store::ClaimOrder::Oldest,
         beyond: 0,
         shard_rows: usize::MAX,
         held_rows: 0,
@@ -224,7 +224,7 @@ async fn fencing_tokens_keep_growing_across_a_crash_that_empties_the_bucket_tabl
                 .unwrap();
         }
     };
-    let fence_of = |claimed: &outbox_core::ClaimedShard| claimed.fence.get();
+    let fence_of = |claimed: &outbox_core::store::ClaimedShard| claimed.fence.get();
     // As if a thousand claims had been made.
     t.db.execute_unprepared("SELECT setval('outbox_fence', 1000)")
         .await
@@ -303,11 +303,11 @@ async fn a_claim_reads_each_bucket_row_at_most_twice() {
         600
     );
     for order in [
-        outbox_core::ClaimOrder::Oldest,
-        outbox_core::ClaimOrder::Newest,
+        outbox_core::store::ClaimOrder::Oldest,
+        outbox_core::store::ClaimOrder::Newest,
     ] {
         let before = bucket_rows_fetched(&t, &db).await;
-        let mut request = request(i64::from(order == outbox_core::ClaimOrder::Newest) + 1);
+        let mut request = request(i64::from(order == outbox_core::store::ClaimOrder::Newest) + 1);
         request.rows = 1_000;
         request.order = order;
         let claim = store.claim_due(&request).await.unwrap();

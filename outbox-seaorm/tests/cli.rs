@@ -10,7 +10,8 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 use common::{OutboxCategory, Recorder};
-use outbox_core::{Drainer, DrainerBuilder, OutboxKind, ShardKey, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::{Drainer, DrainerBuilder, OutboxKind, ShardKey};
 use outbox_seaorm::backfill::Backfill;
 use outbox_seaorm::cli::output::{
     AuditOutput, BackfillRunOutput, BackfillStatusOutput, ControlChange, ControlOutput, Count,

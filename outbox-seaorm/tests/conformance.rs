@@ -6,7 +6,8 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use outbox_core::{ClaimBeforeCommit, ClaimRequest, OutboxKind, ShardClaim, ShardKey, StoreError};
+use outbox_core::store::{ClaimBeforeCommit, ClaimRequest, ShardClaim};
+use outbox_core::{OutboxKind, ShardKey, StoreError};
 use outbox_migrations::OutboxRingMigrator;
 use outbox_seaorm::{
     write_control, write_region, ClaimOn, ObjectId, OutboxMessage, SeaOrmStore, ShardId,

@@ -11,9 +11,10 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::{database, OutboxCategory, OutboxScope};
+use outbox_core::store::StoreAdmin;
 use outbox_core::{
     Clock, DrainConfig, Drainer, HandlerError, ManualClock, Message, OutboxKind, Receivers,
-    ShardKey, StoreAdmin,
+    ShardKey,
 };
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
 use outbox_testing::database::DbBackend;

@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
+use outbox_core::store::StoreAdmin;
 use outbox_core::uuid::Uuid;
-use outbox_core::{Drainer, HandlerError, ManualClock, Message, OutboxKind, Receivers, StoreAdmin};
+use outbox_core::{Drainer, HandlerError, ManualClock, Message, OutboxKind, Receivers};
 use outbox_seaorm::inbox::{self, Applied, Fence, FenceKey, Inbox, InboxError, Received};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use outbox_testing::conformance::OutboxCategory;

@@ -9,8 +9,9 @@ use sea_orm_migration::MigrationName;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use outbox_core::store::StoreAdmin;
 use outbox_core::uuid::Uuid;
-use outbox_core::{Drainer, HandlerError, Message, OutboxKind, Receivers, StoreAdmin};
+use outbox_core::{Drainer, HandlerError, Message, OutboxKind, Receivers};
 use outbox_seaorm::{
     write_control, write_region, write_region_many, ObjectId, OutboxMessage, ShardId,
 };

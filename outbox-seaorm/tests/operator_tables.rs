@@ -3,8 +3,8 @@
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use outbox_core::store::HorizonHolderKind;
-use outbox_core::{OutboxKind, StoreAdmin};
+use outbox_core::store::{HorizonHolderKind, StoreAdmin};
+use outbox_core::OutboxKind;
 use outbox_testing::database::TestDatabase;
 use sea_orm::ConnectionTrait;
 

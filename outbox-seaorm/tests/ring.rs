@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{database, drain_everything, OutboxCategory, Recorder};
-use outbox_core::{DrainConfig, Drainer, OutboxKind, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::{DrainConfig, Drainer, OutboxKind};
 use outbox_migrations::OutboxRingMigrator;
 use outbox_seaorm::ring::{self, partition_of, PARTITIONS, SPAN};
 use outbox_seaorm::{begin_write, write_region, ObjectId, OutboxMessage, ShardId};

@@ -56,6 +56,12 @@ async fn each_missing_migration_is_named_with_the_fix(backend: DbBackend) {
         let expected = &names[at];
         let error = check_schema(&t.db).await.unwrap_err();
         let message = error.to_string();
+        // What `unwrap()` and `?` out of `main` print says the fix too.
+        let debug = format!("{error:?}");
+        assert!(
+            debug.starts_with("SchemaError::NotMigrated: ") && debug.ends_with(&message),
+            "{debug}"
+        );
         match error {
             SchemaError::NotMigrated {
                 migration,

@@ -24,10 +24,10 @@ mod common;
 
 use chrono::Utc;
 use common::{database, number, OutboxScope};
-use outbox_core::{
-    ClaimBeforeCommit, ClaimOrder, ClaimRequest, DrainStore, OutboxKind, ShardClaim, ShardKey,
-    StoreAdmin,
+use outbox_core::store::{
+    ClaimBeforeCommit, ClaimOrder, ClaimRequest, DrainStore, ShardClaim, StoreAdmin,
 };
+use outbox_core::{OutboxKind, ShardKey};
 use outbox_migrations::OutboxRingMigrator;
 use outbox_seaorm::{ClaimOn, SeaOrmStore};
 use outbox_testing::database::TestDatabase;

@@ -8,7 +8,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use outbox_core::{Drainer, HandlerError, Message, OutboxKind, Receivers, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::{Drainer, HandlerError, Message, OutboxKind, Receivers};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
 use outbox_testing::conformance::OutboxCategory;
 use outbox_testing::database::{DbBackend, TestDatabase};

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use common::{database, OutboxCategory, Recorder};
 use outbox_core::drain::DEFAULT_LEASE;
-use outbox_core::{BackoffPolicy, DrainConfig, Drainer, OutboxKind, ShardKey, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::{BackoffPolicy, DrainConfig, Drainer, OutboxKind, ShardKey};
 use outbox_seaorm::{write_region_many, ObjectId, OutboxMessage, SeaOrmStore, ShardId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -5,7 +5,8 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use outbox_core::{Drainer, OutboxKind, StoreAdmin, TraceParent};
+use outbox_core::store::StoreAdmin;
+use outbox_core::{Drainer, OutboxKind, TraceParent};
 use outbox_seaorm::entity::outbox_dead_letter;
 use outbox_seaorm::{write_control, write_region, ObjectId, OutboxMessage, ShardId};
 use outbox_testing::conformance::{OutboxCategory, OutboxScope};

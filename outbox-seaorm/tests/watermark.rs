@@ -13,7 +13,8 @@ mod common;
 
 use chrono::{DateTime, Duration, Utc};
 use common::{database, OutboxCategory, OutboxScope};
-use outbox_core::{ClaimOrder, ClaimRequest, DrainStore, OutboxKind, ShardKey, StoreAdmin};
+use outbox_core::store::{ClaimOrder, ClaimRequest, DrainStore, StoreAdmin};
+use outbox_core::{OutboxKind, ShardKey};
 use outbox_seaorm::store::{PgStore, SeaOrmStore};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend};

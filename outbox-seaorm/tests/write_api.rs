@@ -6,7 +6,8 @@
 
 use std::collections::HashMap;
 
-use outbox_core::{Drainer, OutboxKind, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::{Drainer, OutboxKind};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId, WriteError};
 use outbox_testing::database::TestDatabase;
 use outbox_testing::{drain_until_idle, Recorder};

@@ -75,7 +75,7 @@ impl<C: Category> OutboxLayer<C> {
         Self {
             shared: Arc::new(Shared {
                 db,
-                transaction_options: outbox_seaorm::write_transaction(),
+                transaction_options: outbox_seaorm::write_transaction_options(),
                 drainer,
                 commit_when: Arc::new(is_success),
                 on_flush_error: Arc::new(DefaultOnFlushError),
@@ -121,7 +121,7 @@ impl<C: Category> OutboxLayer<C> {
     }
 
     /// How the request's transaction begins. Default:
-    /// [`outbox_seaorm::write_transaction`] (`BEGIN IMMEDIATE` on SQLite, so
+    /// [`outbox_seaorm::write_transaction_options`] (`BEGIN IMMEDIATE` on SQLite, so
     /// that a handler which reads and then writes cannot fail with
     /// `SQLITE_BUSY` when the drain commits in between; a plain `BEGIN` on
     /// PostgreSQL). Set an isolation level here, or

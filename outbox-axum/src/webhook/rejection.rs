@@ -9,7 +9,7 @@ use outbox_core::sink::webhook::VerifyError;
 /// or the [`verify`](super::verify) middleware refused a request. The
 /// response says which check failed, never with a key or a signature
 /// that would have matched.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum WebhookRejection {
     /// No keys to verify with: neither the [`verify`](super::verify)
@@ -63,6 +63,17 @@ pub enum WebhookRejection {
     #[error(transparent)]
     Json(#[from] JsonRejection),
 }
+
+crate::error_debug::debug_with_message!(WebhookRejection {
+    MissingKeys,
+    MissingHeader,
+    MalformedHeader,
+    OutsideTolerance,
+    InvalidSignature,
+    UnsignedDeliveryHeaders,
+    Body,
+    Json
+});
 
 impl WebhookRejection {
     /// The response status.

@@ -2,7 +2,8 @@
 //! head message shown, moved to the dead letters, the rest delivered.
 
 use axum::http::{Method, StatusCode};
-use outbox_core::{OutboxKind, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::OutboxKind;
 use serde_json::Value;
 
 use super::{call, setup, write, DbBackend, TOKEN};

@@ -3,7 +3,8 @@
 use axum::http::{Method, StatusCode};
 use chrono::{DateTime, Utc};
 use outbox_core::history::Sample;
-use outbox_core::{OutboxKind, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::OutboxKind;
 
 use super::{call, setup, DbBackend, TOKEN};
 

@@ -4,7 +4,8 @@
 //! does not name its scope is refused with a typed 400.
 
 use axum::http::{Method, StatusCode};
-use outbox_core::{OutboxKind, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::OutboxKind;
 use serde_json::{json, Value};
 
 use super::{call, setup, DbBackend, TOKEN};

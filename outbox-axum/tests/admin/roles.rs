@@ -3,7 +3,8 @@
 //! recorded with who, what, on what, why and how they ended.
 
 use axum::http::{Method, StatusCode};
-use outbox_core::{OutboxKind, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::OutboxKind;
 use serde_json::Value;
 
 use super::{

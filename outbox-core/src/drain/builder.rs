@@ -126,3 +126,13 @@ impl<C: Category> DrainerBuilder<C> {
         Drainer::from_engine(self.engine)
     }
 }
+
+impl<C: Category> Drainer<C> {
+    /// A builder holding this drainer's engine, for the deprecated
+    /// `with_*` setters.
+    pub(super) fn rebuild(self) -> DrainerBuilder<C> {
+        DrainerBuilder {
+            engine: self.into_engine(),
+        }
+    }
+}

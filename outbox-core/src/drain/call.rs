@@ -11,13 +11,13 @@ use tracing::Instrument;
 use super::engine::{Engine, DELIVERING};
 use super::observe;
 use super::report::DeliveryError;
+use super::span;
 use crate::coalesce::CoalescingGroup;
-use crate::fence::FencingToken;
+use crate::fence_token::FencingToken;
 use crate::message::Message;
 use crate::receiver::{BatchItem, Handler, HandlerError};
 use crate::registry::{Category, Scope};
 use crate::shard::{OutboxKind, ShardKey};
-use crate::trace;
 
 /// One receiver call, ready to be made.
 pub(crate) struct Call<C: Category> {
@@ -95,7 +95,7 @@ pub(crate) fn prepare<C: Category>(
         category,
         handler,
         message,
-        span: trace::delivery_span(category, group, synchronous),
+        span: span::delivery_span(category, group, synchronous),
         stack: stack.clone(),
         lag_group: LagGroup {
             first_scheduled_from: group.first.scheduled_from,
@@ -149,7 +149,7 @@ impl<C: Category> CallMeta<C> {
                 Ok(self.category)
             }
             Err(error) => {
-                trace::delivery_failed(&self.span, error.reason());
+                span::delivery_failed(&self.span, error.reason());
                 Err(error)
             }
         }

@@ -164,7 +164,9 @@ impl DrainConfig {
         self.backoff
     }
 
-    /// The timeout of one receiver call.
+    /// The timeout of one receiver call: what
+    /// [`delivery_timeout`](Self::delivery_timeout) set (the lease is
+    /// renewed while the call runs, so nothing shortens it).
     pub fn effective_delivery_timeout(&self) -> Duration {
         self.delivery_timeout
     }

@@ -11,7 +11,7 @@ use super::observe;
 use super::report::{DeliveryError, ShardFailure};
 use crate::coalesce::{coalesce, CoalescingGroup};
 use crate::control::ControlAction;
-use crate::fence::FencingToken;
+use crate::fence_token::FencingToken;
 use crate::registry::Category;
 use crate::shard::ShardKey;
 use crate::store::{ClaimedShard, DeadLetter, ShardCommit, ShardEnd, ShardState};
@@ -314,7 +314,7 @@ impl<C: Category> ShardRun<C> {
     /// waits for an operator.
     fn quarantine(&mut self, drainer: &Engine<C>, failed: Failed<'_>, error: DeliveryError) {
         observe::quarantined(failed.shard, failed.group, failed.category_name, &error);
-        let retry_at = crate::quarantined_until();
+        let retry_at = crate::schedule::quarantined_until();
         self.outcome.commit.end = ShardEnd::Backoff {
             retry_at,
             delay: self
@@ -392,7 +392,7 @@ fn controlled(
         ControlAction::Pause => {
             tracing::info!(%shard, "outbox shard paused by an operator: parked");
             outcome.commit.end = ShardEnd::Backoff {
-                retry_at: crate::paused_until(),
+                retry_at: crate::schedule::paused_until(),
                 delay: last_backoff.unwrap_or_default(),
                 error: PAUSED.to_owned(),
                 attempts,

@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 
 use super::config::DrainConfig;
@@ -70,6 +69,10 @@ impl<C: Category> Drainer<C> {
         Self { engine }
     }
 
+    pub(super) fn into_engine(self) -> Engine<C> {
+        self.engine
+    }
+
     /// The tuning.
     pub fn config(&self) -> &DrainConfig {
         &self.engine.config
@@ -88,11 +91,6 @@ impl<C: Category> Drainer<C> {
     /// The clock.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.engine.clock
-    }
-
-    /// The current time of the drainer's clock.
-    pub(crate) fn now(&self) -> DateTime<Utc> {
-        self.engine.now()
     }
 
     /// The operator's handle: runtime controls, an operator's retry, dead

@@ -300,7 +300,7 @@ impl<C: Category> PreparedFlush<C> {
         on: &(impl ClaimBeforeCommit + ?Sized),
     ) -> Result<(), StoreError> {
         for flush in &mut self.kinds {
-            let now = self.drainer.now();
+            let now = self.drainer.clock().now();
             flush.request.now = now;
             flush.request.lease_until = now + super::claim::to_chrono(self.drainer.config().lease);
             flush.completed_through = self.drainer.engine().completer().completed_through();

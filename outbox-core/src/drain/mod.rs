@@ -1,6 +1,6 @@
 //! The drain engine: claim shards, deliver coalesced messages in order, commit.
 //!
-//! A [`Drainer`] pairs a [`Store`](crate::Store) with [`Receivers`](crate::Receivers).
+//! A [`Drainer`] pairs a [`Store`](crate::store::Store) with [`Receivers`](crate::Receivers).
 //! It has two entry points:
 //!
 //! - The *synchronous flush* delivers what a transaction wrote right after it
@@ -82,6 +82,7 @@ mod claim;
 mod complete;
 mod config;
 mod deliver;
+mod deprecated;
 mod drainer;
 mod engine;
 mod flush;
@@ -95,6 +96,7 @@ mod planner;
 mod recovery;
 mod report;
 mod round;
+mod span;
 mod tally;
 mod view;
 mod wave;
@@ -105,6 +107,9 @@ pub use config::{
     DEFAULT_CONTROLS_REFRESH, DEFAULT_COUNT_CAP, DEFAULT_DELIVERY_TIMEOUT, DEFAULT_LEASE,
     DEFAULT_ROUND_DURATION, DEFAULT_SYNC_WAIT,
 };
+#[allow(deprecated)]
+#[doc(hidden)]
+pub use deprecated::{DEFAULT_DELETE_CHUNK, DEFAULT_MAX_ROWS_PER_CLAIM, DEFAULT_SHARDS_PER_CLAIM};
 pub use drainer::Drainer;
 pub use engine::DeadLetterPolicy;
 pub use flush::{FlushOutcome, PreparedFlush};

@@ -187,7 +187,7 @@ mod tests {
     #[test]
     fn a_success_releases_a_bounded_batch_at_most_once_a_second() {
         let recovery = Recovery::default();
-        let now = crate::the_past();
+        let now = crate::schedule::due_at_once();
         for id in 0..5 {
             recovery.backed_off(1, &shard(id));
         }
@@ -232,7 +232,7 @@ mod tests {
     #[test]
     fn a_target_that_is_down_gets_one_probe_a_second_in_turn() {
         let recovery = Recovery::default();
-        let now = crate::the_past();
+        let now = crate::schedule::due_at_once();
         recovery.backed_off(1, &shard(0));
         recovery.backed_off(1, &shard(0));
         assert!(
@@ -266,7 +266,7 @@ mod tests {
     #[test]
     fn a_region_that_is_down_is_not_back_because_another_answered() {
         let recovery = Recovery::default();
-        let now = crate::the_past();
+        let now = crate::schedule::due_at_once();
         let to = |region: &str, id: i64| {
             ShardKey::from_raw(OutboxKind::Control, 0, id, Some(region.to_owned()))
         };

@@ -9,7 +9,7 @@ use crate::store::StoreError;
 
 /// Why one delivery failed. The shard stops at the failed message and is
 /// rescheduled with backoff; nothing is deleted.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum DeliveryError {
     /// The receiver returned an error.
@@ -47,6 +47,15 @@ pub enum DeliveryError {
         row_scope: i32,
     },
 }
+
+crate::error_debug::debug_with_message!(DeliveryError {
+    Handler,
+    Panicked,
+    Timeout,
+    UnknownCategory,
+    NoReceiver,
+    ScopeMismatch
+});
 
 impl DeliveryError {
     /// Whether retrying cannot help: the receiver returned an error marked
@@ -155,7 +164,7 @@ impl DrainReport {
 
 /// A synchronous flush that did not deliver everything it was asked to. The
 /// rows stay committed; the background drain delivers them.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum FlushError {
     /// A delivery failed.
@@ -222,6 +231,15 @@ pub enum FlushError {
     #[error(transparent)]
     Store(#[from] StoreError),
 }
+
+crate::error_debug::debug_with_message!(FlushError {
+    Delivery,
+    BackingOff,
+    ShardBusy,
+    Paused,
+    ClaimLost,
+    Store
+});
 
 impl FlushError {
     /// Whether the flush stopped because of an operator's control rather

@@ -37,13 +37,11 @@
 //! engine also gives up on its own where it can: a worker whose lease ended
 //! by its own clock calls no receiver.
 
-mod token;
-
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-pub use token::FencingToken;
+pub use crate::fence_token::FencingToken;
 
 use crate::message::Message;
 use crate::registry::Category;

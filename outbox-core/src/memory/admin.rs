@@ -122,7 +122,7 @@ impl StoreAdmin for MemoryStore {
             let dead = state.dead.get_mut(&kind).and_then(|dead| dead.remove(id));
             if let Some(dead) = dead {
                 let mut row = dead.row;
-                row.scheduled_for = crate::the_past();
+                row.scheduled_for = crate::schedule::due_at_once();
                 state.rows.entry(kind).or_default().insert(*id, row);
                 moved += 1;
             }
@@ -195,7 +195,7 @@ impl StoreAdmin for MemoryStore {
                 shard_state.retry_at = now;
             }
             state.reschedule(shard, now, |at| {
-                (at > crate::the_past()).then(crate::the_past)
+                (at > crate::schedule::due_at_once()).then(crate::schedule::due_at_once)
             });
             released.push(shard.clone());
         }
@@ -295,7 +295,7 @@ impl StoreAdmin for MemoryStore {
         }
         state.states.remove(shard);
         state.reschedule(shard, now, |at| {
-            (at > crate::the_past()).then(crate::the_past)
+            (at > crate::schedule::due_at_once()).then(crate::schedule::due_at_once)
         });
         Ok(Some(moved))
     }

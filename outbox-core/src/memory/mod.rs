@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::clock::Clock;
-use crate::fence::FencingToken;
+use crate::fence_token::FencingToken;
 use crate::message::StoredRow;
 use crate::payload::Payload;
 use crate::registry::Category;
@@ -316,7 +316,7 @@ impl MemoryStore {
             object_identifier,
             payload: payload.map(Payload::from),
             scheduled_from: now,
-            scheduled_for: crate::the_past(),
+            scheduled_for: crate::schedule::due_at_once(),
             date_added: now,
             traceparent: crate::trace::TraceParent::current(),
         }
@@ -583,7 +583,7 @@ impl DrainStore for MemoryStore {
                 ShardEnd::Done => {}
                 ShardEnd::Recovered => {
                     state.states.remove(shard);
-                    state.reschedule(shard, batch.now, |_| Some(crate::the_past()));
+                    state.reschedule(shard, batch.now, |_| Some(crate::schedule::due_at_once()));
                 }
                 ShardEnd::Backoff {
                     retry_at,

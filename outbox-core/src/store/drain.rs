@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::error::StoreError;
-use crate::fence::FencingToken;
+use crate::fence_token::FencingToken;
 use crate::message::StoredRow;
 use crate::shard::{OutboxKind, ShardKey};
 
@@ -142,13 +142,13 @@ impl ShardState {
     /// Whether the shard is quarantined after a permanent error: it waits
     /// for an operator (`StoreAdmin::retry_now`), not for a time.
     pub fn is_quarantined(&self) -> bool {
-        self.retry_at >= crate::quarantined_until()
+        self.retry_at >= crate::schedule::quarantined_until()
     }
 
     /// Whether the shard is parked by an operator's pause (see
     /// [`crate::control`]).
     pub fn is_paused(&self) -> bool {
-        self.retry_at >= crate::paused_until() && !self.is_quarantined()
+        self.retry_at >= crate::schedule::paused_until() && !self.is_quarantined()
     }
 
     /// What the shard waits for, as views show it.
@@ -310,7 +310,7 @@ pub struct CommitOutcome {
 #[async_trait]
 pub trait DrainStore: Send + Sync + 'static {
     /// Leases free buckets (at most
-    /// [`MAX_BUCKETS_PER_CLAIM`](crate::MAX_BUCKETS_PER_CLAIM)) that hold due
+    /// [`MAX_BUCKETS_PER_CLAIM`](crate::shard::MAX_BUCKETS_PER_CLAIM)) that hold due
     /// rows (`scheduled_for <= now`), chosen in a window of `request.rows`
     /// due rows of free buckets from the end `request.order` says, and
     /// returns the rows of their shards that were in the window, shards in

@@ -32,6 +32,13 @@
 //! rescheduled to that time, and a claim hands the state back with the shard,
 //! so that the engine can leave a backing-off shard alone (rule 5) however it
 //! reaches it: a background round, or a synchronous flush.
+//!
+//! # Rows and their times
+//!
+//! A store reads rows as [`StoredRow`]s, and writes three `scheduled_for`
+//! times that are not real ones: [`due_at_once`] (a new row, or one made
+//! due again), [`paused_until`] (an operator's pause) and
+//! [`quarantined_until`] (a permanent error).
 
 mod admin;
 mod count;
@@ -48,6 +55,9 @@ pub use drain::{
     DeadLetter, DrainStore, DueClaim, ShardClaim, ShardCommit, ShardEnd, ShardState, ShardStatus,
 };
 pub use error::{BoxError, StoreError};
+
+pub use crate::message::StoredRow;
+pub use crate::schedule::{due_at_once, paused_until, quarantined_until};
 
 /// A store the drain can run on and operators can inspect: both traits.
 pub trait Store: DrainStore + StoreAdmin {}

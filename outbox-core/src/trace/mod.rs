@@ -92,10 +92,8 @@
 //! assert_eq!(deliver.span_context.trace_id(), request.span_context.trace_id());
 //! ```
 
-mod delivery;
 mod traceparent;
 
-pub(crate) use delivery::{delivery_failed, delivery_span};
 pub use traceparent::{InvalidTraceParent, TraceParent, TRACEPARENT_LEN};
 
 /// The `messaging.system` of delivery spans.

@@ -35,13 +35,15 @@ pub struct TraceParent {
 /// A text that is not a W3C `traceparent`. The stores never return it: a
 /// stored value that does not parse is ignored (the row is delivered without
 /// a parent).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "not a W3C traceparent (expected `00-<32 lowercase hex>-<16 lowercase hex>-<2 lowercase hex>`): {reason}"
 )]
 pub struct InvalidTraceParent {
     reason: &'static str,
 }
+
+crate::error_debug::debug_with_message!(InvalidTraceParent);
 
 impl InvalidTraceParent {
     fn new(reason: &'static str) -> Self {

@@ -9,7 +9,9 @@ use outbox_core::store::StoreError;
 pub const MAX_ROUNDS: usize = 10;
 
 /// Why [`drain_until_idle`] stopped before the outbox was empty of due rows.
-#[derive(Debug, thiserror::Error)]
+/// Its `Debug` writes the variant and the message, so that a test's
+/// `unwrap()` shows what went wrong.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum RunnerError {
     /// Receivers kept writing new outbox rows for [`MAX_ROUNDS`] rounds.
@@ -27,6 +29,17 @@ pub enum RunnerError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl std::fmt::Debug for RunnerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let variant = match self {
+            Self::RecursionLimit { .. } => "RecursionLimit",
+            Self::Flush(_) => "Flush",
+            Self::Store(_) => "Store",
+        };
+        write!(f, "RunnerError::{variant}: {self}")
+    }
 }
 
 /// Drains every due row of `kinds`, round after round, until nothing is due.

@@ -634,7 +634,8 @@ fn drain_config() -> DrainConfig {
 
 impl World {
     fn new(seed: u64, config: SimConfig) -> Self {
-        let clock = ManualClock::new(outbox_core::the_past() + chrono::Duration::days(3650));
+        let clock =
+            ManualClock::new(outbox_core::store::due_at_once() + chrono::Duration::days(3650));
         let store = MemoryStore::new().with_clock(clock.clone());
         let control = Arc::new(Control {
             rng: Mutex::new(Some(Rng(seed ^ 0xA5A5_A5A5))),

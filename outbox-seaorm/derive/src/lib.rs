@@ -536,3 +536,16 @@ mod test_attr;
 pub fn test(attr: TokenStream, item: TokenStream) -> TokenStream {
     test_attr::test(attr.into(), item.into()).into()
 }
+
+/// `#[outbox_seaorm::test]`, the attribute's old path (re-exported by
+/// `outbox-seaorm` as `test`): the same expansion, and a deprecation
+/// warning that names the new one. Until 0.2.
+#[deprecated(
+    since = "0.1.1",
+    note = "use `#[outbox_testing::test]`: add `outbox-testing = { version = \"0.1\", features = [\"seaorm\"] }` to [dev-dependencies]"
+)]
+#[doc(hidden)]
+#[proc_macro_attribute]
+pub fn seaorm_test(attr: TokenStream, item: TokenStream) -> TokenStream {
+    test_attr::test(attr.into(), item.into()).into()
+}

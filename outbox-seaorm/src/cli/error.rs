@@ -9,7 +9,7 @@ use super::output::Kind;
 /// Why a command failed. Nothing was changed by a command that failed on
 /// its input (every variant but `DrainTimedOut`, `Store`, `Database` and
 /// `Output`, which may come after part of the work was committed).
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum CliError {
     /// `--scope` names no scope of this binary's registry.
@@ -101,3 +101,20 @@ pub enum CliError {
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
 }
+
+crate::error_debug::debug_with_message!(CliError {
+    UnknownScope,
+    RegionRequired,
+    RegionNotAllowed,
+    UnknownControl,
+    ShardNotFailing,
+    UnknownDeadLetters,
+    DeadLetterIds,
+    InvalidLimit,
+    InvalidReason,
+    NoBackfill,
+    DrainTimedOut,
+    Store,
+    Database,
+    Output
+});

@@ -210,8 +210,9 @@ impl<C: Category> OutboxCli<C> {
                     shard: shard_view::<C>(&depth.shard),
                     depth: depth.depth,
                     oldest_date_added: depth.oldest_date_added,
-                    next_scheduled_for: (depth.next_scheduled_for < outbox_core::paused_until())
-                        .then_some(depth.next_scheduled_for),
+                    next_scheduled_for: (depth.next_scheduled_for
+                        < outbox_core::store::paused_until())
+                    .then_some(depth.next_scheduled_for),
                     state: snapshot
                         .failing
                         .iter()

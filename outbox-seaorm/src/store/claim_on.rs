@@ -4,7 +4,8 @@
 use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, DbBackend};
 
-use outbox_core::{ClaimBeforeCommit, ClaimRequest, ShardClaim, ShardKey, StoreError};
+use outbox_core::store::{ClaimBeforeCommit, ClaimRequest, ShardClaim};
+use outbox_core::{ShardKey, StoreError};
 
 /// Where the synchronous flush claims the shards a transaction wrote
 /// ([`PreparedFlush::claim`](outbox_core::PreparedFlush::claim)): in that

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use sea_orm::{DbBackend, DbErr, QueryResult, RuntimeErr, TryGetable};
 
+use outbox_core::store::{ClaimedShard, CommitBatch, CommitOutcome, ShardCommit, StoredRow};
 use outbox_core::{
-    ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, FailingShard, FencingToken,
-    OutboxKind, ShardCommit, ShardKey, ShardState, StoreError, StoredRow, TraceParent,
+    DeadLetterRow, FailingShard, FencingToken, OutboxKind, ShardKey, ShardState, StoreError,
+    TraceParent,
 };
 
 use crate::time;
@@ -348,7 +349,7 @@ pub(super) fn dead_letter_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use outbox_core::CLAIM_BUCKETS;
+    use outbox_core::shard::CLAIM_BUCKETS;
 
     #[test]
     fn the_bucket_count_is_the_one_the_sql_hashes_into() {

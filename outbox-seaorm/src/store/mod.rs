@@ -33,19 +33,21 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sea_orm::{DatabaseConnection, DbBackend};
 
-use outbox_core::{
-    ClaimRequest, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore, DueClaim, FailingShard,
-    OutboxKind, ShardClaim, ShardDepth, ShardKey, StoreAdmin, StoreError,
+use outbox_core::store::{
+    ClaimRequest, CommitBatch, CommitOutcome, DrainStore, DueClaim, ShardClaim, StoreAdmin,
 };
+use outbox_core::{DeadLetterRow, FailingShard, OutboxKind, ShardDepth, ShardKey, StoreError};
 
 pub use claim_on::ClaimOn;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
 /// The database is neither PostgreSQL nor SQLite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the outbox supports PostgreSQL and SQLite; this connection is {0:?}")]
 pub struct UnsupportedBackend(pub DbBackend);
+
+crate::error_debug::debug_with_message!(UnsupportedBackend);
 
 /// The store for a SeaORM connection: [`PgStore`] or [`SqliteStore`], chosen
 /// by its backend. Cheap to clone (the connection is a pool).

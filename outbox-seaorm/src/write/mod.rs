@@ -181,7 +181,7 @@ pub struct WrittenRow {
 
 /// A write that did not happen. Nothing was written; with a transaction, roll
 /// it back (or let it drop).
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum WriteError {
     /// The database refused the insert.
@@ -222,6 +222,15 @@ pub enum WriteError {
     #[error(transparent)]
     UnsupportedBackend(#[from] crate::store::UnsupportedBackend),
 }
+
+crate::error_debug::debug_with_message!(WriteError {
+    Database,
+    RetiredCategory,
+    EmptyRegionName,
+    Payload,
+    NulInPayload,
+    UnsupportedBackend
+});
 
 /// Writes one region-outbox row on `db` (your transaction).
 ///
@@ -470,7 +479,7 @@ fn insert_statement<C: Category>(
     );
     let mut values = vec![
         time::bind(backend, now),
-        time::bind(backend, outbox_core::the_past()),
+        time::bind(backend, outbox_core::store::due_at_once()),
         Value::String(traceparent.map(|parent| parent.to_string())),
     ];
     if let Some(locks) = locks {

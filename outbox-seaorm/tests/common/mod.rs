@@ -2,7 +2,8 @@
 
 #![allow(dead_code, missing_docs, clippy::unwrap_used)]
 
-use outbox_core::{Drainer, OutboxKind, StoreAdmin};
+use outbox_core::store::StoreAdmin;
+use outbox_core::{Drainer, OutboxKind};
 use outbox_testing::database::TestDatabase;
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 

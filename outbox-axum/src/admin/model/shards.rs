@@ -66,7 +66,7 @@ impl ShardView {
             shard: ShardRef::of::<C>(&depth.shard),
             depth: depth.depth,
             oldest_date_added: depth.oldest_date_added,
-            next_scheduled_for: (depth.next_scheduled_for < outbox_core::paused_until())
+            next_scheduled_for: (depth.next_scheduled_for < outbox_core::store::paused_until())
                 .then_some(depth.next_scheduled_for),
             state: failing
                 .iter()

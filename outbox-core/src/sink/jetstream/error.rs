@@ -30,7 +30,7 @@ impl fmt::Display for SubjectPart {
 /// A value that cannot be (part of) a NATS subject: a token is empty, or
 /// holds `.` (within one token), `*`, `>`, whitespace or a control
 /// character.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "the {part} {value:?} cannot be used in a NATS subject: {reason}; subject tokens must be \
      non-empty, without `.`, `*`, `>`, whitespace or control characters{fix}",
@@ -45,6 +45,8 @@ pub struct InvalidSubject {
     /// What is wrong with it.
     pub reason: &'static str,
 }
+
+crate::error_debug::debug_with_message!(InvalidSubject);
 
 /// What to do about an [`InvalidSubject`], by part.
 fn fix_for(part: &SubjectPart) -> &'static str {
@@ -79,7 +81,7 @@ pub(super) fn check_token(part: SubjectPart, token: &str) -> Result<(), &'static
 }
 
 /// A message the sink could not publish.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum JetStreamError {
     /// The message's subject cannot be built. Permanent.
@@ -156,6 +158,15 @@ pub enum JetStreamError {
         source: PublishError,
     },
 }
+
+crate::error_debug::debug_with_message!(JetStreamError {
+    InvalidSubject,
+    NoStream,
+    Timeout,
+    TooLarge,
+    PayloadNotJson,
+    Publish
+});
 
 impl JetStreamError {
     /// Whether retrying cannot help: [`InvalidSubject`](Self::InvalidSubject),

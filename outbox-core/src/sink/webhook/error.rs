@@ -11,7 +11,7 @@ use crate::receiver::{permanent, retry_after, HandlerError};
 pub(super) const MAX_BODY_IN_ERROR: usize = 256;
 
 /// A sink that cannot be made.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum WebhookSetupError {
     /// The URL does not parse. The message leaves the URL out (it may hold
@@ -32,6 +32,12 @@ pub enum WebhookSetupError {
     Client(#[source] reqwest::Error),
 }
 
+crate::error_debug::debug_with_message!(WebhookSetupError {
+    InvalidUrl,
+    UnsupportedScheme,
+    Client
+});
+
 /// A delivery the endpoint did not accept. Its messages show the endpoint
 /// without credentials, query or fragment, and never a secret.
 ///
@@ -43,7 +49,7 @@ pub enum WebhookSetupError {
 /// | `5xx`, `408 Request Timeout`, `429 Too Many Requests` | [`Status`](Self::Status) | transient, waiting at least its `Retry-After` |
 /// | any other `4xx`, a `3xx` (redirects are not followed) | [`Status`](Self::Status) | permanent: quarantine or dead letter |
 /// | a stored payload that is not JSON (written by hand on SQLite) | [`PayloadNotJson`](Self::PayloadNotJson) | permanent, nothing sent |
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum WebhookError {
     /// No answer in time. The endpoint may have applied the message or not;
@@ -119,6 +125,14 @@ pub enum WebhookError {
         body: String,
     },
 }
+
+crate::error_debug::debug_with_message!(WebhookError {
+    Timeout,
+    Connect,
+    Request,
+    PayloadNotJson,
+    Status
+});
 
 /// What the drain does after `status`, for the error's message.
 fn what_happens(status: StatusCode) -> &'static str {

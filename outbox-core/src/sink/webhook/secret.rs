@@ -128,7 +128,7 @@ impl FromStr for WebhookSecret {
 }
 
 /// A secret that cannot be used. The message never holds the secret.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum InvalidSecret {
     /// No key bytes (`""` or `whsec_` alone).
@@ -162,6 +162,13 @@ pub enum InvalidSecret {
         len: usize,
     },
 }
+
+crate::error_debug::debug_with_message!(InvalidSecret {
+    Empty,
+    NotBase64,
+    NoPrefix,
+    TooShort
+});
 
 #[cfg(test)]
 mod tests {

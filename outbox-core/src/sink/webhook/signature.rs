@@ -317,7 +317,7 @@ pub(super) fn unix_now() -> i64 {
 }
 
 /// Why a request's signature was not accepted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum VerifyError {
     /// The message id is empty or holds a `.` (which would make what is
@@ -359,6 +359,14 @@ pub enum VerifyError {
     )]
     NoMatchingSignature,
 }
+
+crate::error_debug::debug_with_message!(VerifyError {
+    MalformedId,
+    MalformedTimestamp,
+    TooOld,
+    InFuture,
+    NoMatchingSignature
+});
 
 #[cfg(test)]
 mod tests {

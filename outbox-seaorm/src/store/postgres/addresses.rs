@@ -27,7 +27,8 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use outbox_core::{OutboxKind, CLAIM_BUCKETS};
+use outbox_core::shard::CLAIM_BUCKETS;
+use outbox_core::OutboxKind;
 
 /// The last known address of each bucket's row, per kind; shared by a
 /// store's clones (lock-free: a lost update only costs a read through the

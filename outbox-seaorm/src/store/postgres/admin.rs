@@ -109,7 +109,7 @@ impl StoreAdmin for PgStore {
                 vec![
                     kind.as_i16().into(),
                     ids.to_vec().into(),
-                    outbox_core::the_past().into(),
+                    outbox_core::store::due_at_once().into(),
                 ],
             ))
             .await
@@ -182,8 +182,8 @@ impl StoreAdmin for PgStore {
                 vec![
                     crate::store::snapshot::cap_param(cap).into(),
                     kind.as_i16().into(),
-                    outbox_core::paused_until().into(),
-                    outbox_core::quarantined_until().into(),
+                    outbox_core::store::paused_until().into(),
+                    outbox_core::store::quarantined_until().into(),
                 ],
                 OP,
             )
@@ -342,7 +342,7 @@ async fn lock_free_buckets(
     let create = vec![
         kind.as_i16().into(),
         buckets.clone().into(),
-        outbox_core::the_past().into(),
+        outbox_core::store::due_at_once().into(),
     ];
     txn.execute_raw(statement(CREATE_BUCKETS, create))
         .await
@@ -371,7 +371,7 @@ async fn reset_schedule(
         regions,
         scopes,
         identifiers,
-        outbox_core::the_past().into(),
+        outbox_core::store::due_at_once().into(),
     ];
     txn.execute_raw(statement(&table(kind).reset_schedule, schedule))
         .await

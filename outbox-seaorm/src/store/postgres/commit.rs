@@ -7,9 +7,8 @@
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, TransactionTrait};
 
-use outbox_core::{
-    CommitBatch, CommitOutcome, OutboxKind, ShardCommit, ShardEnd, ShardKey, StoreError,
-};
+use outbox_core::store::{CommitBatch, CommitOutcome, ShardCommit, ShardEnd};
+use outbox_core::{OutboxKind, ShardKey, StoreError};
 
 use super::{
     addresses, key_arrays, statement, table, PgStore, DELETE_STATES, FENCE, UPSERT_STATES,
@@ -312,7 +311,7 @@ async fn forget_states(
             regions,
             scopes,
             identifiers,
-            outbox_core::the_past().into(),
+            outbox_core::store::due_at_once().into(),
         ],
     ))
     .await

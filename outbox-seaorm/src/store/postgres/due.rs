@@ -24,10 +24,9 @@ use std::sync::Arc;
 use sea_orm::sqlx;
 use sea_orm::{DbErr, QueryResult, RuntimeErr};
 
+use outbox_core::store::{ClaimedShard, DueClaim, StoredRow};
 use outbox_core::uuid::Uuid;
-use outbox_core::{
-    ClaimedShard, DueClaim, FencingToken, OutboxKind, ShardKey, ShardState, StoreError, StoredRow,
-};
+use outbox_core::{FencingToken, OutboxKind, ShardKey, ShardState, StoreError};
 
 use super::watermark::Marks;
 use crate::store::codec;

@@ -36,11 +36,12 @@ use sea_orm::{
     TransactionTrait, Value,
 };
 
-use outbox_core::{
-    ClaimOrder, ClaimRequest, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore, DueClaim,
-    FailingShard, OutboxKind, ShardClaim, ShardDepth, ShardKey, StoreAdmin, StoreError,
-    MAX_BUCKETS_PER_CLAIM,
+use outbox_core::shard::MAX_BUCKETS_PER_CLAIM;
+use outbox_core::store::{
+    ClaimOrder, ClaimRequest, CommitBatch, CommitOutcome, DrainStore, DueClaim, ShardClaim,
+    StoreAdmin,
 };
+use outbox_core::{DeadLetterRow, FailingShard, OutboxKind, ShardDepth, ShardKey, StoreError};
 
 use super::codec::{self, get, op};
 
@@ -269,12 +270,12 @@ impl DrainStore for PgStore {
         let sent = self.watermarks.scan(kind, request.order, request.now);
         let (from_at, from_id) = match sent.scan {
             Scan::Full => (watermark::scan_start(), i64::MIN),
-            Scan::Above(id) => (outbox_core::the_past(), id),
+            Scan::Above(id) => (outbox_core::store::due_at_once(), id),
         };
         values.extend([
             from_at.into(),
             from_id.into(),
-            outbox_core::the_past().into(),
+            outbox_core::store::due_at_once().into(),
             self.addresses.all(kind).into(),
         ]);
         let sql = match (request.order, sent.scan) {

@@ -4,7 +4,8 @@
 
 use sea_orm::{ConnectionTrait, QueryResult};
 
-use outbox_core::{ClaimRequest, ClaimedShard, FencingToken, ShardClaim, ShardKey, StoreError};
+use outbox_core::store::{ClaimRequest, ClaimedShard, ShardClaim};
+use outbox_core::{FencingToken, ShardKey, StoreError};
 
 use super::{key_arrays, statement, table, BACKEND};
 use crate::store::codec::{self, get, op};

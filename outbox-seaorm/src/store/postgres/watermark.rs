@@ -29,7 +29,7 @@
 //!
 //! How it moves. A claim's statement reports `head`, the lowest id among
 //! the rows it scanned that are due since they were written
-//! (`scheduled_for` = `the_past()`), and its snapshot's `xmin` and `xmax`.
+//! (`scheduled_for` = `due_at_once()`), and its snapshot's `xmin` and `xmax`.
 //! Rows are numbered by a sequence before their transaction commits, so a
 //! row numbered below `head` may still be invisible to that snapshot: its
 //! transaction was running. `head` becomes a *candidate*; once a later
@@ -45,7 +45,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use outbox_core::{ClaimOrder, OutboxKind};
+use outbox_core::store::ClaimOrder;
+use outbox_core::OutboxKind;
 
 /// How long a claim from the very start takes, by default, before the
 /// claims switch to the watermark: while vacuum keeps up such a claim
@@ -303,7 +304,7 @@ impl super::PgStore {
 }
 
 /// Where a claim from the very start starts: before any `scheduled_for`
-/// the store writes (`the_past()` and later).
+/// the store writes (`due_at_once()` and later).
 pub(super) fn scan_start() -> DateTime<Utc> {
     DateTime::<Utc>::UNIX_EPOCH
 }

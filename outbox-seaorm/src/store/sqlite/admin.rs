@@ -108,7 +108,7 @@ impl StoreAdmin for SqliteStore {
         let values = vec![
             kind.as_i16().into(),
             list.clone(),
-            at(outbox_core::the_past()),
+            at(outbox_core::store::due_at_once()),
         ];
         let moved = execute(&txn, &table(kind).replay_dead_letters, values, OP).await?;
         execute(
@@ -153,7 +153,7 @@ impl StoreAdmin for SqliteStore {
                 execute(&txn, RETRY_STATE, key, OP).await?;
                 let values = shard_values(
                     shard,
-                    vec![at(outbox_core::the_past()), at(now)],
+                    vec![at(outbox_core::store::due_at_once()), at(now)],
                     Vec::new(),
                 );
                 execute(&txn, &table(shard.kind()).reset_schedule, values, OP).await?;
@@ -301,7 +301,7 @@ impl StoreAdmin for SqliteStore {
         execute(&txn, DELETE_STATE, key, OP).await?;
         let values = shard_values(
             shard,
-            vec![at(outbox_core::the_past()), at(now)],
+            vec![at(outbox_core::store::due_at_once()), at(now)],
             Vec::new(),
         );
         execute(&txn, &table(kind).reset_schedule, values, OP).await?;

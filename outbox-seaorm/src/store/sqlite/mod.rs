@@ -21,10 +21,14 @@ use sea_orm::{
     Value,
 };
 
+use outbox_core::shard::MAX_BUCKETS_PER_CLAIM;
+use outbox_core::store::{
+    ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DrainStore, DueClaim,
+    ShardClaim, ShardCommit, ShardEnd, StoreAdmin, StoredRow,
+};
 use outbox_core::{
-    ClaimOrder, ClaimRequest, ClaimedShard, CommitBatch, CommitOutcome, DeadLetterRow, DrainStore,
-    DueClaim, FailingShard, FencingToken, OutboxKind, ShardClaim, ShardCommit, ShardDepth,
-    ShardEnd, ShardKey, ShardState, StoreAdmin, StoreError, StoredRow, MAX_BUCKETS_PER_CLAIM,
+    DeadLetterRow, FailingShard, FencingToken, OutboxKind, ShardDepth, ShardKey, ShardState,
+    StoreError,
 };
 
 use super::codec::{self, get, op};
@@ -638,7 +642,7 @@ async fn forget_state(
     execute(txn, DELETE_STATE, key, OP).await?;
     let values = shard_values(
         shard,
-        vec![at(outbox_core::the_past()), at(now)],
+        vec![at(outbox_core::store::due_at_once()), at(now)],
         Vec::new(),
     );
     execute(txn, &table(kind).reset_schedule, values, OP).await?;

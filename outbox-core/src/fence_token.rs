@@ -1,10 +1,13 @@
-//! The token itself: a number that only grows per shard (see [the module
-//! documentation](super)).
+//! The fencing token itself: a number that only grows per shard (what it
+//! means, and what a receiver does with it: [`crate::fence`]).
+//!
+//! A leaf: messages carry a token and `fence` reads messages, so the token
+//! is defined apart from both.
 
 use std::fmt;
 
 /// The fencing token of a claim: grows with every claim of a shard, across
-/// processes and database restarts. See the [module docs](super).
+/// processes and database restarts. See [`crate::fence`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FencingToken(i64);
 

@@ -1,5 +1,5 @@
 //! The delivery span: `outbox.deliver`, after OpenTelemetry's messaging
-//! semantic conventions (see the [module docs](super)).
+//! semantic conventions (see [`crate::trace`] for its attributes).
 
 use tracing::field::Empty;
 use tracing::Span;
@@ -24,7 +24,7 @@ pub(crate) fn delivery_span<C: Category>(
     let span = tracing::info_span!(
         "outbox.deliver",
         otel.kind = "consumer",
-        messaging.system = super::MESSAGING_SYSTEM,
+        messaging.system = crate::trace::MESSAGING_SYSTEM,
         messaging.operation.type = "process",
         messaging.operation.name = "deliver",
         messaging.destination.name = category.name(),
