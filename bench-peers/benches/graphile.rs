@@ -37,8 +37,7 @@ use tokio::sync::Notify;
 #[path = "../../outbox-seaorm/benches/support/mod.rs"]
 mod support;
 use support::{drain_all, fill, floor, median, rate};
-#[path = "../../outbox-seaorm/benches/support/markdown.rs"]
-mod markdown;
+use outbox_testing::bench as markdown;
 use markdown::{ratio, Table};
 
 const MESSAGES: i64 = 20_000;

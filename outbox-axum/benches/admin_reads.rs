@@ -56,9 +56,8 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use tokio::time::MissedTickBehavior;
 use tower::ServiceExt;
 
-#[path = "support/markdown.rs"]
-mod markdown;
 use markdown::{ms, ratio, thousands, Table};
+use outbox_testing::bench as markdown;
 
 outbox_core::registry! {
     BenchScope = 0 {

@@ -43,9 +43,8 @@ use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use outbox_testing::nats::NatsServer;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 
-#[path = "support/markdown.rs"]
-mod markdown;
 use markdown::{ratio, thousands, Table};
+use outbox_testing::bench as markdown;
 
 outbox_core::registry! {
     BenchScope = 0 {

@@ -37,9 +37,8 @@ use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use tower::ServiceExt;
 
-#[path = "support/markdown.rs"]
-mod markdown;
 use markdown::{ratio, thousands, Table};
+use outbox_testing::bench as markdown;
 
 outbox_core::registry! {
     BenchScope = 0 {

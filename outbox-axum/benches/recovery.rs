@@ -25,9 +25,8 @@ use outbox_core::{DrainConfig, HandlerError, Message, OutboxKind, Receivers};
 use outbox_testing::database::{connect, start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::ConnectionTrait;
 
-#[path = "support/markdown.rs"]
-mod markdown;
 use markdown::Table;
+use outbox_testing::bench as markdown;
 
 outbox_core::registry! {
     BenchScope = 0 {

@@ -68,9 +68,8 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use tokio::sync::Semaphore;
 use tokio::time::MissedTickBehavior;
 
-#[path = "support/markdown.rs"]
-mod markdown;
 use markdown::{thousands, Table};
+use outbox_testing::bench as markdown;
 
 outbox_core::registry! {
     BenchScope = 0 {

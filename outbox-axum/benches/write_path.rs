@@ -73,9 +73,8 @@ use sea_orm::sqlx;
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait, Value};
 use tower::ServiceExt;
 
-#[path = "support/markdown.rs"]
-mod markdown;
 use markdown::{ratio, thousands, Table};
+use outbox_testing::bench as markdown;
 
 outbox_core::registry! {
     BenchScope = 0 {

@@ -41,9 +41,8 @@ use outbox_seaorm::store::PgStore;
 use outbox_testing::database::{connect, start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, QueryResult, Statement, Value};
 
-#[path = "support/markdown.rs"]
-mod markdown;
 use markdown::{ratio, thousands, Table};
+use outbox_testing::bench as markdown;
 
 const MESSAGES: i64 = 20_000;
 /// Shards per claim of the shard-row and advisory designs (as the drain

@@ -39,9 +39,8 @@ use outbox_testing::conformance::OutboxCategory;
 use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait, Value};
 
-#[path = "support/markdown.rs"]
-mod markdown;
 use markdown::{ratio, thousands, Table};
+use outbox_testing::bench as markdown;
 
 const CLIENTS: usize = 8;
 const RUN: Duration = Duration::from_secs(3);

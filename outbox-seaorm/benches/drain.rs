@@ -45,8 +45,7 @@ use outbox_testing::database::{start_cluster_at, stop_cluster_at, TestDatabase};
 use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 use serde_json::json;
 
-#[path = "support/markdown.rs"]
-mod markdown;
+use outbox_testing::bench as markdown;
 mod support;
 use markdown::{ratio, thousands, Table};
 use support::{drain_all, drain_as_worker, fill, floor, median, rate, stmt, OutboxCategory};

@@ -14,6 +14,7 @@
 //!   do (`WorkerHandle::settled`), instead of polling the tables;
 //! - `nats` (feature `nats`): a throwaway `nats-server -js` for JetStream
 //!   tests;
+//! - [`bench`]: the Markdown tables the benches print;
 //! - [`seed`]: a randomised test's seed, from an environment variable to
 //!   replay a run, printed either way;
 //! - `database` (feature `seaorm`): real PostgreSQL and SQLite databases for
@@ -29,6 +30,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod bench;
 pub mod conformance;
 #[cfg(feature = "seaorm")]
 #[cfg_attr(docsrs, doc(cfg(feature = "seaorm")))]

@@ -1,21 +1,30 @@
-//! The Markdown tables the benches print on stdout, in the form of their
-//! sections in `docs/benchmarks.md`: refreshing a section is pasting them.
-//! Progress goes to stderr.
-
-// Each bench uses part of it.
-#![allow(dead_code)]
+//! The Markdown tables the workspace's benches print on stdout, in the form
+//! of their sections in `docs/benchmarks.md`: refreshing a section is
+//! pasting them (progress goes to stderr).
+//!
+//! ```
+//! use outbox_testing::bench::{ratio, thousands, Table};
+//! let mut table = Table::new(&["case", "msgs/s", "÷ floor"]);
+//! table.row(["(a)".to_owned(), thousands(52_000.0), ratio(0.41)]);
+//! assert_eq!(
+//!     table.to_string(),
+//!     "| case | msgs/s | ÷ floor |\n|---|---:|---:|\n| (a) | 52,000 | 0.41× |\n"
+//! );
+//! ```
 
 use std::fmt;
 use std::time::Duration;
 
 /// A Markdown table: labels in the first column, figures right-aligned in
 /// the others.
+#[derive(Clone, Debug)]
 pub struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
+    /// A table of these column headers.
     pub fn new(header: &[&str]) -> Self {
         Table {
             header: header.iter().map(|&cell| cell.to_owned()).collect(),
@@ -24,6 +33,10 @@ impl Table {
     }
 
     /// A row; an empty cell is a figure this run did not measure.
+    ///
+    /// # Panics
+    ///
+    /// When the row has another number of cells than the header.
     pub fn row<I, S>(&mut self, cells: I)
     where
         I: IntoIterator<Item = S>,
@@ -79,7 +92,7 @@ pub fn thousands(value: f64) -> String {
     grouped
 }
 
-/// A ratio: `0.74×` (empty if not measured).
+/// A ratio, two decimals and a `×` (empty if not measured).
 pub fn ratio(value: f64) -> String {
     if value.is_finite() {
         format!("{value:.2}×")
