@@ -14,7 +14,7 @@
 //!   do (`WorkerHandle::settled`), instead of polling the tables;
 //! - `nats` (feature `nats`): a throwaway `nats-server -js` for JetStream
 //!   tests;
-//! - [`bench`]: the Markdown tables the benches print;
+//! - [`mod@bench`]: the Markdown tables the benches print;
 //! - [`seed`]: a randomised test's seed, from an environment variable to
 //!   replay a run, printed either way;
 //! - `database` (feature `seaorm`): real PostgreSQL and SQLite databases for
