@@ -132,6 +132,7 @@ mod tests {
             scheduled_for: now,
             date_added: now,
             traceparent: None,
+            payload_version: None,
         }
     }
 

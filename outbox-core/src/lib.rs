@@ -93,6 +93,7 @@ pub mod backoff;
 pub mod clock;
 pub mod coalesce;
 pub mod context;
+pub mod contract;
 pub mod control;
 pub mod delivery_headers;
 mod deprecated;
@@ -115,6 +116,7 @@ pub mod trace;
 pub mod worker;
 
 // Declaring the outbox: `registry!` (exported by the macro itself).
+pub use contract::{Contract, TypedCategory, UnknownVersion, Upcasts};
 pub use registry::{Category, Scope, UnknownCategory, UnknownScope};
 pub use shard::{InvalidShardKey, OutboxKind, ShardKey, UnknownOutboxKind};
 

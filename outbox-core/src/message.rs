@@ -37,6 +37,10 @@ pub struct StoredRow {
     /// The trace context of the span that wrote the row, if any (a stored
     /// value that does not parse is read as `None`; see [`crate::trace`]).
     pub traceparent: Option<TraceParent>,
+    /// The version of the payload's contract the writer stored, for a
+    /// typed category (see [`crate::contract`]); `None` for an untyped
+    /// write (read as version 1 by typed receivers).
+    pub payload_version: Option<u32>,
 }
 
 /// One delivery: the newest row of a coalescing group, as a receiver sees it.
@@ -81,6 +85,9 @@ pub struct Message<C> {
     /// The trace context of the span that wrote the delivered row, if any:
     /// the OpenTelemetry parent of the delivery span (see [`crate::trace`]).
     pub traceparent: Option<TraceParent>,
+    /// The payload's contract version, as the delivered row's writer stored
+    /// it: `None` for an untyped write (see [`crate::contract`]).
+    pub payload_version: Option<u32>,
 }
 
 impl<C: Category> Message<C> {

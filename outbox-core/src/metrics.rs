@@ -44,6 +44,11 @@ pub const DELIVERY_FAILED: &str = "outbox.delivery_failed";
 /// Counter: rows met whose category this binary does not know (tags: kind,
 /// category_value). Such a row holds its shard until a binary that knows it runs.
 pub const UNKNOWN_CATEGORY: &str = "outbox.unknown_category";
+/// Counter: shards parked on a payload version their receiver does not
+/// know, a producer deployed ahead of it (tags: category, kind, version).
+/// Each parking counts once, and again every `DrainConfig::park_interval`
+/// while the receiver is not upgraded.
+pub const PARKED: &str = "outbox.parked";
 /// Counter: rows culled by an operator's control (tags: kind).
 pub const CULLED: &str = "outbox.culled";
 /// Counter: shard claims found expired or taken at commit (tags: kind).

@@ -27,7 +27,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::message::Message;
+use crate::contract::{Contract, Decoder, TypedCategory, UnknownVersion};
+use crate::message::{Message, PayloadError};
 use crate::registry::Category;
 
 /// The error a handler returns. Any error type converts into it with `?`.
@@ -208,6 +209,8 @@ impl<C> Clone for Handler<C> {
 /// The map from category to handler that a drain delivers through.
 pub struct Receivers<C> {
     handlers: HashMap<C, Handler<C>>,
+    /// The payload versions each typed receiver accepts, ascending.
+    versions: HashMap<C, Arc<[u32]>>,
     duplicates: Vec<C>,
 }
 
@@ -233,6 +236,7 @@ impl<C: Category> Receivers<C> {
     pub fn new() -> Self {
         Self {
             handlers: HashMap::new(),
+            versions: HashMap::new(),
             duplicates: Vec::new(),
         }
     }
@@ -262,13 +266,74 @@ impl<C: Category> Receivers<C> {
             let future = handler(message);
             Box::pin(async move { future.await.map_err(Into::into) })
         });
-        if self
-            .handlers
-            .insert(category, Handler::One(handler))
-            .is_some()
-        {
+        self.insert(category, Handler::One(handler), None);
+        self
+    }
+
+    fn insert(&mut self, category: C, handler: Handler<C>, versions: Option<Arc<[u32]>>) {
+        if self.handlers.insert(category, handler).is_some() {
             self.duplicates.push(category);
         }
+        match versions {
+            Some(versions) => self.versions.insert(category, versions),
+            None => self.versions.remove(&category),
+        };
+    }
+
+    /// Registers `handler` for the typed category `category` (declared
+    /// `(payload = T)` in the registry): it is called with the message and
+    /// its payload decoded into `T`, the registry's type, so that a
+    /// handler of another type does not compile.
+    ///
+    /// It accepts the payload versions `T` knows (its
+    /// [`VERSION`](crate::Contract::VERSION) and those of
+    /// [`older`](crate::Contract::older), upcast to `T`); a message of
+    /// any other version parks its shard until a binary that knows it
+    /// drains it ([`UnknownVersion`](crate::UnknownVersion)). A payload
+    /// of a known version that does not decode fails the delivery with
+    /// [`PayloadError::Malformed`](crate::PayloadError::Malformed)
+    /// (transient: the shard backs off), a missing one with
+    /// [`PayloadError::Missing`](crate::PayloadError::Missing).
+    ///
+    /// ```
+    /// use outbox_core::{Contract, HandlerError, Message, Receivers};
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// pub struct Rename { pub name: String }
+    /// impl Contract for Rename { const VERSION: u32 = 1; }
+    ///
+    /// outbox_core::registry! { OrgScope = 0 { OrgUpdate = 1 (payload = Rename) } }
+    ///
+    /// let receivers = Receivers::new().on_typed(
+    ///     outbox_categories::OrgUpdate,
+    ///     |message: Message<OutboxCategory>, rename: Rename| async move {
+    ///         println!("org {} is now {}", message.object_identifier, rename.name);
+    ///         Ok::<_, HandlerError>(())
+    ///     },
+    /// );
+    /// assert!(receivers.ensure_complete().is_ok());
+    /// ```
+    pub fn on_typed<K, F, Fut, E>(mut self, category: K, handler: F) -> Self
+    where
+        K: TypedCategory<Category = C>,
+        F: Fn(Message<C>, K::Payload) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<HandlerError> + 'static,
+    {
+        let _ = category;
+        let decoder = Arc::new(Decoder::<K::Payload>::new());
+        let versions = decoder.versions().clone();
+        let handler: One<C> =
+            Arc::new(
+                move |message: Message<C>| match decode_typed(&decoder, &message) {
+                    Ok(payload) => {
+                        let future = handler(message, payload);
+                        Box::pin(async move { future.await.map_err(Into::into) })
+                    }
+                    Err(error) => Box::pin(async move { Err(error) }),
+                },
+            );
+        self.insert(K::CATEGORY, Handler::One(handler), Some(versions));
         self
     }
 
@@ -329,13 +394,7 @@ impl<C: Category> Receivers<C> {
                     .collect()
             })
         });
-        if self
-            .handlers
-            .insert(category, Handler::Batch(handler))
-            .is_some()
-        {
-            self.duplicates.push(category);
-        }
+        self.insert(category, Handler::Batch(handler), None);
         self
     }
 
@@ -346,14 +405,20 @@ impl<C: Category> Receivers<C> {
     }
 
     /// Merges the handlers of `other` into `self`.
-    pub fn merge(mut self, other: Receivers<C>) -> Self {
+    pub fn merge(mut self, mut other: Receivers<C>) -> Self {
         for (category, handler) in other.handlers {
-            if self.handlers.insert(category, handler).is_some() {
-                self.duplicates.push(category);
-            }
+            let versions = other.versions.remove(&category);
+            self.insert(category, handler, versions);
         }
         self.duplicates.extend(other.duplicates);
         self
+    }
+
+    /// The payload versions the receiver of `category` accepts, ascending,
+    /// when it was registered typed ([`on_typed`](Self::on_typed)); `None`
+    /// for an untyped receiver, which accepts any.
+    pub fn accepted_versions(&self, category: C) -> Option<&[u32]> {
+        self.versions.get(&category).map(|versions| &versions[..])
     }
 
     /// Whether `category` has a handler.
@@ -413,6 +478,40 @@ impl<C: Category> Receivers<C> {
             .ok()
             .and_then(|category| self.handlers.get(&category))
             .is_some_and(|handler| matches!(handler, Handler::Batch(_)))
+    }
+}
+
+/// Decodes a typed receiver's payload from the version its row records:
+/// [`UnknownVersion`] (which parks the shard) for a version `T` does not
+/// know, a [`PayloadError`] for a payload missing or not of its version's
+/// type.
+fn decode_typed<C: Category, T: Contract>(
+    decoder: &Decoder<T>,
+    message: &Message<C>,
+) -> Result<T, HandlerError> {
+    let category = message.category.name();
+    let version = crate::contract::written_version(message.payload_version);
+    let Some(payload) = message.payload.as_ref() else {
+        return Err(Box::new(PayloadError::Missing {
+            category,
+            id: message.id,
+        }));
+    };
+    match decoder.decode(version, payload) {
+        Some(Ok(value)) => Ok(value),
+        Some(Err(source)) => Err(Box::new(PayloadError::Malformed {
+            category,
+            id: message.id,
+            expected: decoder
+                .type_of(version)
+                .unwrap_or(std::any::type_name::<T>()),
+            source,
+        })),
+        None => Err(Box::new(UnknownVersion {
+            category,
+            version,
+            known: decoder.versions().to_vec(),
+        })),
     }
 }
 

@@ -142,6 +142,17 @@ pub trait Category:
     /// Whether the category is retired: kept so its number is never reused, no
     /// longer written, and not required to have a receiver.
     fn is_retired(self) -> bool;
+    /// The payload type declared with `(payload = T)`, if any (its Rust
+    /// name): such a category is written and received typed (see
+    /// [`crate::contract`]).
+    fn payload_type(self) -> Option<&'static str> {
+        None
+    }
+    /// The version of the declared payload type this binary writes, if the
+    /// category is typed.
+    fn payload_version(self) -> Option<u32> {
+        None
+    }
     /// Whether messages of this category about one object coalesce (only the
     /// newest is delivered), as every category does unless declared
     /// `(no_coalesce)`: then each message written is delivered, in order.
@@ -152,10 +163,18 @@ pub trait Category:
 /// parentheses after its number: `(retired)`, `(no_coalesce)`, or both.
 pub const CATEGORY_FLAGS: [&str; 2] = ["retired", "no_coalesce"];
 
-/// Checks a flag written on a category of [`registry!`](crate::registry!).
+/// Checks a flag written on a category of [`registry!`](crate::registry!):
+/// one of [`CATEGORY_FLAGS`], or `payload = <type>` (`typed` says whether
+/// a type followed the name).
 ///
 /// Evaluated in a constant, so a misspelt flag fails the build.
-pub const fn check_category_flag(flag: &str) -> bool {
+pub const fn check_category_flag(flag: &str, typed: bool) -> bool {
+    if typed {
+        if str_eq(flag, "payload") {
+            return true;
+        }
+        panic!("unknown registry key: a category's type is declared as `(payload = <type>)`")
+    }
     let mut i = 0;
     while i < CATEGORY_FLAGS.len() {
         if str_eq(flag, CATEGORY_FLAGS[i]) {
@@ -164,9 +183,16 @@ pub const fn check_category_flag(flag: &str) -> bool {
         i += 1;
     }
     panic!(
-        "unknown registry flag: a category takes `(retired)`, `(no_coalesce)` or \
-         `(retired, no_coalesce)`"
+        "unknown registry flag: a category takes `(retired)`, `(no_coalesce)`, \
+         `(payload = <type>)` or several of them, e.g. `(payload = OrgV2, no_coalesce)`"
     )
+}
+
+/// True: used by [`registry!`](crate::registry!) to say, in a constant,
+/// that a type followed a flag's name.
+#[doc(hidden)]
+pub const fn names_a_type<T: ?Sized>() -> bool {
+    true
 }
 
 /// Declares the outbox scopes and their categories; generates `OutboxScope` and
@@ -183,7 +209,8 @@ macro_rules! registry {
                 $( ( shard_field = $shard_field:literal $(, owner_table = $owner_table:literal)? ) )? {
                 $(
                     $(#[doc = $category_doc:literal])*
-                    $category:ident = $category_value:literal $( ( $($flag:ident),+ $(,)? ) )?
+                    $category:ident = $category_value:literal
+                        $( ( $($flag:ident $(= $payload:ty)?),+ $(,)? ) )?
                 ),* $(,)?
             }
         )*
@@ -234,6 +261,28 @@ macro_rules! registry {
                     })*
                 }
             }
+        }
+
+        /// One type per category declared with `(payload = T)`, named like
+        /// the category: what typed writers and
+        /// `Receivers::on_typed` take (see `outbox_core::contract`).
+        #[allow(non_snake_case, unused_imports)]
+        pub mod outbox_categories {
+            use super::*;
+            $($($($($(
+                #[doc = ::core::concat!(
+                    "`OutboxCategory::", ::core::stringify!($category),
+                    "`, typed: its payload is a `", ::core::stringify!($payload), "`."
+                )]
+                #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+                pub struct $category;
+
+                impl $crate::contract::TypedCategory for $category {
+                    type Category = super::OutboxCategory;
+                    type Payload = $payload;
+                    const CATEGORY: super::OutboxCategory = super::OutboxCategory::$category;
+                }
+            )?)+)?)*)*
         }
 
         impl OutboxCategory {
@@ -306,11 +355,38 @@ macro_rules! registry {
                         let mut retired = false;
                         $($(
                             const _: () = {
-                                ::core::assert!($crate::registry::check_category_flag(stringify!($flag)));
+                                ::core::assert!($crate::registry::check_category_flag(
+                                    stringify!($flag),
+                                    false $(|| $crate::registry::names_a_type::<$payload>())?,
+                                ));
                             };
                             retired |= $crate::registry::str_eq(stringify!($flag), "retired");
                         )+)?
                         retired
+                    })*)*
+                }
+            }
+            fn payload_type(self) -> ::core::option::Option<&'static str> {
+                match self {
+                    $($(Self::$category => {
+                        #[allow(unused_mut, unused_assignments)]
+                        let mut payload = ::core::option::Option::None;
+                        $($($(
+                            payload = ::core::option::Option::Some(::core::any::type_name::<$payload>());
+                        )?)+)?
+                        payload
+                    })*)*
+                }
+            }
+            fn payload_version(self) -> ::core::option::Option<u32> {
+                match self {
+                    $($(Self::$category => {
+                        #[allow(unused_mut, unused_assignments)]
+                        let mut version = ::core::option::Option::None;
+                        $($($(
+                            version = ::core::option::Option::Some(<$payload as $crate::contract::Contract>::VERSION);
+                        )?)+)?
+                        version
                     })*)*
                 }
             }

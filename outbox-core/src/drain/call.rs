@@ -90,6 +90,7 @@ pub(crate) fn prepare<C: Category>(
         synchronous,
         traceparent: newest.traceparent,
         message_id: newest.message_id,
+        payload_version: newest.payload_version,
     };
     Ok(Call {
         category,

@@ -25,6 +25,9 @@ pub const DEFAULT_ROUND_DURATION: Duration = Duration::from_millis(100);
 /// Default [`DrainConfig::count_cap`]: 10,000 rows.
 pub const DEFAULT_COUNT_CAP: u64 = 10_000;
 
+/// Default [`DrainConfig::park_interval`]: 30 s.
+pub const DEFAULT_PARK_INTERVAL: Duration = Duration::from_secs(30);
+
 /// Tuning of a [`Drainer`](super::Drainer). Every setter states its default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DrainConfig {
@@ -39,6 +42,7 @@ pub struct DrainConfig {
     pub(crate) recovery_batch: usize,
     pub(crate) controls_refresh: Duration,
     pub(crate) count_cap: u64,
+    pub(crate) park_interval: Duration,
 }
 
 impl Default for DrainConfig {
@@ -55,6 +59,7 @@ impl Default for DrainConfig {
             recovery_batch: DEFAULT_RECOVERY_BATCH,
             controls_refresh: DEFAULT_CONTROLS_REFRESH,
             count_cap: DEFAULT_COUNT_CAP,
+            park_interval: DEFAULT_PARK_INTERVAL,
         }
     }
 }
@@ -118,6 +123,16 @@ impl DrainConfig {
     /// Backoff of failing shards. Default: 1 s doubling to 1 h.
     pub fn backoff(mut self, backoff: BackoffPolicy) -> Self {
         self.backoff = backoff;
+        self
+    }
+
+    /// How long a shard parked on a payload version its receiver does not
+    /// know ([`UnknownVersion`](crate::UnknownVersion): a producer was
+    /// deployed ahead) waits before it is tried again, always the same,
+    /// without backoff: the most a rolling deploy's upgraded receiver
+    /// waits to take it over. Default: 30 s.
+    pub fn park_interval(mut self, interval: Duration) -> Self {
+        self.park_interval = interval.max(Duration::from_millis(1));
         self
     }
 

@@ -267,6 +267,9 @@ impl<C: Category> ShardRun<C> {
     /// for a permanent error otherwise, rescheduled with backoff for any
     /// other.
     fn failed(&mut self, drainer: &Engine<C>, group: &CoalescingGroup, error: DeliveryError) {
+        if error.unknown_version().is_some() {
+            return self.park(drainer, group, error);
+        }
         self.attempts = self.attempts.saturating_add(1);
         self.retrying = true;
         let shard = self.shard().clone();
@@ -321,6 +324,37 @@ impl<C: Category> ShardRun<C> {
                 .last_backoff
                 .unwrap_or(drainer.config().backoff.initial()),
             error: error.to_string(),
+            attempts: self.attempts,
+        };
+        self.outcome
+            .failures
+            .push(failed.failure(retry_at, false, error));
+        self.ended = true;
+    }
+
+    /// A payload version the receiver does not know: not a failure of the
+    /// message or the receiver, but a producer deployed ahead of it. The
+    /// shard waits the park interval, always the same: no attempt is
+    /// counted, its backoff does not grow, and nothing is dead-lettered
+    /// or quarantined, so that it delivers soon after the receiver that
+    /// knows the version is deployed.
+    fn park(&mut self, drainer: &Engine<C>, group: &CoalescingGroup, error: DeliveryError) {
+        let shard = self.shard().clone();
+        let retry_at = drainer.now() + to_chrono(drainer.config().park_interval);
+        if let Some(unknown) = error.unknown_version() {
+            observe::parked(&shard, group, unknown, retry_at);
+        }
+        let failed = Failed {
+            shard: &shard,
+            group,
+            category_name: C::try_from(group.category()).ok().map(|c| c.name()),
+        };
+        self.outcome.commit.end = ShardEnd::Backoff {
+            retry_at,
+            delay: self
+                .last_backoff
+                .unwrap_or(drainer.config().backoff.initial()),
+            error: format!("{}{error}", crate::contract::PARKED),
             attempts: self.attempts,
         };
         self.outcome

@@ -140,6 +140,26 @@ pub(crate) fn quarantined(
         .increment(1);
 }
 
+pub(crate) fn parked(
+    shard: &crate::shard::ShardKey,
+    group: &crate::coalesce::CoalescingGroup,
+    unknown: &crate::contract::UnknownVersion,
+    retry_at: chrono::DateTime<chrono::Utc>,
+) {
+    metrics::counter!(names::PARKED, "category" => unknown.category, "kind" => shard.kind().as_str(), "version" => unknown.version.to_string())
+        .increment(1);
+    tracing::warn!(
+        %shard,
+        id = group.newest.id,
+        category = unknown.category,
+        version = unknown.version,
+        known = ?unknown.known,
+        %retry_at,
+        "outbox shard parked: its payload version is newer than this receiver knows; deploy \
+         the receiver that knows it"
+    );
+}
+
 pub(crate) fn unknown_category(row: &StoredRow, value: i32) {
     metrics::counter!(names::UNKNOWN_CATEGORY, "kind" => row.shard.kind().as_str(), "category_value" => value.to_string())
         .increment(1);

@@ -242,6 +242,7 @@ mod tests {
             scheduled_for: now,
             date_added: now,
             traceparent: None,
+            payload_version: None,
         }
     }
 

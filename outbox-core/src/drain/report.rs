@@ -58,6 +58,16 @@ crate::error_debug::debug_with_message!(DeliveryError {
 });
 
 impl DeliveryError {
+    /// The payload version the receiver does not know, when that is what
+    /// failed: the shard is parked, not backed off
+    /// ([`UnknownVersion`](crate::UnknownVersion)).
+    pub fn unknown_version(&self) -> Option<&crate::contract::UnknownVersion> {
+        match self {
+            DeliveryError::Handler(error) => crate::contract::unknown_version(error.as_ref()),
+            _ => None,
+        }
+    }
+
     /// Whether retrying cannot help: the receiver returned an error marked
     /// with [`permanent`](crate::permanent).
     pub fn is_permanent(&self) -> bool {
@@ -72,6 +82,11 @@ impl DeliveryError {
         match self {
             DeliveryError::Handler(error) if crate::receiver::is_permanent(error.as_ref()) => {
                 "permanent"
+            }
+            DeliveryError::Handler(error)
+                if crate::contract::unknown_version(error.as_ref()).is_some() =>
+            {
+                "unknown_version"
             }
             DeliveryError::Handler(_) => "handler",
             DeliveryError::Panicked(_) => "panic",

@@ -14,6 +14,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::clock::Clock;
+use crate::contract::TypedCategory;
 use crate::fence_token::FencingToken;
 use crate::message::StoredRow;
 use crate::payload::Payload;
@@ -180,9 +181,46 @@ impl MemoryTransaction {
         object_identifier: i64,
         payload: Option<Value>,
     ) -> i64 {
+        self.write_versioned(shard, category, object_identifier, payload, None)
+    }
+
+    /// Writes one row of a typed category: its payload, and the version
+    /// of the payload's contract (see [`crate::contract`]).
+    ///
+    /// # Errors
+    ///
+    /// When the payload does not serialize to JSON; nothing is written.
+    pub fn write_typed<K: TypedCategory>(
+        &mut self,
+        shard: &ShardKey,
+        category: K,
+        object_identifier: i64,
+        payload: &K::Payload,
+    ) -> Result<i64, serde_json::Error> {
+        let (payload, version) = crate::contract::encode(category, payload)?;
+        Ok(self.write_versioned(
+            shard,
+            K::CATEGORY.value(),
+            object_identifier,
+            Some(payload),
+            Some(version),
+        ))
+    }
+
+    /// Writes one row as it is stored: a raw category value and payload
+    /// version, as any writer (an older or newer binary, SQL by hand)
+    /// might have stored them.
+    pub fn write_versioned(
+        &mut self,
+        shard: &ShardKey,
+        category: i32,
+        object_identifier: i64,
+        payload: Option<Value>,
+        payload_version: Option<u32>,
+    ) -> i64 {
         let row = self
             .store
-            .new_row(shard, category, object_identifier, payload);
+            .new_row(shard, category, object_identifier, payload, payload_version);
         let id = row.id;
         self.rows.push(row);
         id
@@ -304,6 +342,7 @@ impl MemoryStore {
         category: i32,
         object_identifier: i64,
         payload: Option<Value>,
+        payload_version: Option<u32>,
     ) -> StoredRow {
         let now = self.now();
         let mut state = self.lock();
@@ -319,6 +358,7 @@ impl MemoryStore {
             scheduled_for: crate::schedule::due_at_once(),
             date_added: now,
             traceparent: crate::trace::TraceParent::current(),
+            payload_version,
         }
     }
 
@@ -358,8 +398,40 @@ impl MemoryStore {
         object_identifier: i64,
         payload: Option<Value>,
     ) -> i64 {
+        self.write_versioned(shard, category, object_identifier, payload, None)
+    }
+
+    /// Writes one row of a typed category, as a committed transaction
+    /// would (see [`MemoryTransaction::write_typed`]).
+    ///
+    /// # Errors
+    ///
+    /// When the payload does not serialize to JSON; nothing is written.
+    pub fn write_typed<K: TypedCategory>(
+        &self,
+        shard: &ShardKey,
+        category: K,
+        object_identifier: i64,
+        payload: &K::Payload,
+    ) -> Result<i64, serde_json::Error> {
         let mut txn = self.begin();
-        let id = txn.write_raw(shard, category, object_identifier, payload);
+        let id = txn.write_typed(shard, category, object_identifier, payload)?;
+        txn.commit();
+        Ok(id)
+    }
+
+    /// Writes one row as stored, as a committed transaction would (see
+    /// [`MemoryTransaction::write_versioned`]).
+    pub fn write_versioned(
+        &self,
+        shard: &ShardKey,
+        category: i32,
+        object_identifier: i64,
+        payload: Option<Value>,
+        payload_version: Option<u32>,
+    ) -> i64 {
+        let mut txn = self.begin();
+        let id = txn.write_versioned(shard, category, object_identifier, payload, payload_version);
         txn.commit();
         id
     }

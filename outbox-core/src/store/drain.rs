@@ -151,21 +151,37 @@ impl ShardState {
         self.retry_at >= crate::schedule::paused_until() && !self.is_quarantined()
     }
 
+    /// Whether the shard is parked on a payload version its receiver does
+    /// not know (see [`UnknownVersion`](crate::UnknownVersion)): it is
+    /// tried again at `retry_at`, without backoff.
+    pub fn is_parked(&self) -> bool {
+        !self.is_quarantined()
+            && !self.is_paused()
+            && self
+                .last_error
+                .as_deref()
+                .is_some_and(crate::contract::is_parked_error)
+    }
+
     /// What the shard waits for, as views show it.
     pub fn status(&self) -> ShardStatus {
         if self.is_quarantined() {
             ShardStatus::Quarantined
         } else if self.is_paused() {
             ShardStatus::Paused
+        } else if self.is_parked() {
+            ShardStatus::Parked
         } else {
             ShardStatus::BackingOff
         }
     }
 
-    /// When it is tried again: a real time while it backs off, `None` while
-    /// it waits for an operator (paused or quarantined).
+    /// When it is tried again: a real time while it backs off or is
+    /// parked, `None` while it waits for an operator (paused or
+    /// quarantined).
     pub fn next_attempt(&self) -> Option<DateTime<Utc>> {
-        (self.status() == ShardStatus::BackingOff).then_some(self.retry_at)
+        matches!(self.status(), ShardStatus::BackingOff | ShardStatus::Parked)
+            .then_some(self.retry_at)
     }
 }
 
@@ -179,15 +195,19 @@ pub enum ShardStatus {
     Paused,
     /// An operator: a receiver answered with a permanent error.
     Quarantined,
+    /// A receiver that knows a newer payload version: a producer was
+    /// deployed ahead of this one; tried again every park interval.
+    Parked,
 }
 
 impl ShardStatus {
-    /// `backing_off`, `paused` or `quarantined`.
+    /// `backing_off`, `paused`, `quarantined` or `parked`.
     pub fn as_str(self) -> &'static str {
         match self {
             ShardStatus::BackingOff => "backing_off",
             ShardStatus::Paused => "paused",
             ShardStatus::Quarantined => "quarantined",
+            ShardStatus::Parked => "parked",
         }
     }
 }

@@ -74,6 +74,9 @@ impl fmt::Display for StateView {
             (outbox_core::ShardStatus::Quarantined, _) => {
                 write!(f, "quarantined after {} attempts", self.attempts)?;
             }
+            (outbox_core::ShardStatus::Parked, Some(at)) => {
+                write!(f, "parked, next at {}", time(&at))?;
+            }
             (_, Some(at)) => write!(f, "{} attempts, next at {}", self.attempts, time(&at))?,
             (_, None) => write!(f, "{} attempts", self.attempts)?,
         }

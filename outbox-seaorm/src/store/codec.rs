@@ -126,6 +126,7 @@ pub(super) fn stored_row(
         scheduled_for: time::get(row, backend, "scheduled_for")?,
         date_added,
         traceparent: traceparent(get(row, "traceparent", OP)?),
+        payload_version: None,
     }))
 }
 

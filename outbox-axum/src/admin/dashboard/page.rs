@@ -380,6 +380,8 @@ fn state_label(failing: &FailingShard) -> (&'static str, &'static str) {
         ("paused", "paused")
     } else if failing.state.is_quarantined() {
         ("quarantined", "bad")
+    } else if failing.state.is_parked() {
+        ("parked: deploy the receiver", "warn")
     } else {
         ("backing off", "warn")
     }

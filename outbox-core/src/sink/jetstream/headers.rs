@@ -114,6 +114,7 @@ mod tests {
             scheduled_from: added,
             synchronous: false,
             traceparent,
+            payload_version: None,
         }
     }
 

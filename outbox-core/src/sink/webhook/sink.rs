@@ -332,6 +332,7 @@ mod tests {
             scheduled_from: now,
             synchronous: false,
             traceparent: None,
+            payload_version: None,
         };
         let error = sink.deliver(&message).await.unwrap_err();
         assert!(

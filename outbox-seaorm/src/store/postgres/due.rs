@@ -276,6 +276,7 @@ fn stored_row(row: &QueryResult, shard: &ShardKey) -> Result<Option<StoredRow>, 
         scheduled_for: at(row, column::SCHEDULED_FOR)?,
         date_added,
         traceparent: codec::traceparent(at(row, column::TRACEPARENT)?),
+        payload_version: None,
     }))
 }
 
