@@ -266,9 +266,8 @@ macro_rules! registry {
         /// One type per category declared with `(payload = T)`, named like
         /// the category: what typed writers and
         /// `Receivers::on_typed` take (see `outbox_core::contract`).
-        #[allow(non_snake_case, unused_imports)]
+        #[allow(non_snake_case)]
         pub mod outbox_categories {
-            use super::*;
             $($($($($(
                 #[doc = ::core::concat!(
                     "`OutboxCategory::", ::core::stringify!($category),
@@ -276,14 +275,18 @@ macro_rules! registry {
                 )]
                 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
                 pub struct $category;
-
-                impl $crate::contract::TypedCategory for $category {
-                    type Category = super::OutboxCategory;
-                    type Payload = $payload;
-                    const CATEGORY: super::OutboxCategory = super::OutboxCategory::$category;
-                }
             )?)+)?)*)*
         }
+
+        // Outside the module, so that the payload's path is read where the
+        // registry is declared.
+        $($($($($(
+            impl $crate::contract::TypedCategory for outbox_categories::$category {
+                type Category = OutboxCategory;
+                type Payload = $payload;
+                const CATEGORY: OutboxCategory = OutboxCategory::$category;
+            }
+        )?)+)?)*)*
 
         impl OutboxCategory {
             /// The one scope this category belongs to (usable in constants).

@@ -1,0 +1,12 @@
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Untagged {
+    pub name: String,
+}
+
+outbox_core::registry! {
+    OrganizationScope = 0 {
+        OrganizationUpdate = 1 (payload = Untagged),
+    }
+}
+
+fn main() {}
