@@ -108,6 +108,8 @@
 //! 13. [Signed delivery](_guide::_13_signed_delivery) over HTTP (feature
 //!     `webhook`).
 //! 14. [The CLI](_guide::_14_cli) (feature `cli` of `outbox-seaorm`).
+//! 15. [Message contracts](_guide::_15_contracts): a payload type per
+//!     category, and versions through a rolling deploy.
 //!
 //! Locally: `cargo doc -p outbox-axum --open`.
 //!
@@ -197,6 +199,8 @@ pub mod _guide {
     pub mod _13_signed_delivery {}
     #[doc = include_str!("docs/guide/14-cli.md")]
     pub mod _14_cli {}
+    #[doc = include_str!("docs/guide/15-contracts.md")]
+    pub mod _15_contracts {}
 }
 
 // The layer and the worker do not know each other; this is where they meet.

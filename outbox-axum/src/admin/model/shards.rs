@@ -15,12 +15,13 @@ use super::Kind;
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StateView {
     /// `backing_off` (it is tried again at `next_attempt`), `paused` (by
-    /// an operator) or `quarantined` (after a permanent error: it waits
-    /// for an operator).
+    /// an operator), `quarantined` (after a permanent error: it waits
+    /// for an operator) or `parked` (on a payload version its receiver
+    /// does not know: deploy the receiver; tried again at `next_attempt`).
     #[schema(value_type = String, example = "backing_off")]
     pub status: outbox_core::ShardStatus,
-    /// Its next attempt while it backs off; `null` while it waits for an
-    /// operator.
+    /// Its next attempt while it backs off or is parked; `null` while it
+    /// waits for an operator.
     pub next_attempt: Option<DateTime<Utc>>,
     /// Failed attempts since its last success.
     pub attempts: u32,
