@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs what is missing
 # (PostgreSQL server binaries, PgBouncer, Chromium and chromedriver, NATS
-# server, promtool), then
+# server, promtool, Node.js with the AsyncAPI parser), then
 # tests each crate of the workspace on its own, `cargo test -p <crate>
 # --locked`, against real PostgreSQL (a throwaway cluster, unless
 # DATABASE_URL is set) and SQLite.
@@ -52,6 +52,10 @@ if ! have_nats_server; then missing+=(nats-server); fi
 # The alerting rules under ops/ are checked and unit-tested by promtool
 # (example-app's e2e test `ops`), which Debian ships in `prometheus`.
 if ! command -v promtool >/dev/null 2>&1; then missing+=(prometheus); fi
+# The registry's AsyncAPI document (outbox-core's test `asyncapi`) is
+# validated by the `@asyncapi/parser` npm package, run with Node.js.
+if ! command -v node >/dev/null 2>&1; then missing+=(nodejs); fi
+if ! command -v npm >/dev/null 2>&1; then missing+=(npm); fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "not found: ${missing[*]}: installing" >&2
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
@@ -70,6 +74,18 @@ if [ ${#missing[@]} -gt 0 ]; then
     installed=$?
   if [ -n "$policy" ]; then $SUDO rm -f "$policy"; fi
   if [ "$installed" -ne 0 ]; then exit "$installed"; fi
+fi
+
+# The AsyncAPI parser, installed once per target directory (the test
+# installs it there itself when this is not set).
+if [ -z "${OUTBOX_ASYNCAPI_PARSER_DIR:-}" ]; then
+  target_dir=$(cargo metadata --format-version 1 --no-deps --locked |
+    grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)
+  export OUTBOX_ASYNCAPI_PARSER_DIR="$target_dir/asyncapi-parser"
+fi
+if [ ! -f "$OUTBOX_ASYNCAPI_PARSER_DIR/node_modules/@asyncapi/parser/package.json" ]; then
+  mkdir -p "$OUTBOX_ASYNCAPI_PARSER_DIR"
+  npm install --no-audit --no-fund --silent --prefix "$OUTBOX_ASYNCAPI_PARSER_DIR" @asyncapi/parser@3.6.6
 fi
 
 # `-p`/`--package` pick crates; everything else goes to each `cargo test`.

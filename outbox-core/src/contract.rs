@@ -26,10 +26,10 @@
 //! ```
 //! use outbox_core::contract::{Contract, Upcasts};
 //!
-//! #[derive(serde::Serialize, serde::Deserialize)]
+//! #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 //! pub struct OrganizationV1 { pub name: String }
 //!
-//! #[derive(serde::Serialize, serde::Deserialize)]
+//! #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 //! pub struct OrganizationV2 { pub name: String, pub slug: String }
 //!
 //! impl Contract for OrganizationV1 {
@@ -64,7 +64,12 @@ use crate::registry::Category;
 
 /// A payload type with a version: what a typed category carries (see the
 /// [module](self)).
-pub trait Contract: Serialize + DeserializeOwned + Send + 'static {
+///
+/// Its JSON Schema ([`JsonSchema`](schemars::JsonSchema), derived with
+/// `#[derive(schemars::JsonSchema)]`; `outbox_core::schemars` re-exports
+/// the crate) is what the registry's AsyncAPI document
+/// ([`crate::asyncapi`]) publishes for the category.
+pub trait Contract: Serialize + DeserializeOwned + schemars::JsonSchema + Send + 'static {
     /// This type's version, 1 for a category's first. Raise it when the
     /// JSON shape changes in a way that an older receiver cannot read, and
     /// list the previous type in [`older`](Self::older).
@@ -79,19 +84,33 @@ pub trait Contract: Serialize + DeserializeOwned + Send + 'static {
 
 type Decode<T> = Arc<dyn Fn(&Payload) -> Result<T, serde_json::Error> + Send + Sync>;
 
+/// One older version of an [`Upcasts`]: its number, type, schema and
+/// decoder.
+struct Step<T> {
+    version: u32,
+    type_name: &'static str,
+    schema: fn() -> serde_json::Value,
+    decode: Decode<T>,
+}
+
+/// The JSON Schema of `T`, as a JSON value.
+fn schema_of<T: schemars::JsonSchema>() -> serde_json::Value {
+    schemars::schema_for!(T).to_value()
+}
+
 /// The older versions of a [`Contract`] and how each becomes the current
 /// type: built from `From` impls, with
 /// [`from::<Older>()`](Self::from), which brings `Older`'s own older
 /// versions along (a chain V1 → V2 → V3 needs only `From<V2> for V3` and
 /// `From<V1> for V2`).
 pub struct Upcasts<T> {
-    steps: Vec<(u32, &'static str, Decode<T>)>,
+    steps: Vec<Step<T>>,
 }
 
 impl<T> fmt::Debug for Upcasts<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(self.steps.iter().map(|(version, name, _)| (version, name)))
+            .entries(self.steps.iter().map(|step| (step.version, step.type_name)))
             .finish()
     }
 }
@@ -119,17 +138,20 @@ impl<T: Contract> Upcasts<T> {
         Older: Contract,
         T: From<Older>,
     {
-        self.steps.push((
-            Older::VERSION,
-            std::any::type_name::<Older>(),
-            Arc::new(|payload: &Payload| payload.deserialize::<Older>().map(T::from)),
-        ));
-        for (version, name, decode) in Older::older().steps {
-            self.steps.push((
-                version,
-                name,
-                Arc::new(move |payload: &Payload| decode(payload).map(T::from)),
-            ));
+        self.steps.push(Step {
+            version: Older::VERSION,
+            type_name: std::any::type_name::<Older>(),
+            schema: schema_of::<Older>,
+            decode: Arc::new(|payload: &Payload| payload.deserialize::<Older>().map(T::from)),
+        });
+        for step in Older::older().steps {
+            let decode = step.decode;
+            self.steps.push(Step {
+                version: step.version,
+                type_name: step.type_name,
+                schema: step.schema,
+                decode: Arc::new(move |payload: &Payload| decode(payload).map(T::from)),
+            });
         }
         self
     }
@@ -144,7 +166,7 @@ pub fn known_versions<T: Contract>() -> Vec<u32> {
 /// Decodes payloads of any version `T` knows into `T`: built once per
 /// typed receiver.
 pub(crate) struct Decoder<T> {
-    steps: Vec<(u32, &'static str, Decode<T>)>,
+    steps: Vec<Step<T>>,
     versions: Arc<[u32]>,
 }
 
@@ -153,8 +175,8 @@ impl<T: Contract> Decoder<T> {
         let mut steps = T::older().steps;
         // The first declaration of a version wins; an older type that
         // claims the current version is a mistake the version list shows.
-        steps.retain(|(version, _, _)| *version != T::VERSION);
-        let mut versions: Vec<u32> = steps.iter().map(|(version, _, _)| *version).collect();
+        steps.retain(|step| step.version != T::VERSION);
+        let mut versions: Vec<u32> = steps.iter().map(|step| step.version).collect();
         versions.push(T::VERSION);
         versions.sort_unstable();
         versions.dedup();
@@ -176,8 +198,8 @@ impl<T: Contract> Decoder<T> {
         }
         self.steps
             .iter()
-            .find(|(known, _, _)| *known == version)
-            .map(|(_, name, _)| *name)
+            .find(|step| step.version == version)
+            .map(|step| step.type_name)
     }
 
     /// Decodes `payload`, written as `version`: `None` when the version
@@ -192,8 +214,58 @@ impl<T: Contract> Decoder<T> {
         }
         self.steps
             .iter()
-            .find(|(known, _, _)| *known == version)
-            .map(|(_, _, decode)| decode(payload))
+            .find(|step| step.version == version)
+            .map(|step| (step.decode)(payload))
+    }
+}
+
+/// What a typed category's contract is, for documents that describe it
+/// (the AsyncAPI document, [`crate::asyncapi`]).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ContractInfo {
+    /// The version this binary writes.
+    pub version: u32,
+    /// Every version its receivers accept, ascending: this one and the
+    /// older ones it upcasts from.
+    pub versions: Vec<VersionInfo>,
+}
+
+/// One version of a [`ContractInfo`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct VersionInfo {
+    /// The version.
+    pub version: u32,
+    /// Its Rust type.
+    pub type_name: &'static str,
+    /// Its JSON Schema.
+    pub schema: serde_json::Value,
+}
+
+impl ContractInfo {
+    /// The contract of `T`: its version and every version it reads.
+    pub fn of<T: Contract>() -> Self {
+        let mut versions: Vec<VersionInfo> = Vec::new();
+        versions.push(VersionInfo {
+            version: T::VERSION,
+            type_name: std::any::type_name::<T>(),
+            schema: schema_of::<T>(),
+        });
+        for step in T::older().steps {
+            if versions.iter().all(|known| known.version != step.version) {
+                versions.push(VersionInfo {
+                    version: step.version,
+                    type_name: step.type_name,
+                    schema: (step.schema)(),
+                });
+            }
+        }
+        versions.sort_by_key(|version| version.version);
+        Self {
+            version: T::VERSION,
+            versions,
+        }
     }
 }
 
@@ -285,16 +357,16 @@ pub(crate) const PARKED: &str = "parked: ";
 mod tests {
     use super::*;
 
-    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, Debug, PartialEq)]
     struct V1 {
         name: String,
     }
-    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, Debug, PartialEq)]
     struct V2 {
         name: String,
         seats: u32,
     }
-    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, Debug, PartialEq)]
     struct V3 {
         title: String,
         seats: u32,

@@ -88,6 +88,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod asyncapi;
 pub mod audit;
 pub mod backoff;
 pub mod clock;
@@ -128,6 +129,8 @@ pub use receiver::{
     is_permanent, permanent, requested_retry_after, retry_after, BatchFuture, BatchItem,
     HandlerError, IncompleteReceivers, Permanent, Receivers, RetryAfter,
 };
+/// The JSON Schema crate a [`Contract`] derives `JsonSchema` from.
+pub use schemars;
 pub use trace::TraceParent;
 /// The UUID crate of [`Message::message_id`], for receivers that store it.
 pub use uuid;

@@ -298,7 +298,7 @@ impl<C: Category> Receivers<C> {
     /// ```
     /// use outbox_core::{Contract, HandlerError, Message, Receivers};
     ///
-    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
     /// pub struct Rename { pub name: String }
     /// impl Contract for Rename { const VERSION: u32 = 1; }
     ///

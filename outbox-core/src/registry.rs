@@ -148,6 +148,11 @@ pub trait Category:
     fn payload_type(self) -> Option<&'static str> {
         None
     }
+    /// The declared payload type's contract: its version and every version
+    /// it reads, with their JSON Schemas (built when asked).
+    fn contract(self) -> Option<crate::contract::ContractInfo> {
+        None
+    }
     /// The version of the declared payload type this binary writes, if the
     /// category is typed.
     fn payload_version(self) -> Option<u32> {
@@ -378,6 +383,20 @@ macro_rules! registry {
                             payload = ::core::option::Option::Some(::core::any::type_name::<$payload>());
                         )?)+)?
                         payload
+                    })*)*
+                }
+            }
+            fn contract(self) -> ::core::option::Option<$crate::contract::ContractInfo> {
+                match self {
+                    $($(Self::$category => {
+                        #[allow(unused_mut, unused_assignments)]
+                        let mut contract = ::core::option::Option::None;
+                        $($($(
+                            contract = ::core::option::Option::Some(
+                                $crate::contract::ContractInfo::of::<$payload>(),
+                            );
+                        )?)+)?
+                        contract
                     })*)*
                 }
             }

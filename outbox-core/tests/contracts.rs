@@ -19,18 +19,18 @@ use outbox_core::{
 use serde_json::json;
 
 /// What untyped writers stored before the category was typed.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
 pub struct OrgV1 {
     pub name: String,
 }
 
-#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
 pub struct OrgV2 {
     pub name: String,
     pub seats: u32,
 }
 
-#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
 pub struct OrgV3 {
     pub display_name: String,
     pub seats: u32,

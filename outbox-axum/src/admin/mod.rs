@@ -33,6 +33,7 @@
 //! | `GET /fences?limit=100` | the fenced receivers' records (consumer, sender, shard, highest token applied, deliveries refused as superseded and when the last was), most refusals first, and their total (with [`Admin::inbox`]; `404 no_inbox` without) |
 //! | `GET /metrics` | every metric, in Prometheus's text format (`text/plain; version=0.0.4`), as your exporter renders it (with [`Admin::metrics`]; `404 no_metrics` without); a viewer may scrape it |
 //! | `GET /openapi.json` | this API as an OpenAPI 3.1 document (generated from the same serde types) |
+//! | `GET /asyncapi.json` | the messages the outbox sends, as an AsyncAPI 3.0 document generated from the registry: a channel per scope and category, each typed category's payload schema per version (see [`outbox_core::asyncapi`]; title and version from [`Admin::asyncapi_info`]) |
 //! | `GET /dashboard?kind=region` | the same as a page, with forms: see below |
 //!
 //! # The dashboard
@@ -167,6 +168,8 @@ pub(crate) struct AdminState<C: Category> {
     pub(crate) login: bool,
     /// What `GET /metrics` answers (`Admin::metrics`).
     pub(crate) metrics: Option<RenderMetrics>,
+    /// The `info` of `GET /asyncapi.json` (`Admin::asyncapi_info`).
+    pub(crate) asyncapi: Arc<outbox_core::asyncapi::Info>,
 }
 
 /// The exporter's rendering of every metric, in Prometheus's text format.
@@ -215,6 +218,10 @@ impl<C: Category> Admin<C> {
                 audit_retention: outbox_core::audit::DEFAULT_RETENTION,
                 login: false,
                 metrics: None,
+                asyncapi: Arc::new(outbox_core::asyncapi::Info::new(
+                    "Outbox messages",
+                    "unversioned",
+                )),
             },
             secure_cookies: false,
             throttle: throttle::Throttle::default(),
@@ -276,6 +283,13 @@ impl<C: Category> Admin<C> {
     /// ```
     pub fn metrics(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> Self {
         self.state.metrics = Some(Arc::new(render));
+        self
+    }
+
+    /// The title and version (your service's) of the AsyncAPI document at
+    /// `GET /asyncapi.json`. Default: "Outbox messages", "unversioned".
+    pub fn asyncapi_info(mut self, info: outbox_core::asyncapi::Info) -> Self {
+        self.state.asyncapi = Arc::new(info);
         self
     }
 
@@ -416,6 +430,7 @@ impl<C: Category> Admin<C> {
             .route("/history", get(routes::history::<C>))
             .route("/metrics", get(routes::metrics::<C>))
             .route("/openapi.json", get(openapi::document))
+            .route("/asyncapi.json", get(routes::asyncapi::<C>))
             .route_layer(roles)
             .with_state(self.state);
         (api, pages)

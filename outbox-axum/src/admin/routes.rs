@@ -236,6 +236,12 @@ pub(super) async fn set_aside<C: Category>(
 /// Prometheus's text exposition format.
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4";
 
+pub(super) async fn asyncapi<C: Category>(
+    State(state): State<AdminState<C>>,
+) -> Json<serde_json::Value> {
+    Json(outbox_core::asyncapi::document::<C>(&state.asyncapi))
+}
+
 pub(super) async fn metrics<C: Category>(
     State(state): State<AdminState<C>>,
 ) -> Result<Response, AdminError> {

@@ -2,7 +2,7 @@
 
 use outbox_core::{Category, Contract, HandlerError, MemoryStore, Message, Receivers, ShardKey};
 
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct OrganizationV1 {
     pub name: String,
 }

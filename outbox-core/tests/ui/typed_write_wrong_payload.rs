@@ -1,6 +1,6 @@
 use outbox_core::{Contract, MemoryStore, ShardKey};
 
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct OrganizationV2 {
     pub name: String,
     pub slug: String,
@@ -9,7 +9,7 @@ impl Contract for OrganizationV2 {
     const VERSION: u32 = 2;
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct UserV1 {
     pub email: String,
 }
