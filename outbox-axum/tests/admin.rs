@@ -44,7 +44,7 @@ mod names;
 #[path = "admin/openapi.rs"]
 mod openapi;
 use head::a_blocked_shards_head_is_shown_and_set_aside;
-use openapi::the_openapi_document_covers_every_route;
+use openapi::{the_asyncapi_document_is_served, the_openapi_document_covers_every_route};
 #[path = "admin/roles.rs"]
 mod roles;
 use history::the_history_route_merges_every_workers_samples;
@@ -809,5 +809,6 @@ outbox_testing::on_both_backends!(
     the_history_route_merges_every_workers_samples,
     a_blocked_shards_head_is_shown_and_set_aside,
     the_openapi_document_covers_every_route,
+    the_asyncapi_document_is_served,
     scopes_and_categories_are_named_beside_their_numbers,
 );

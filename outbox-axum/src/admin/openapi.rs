@@ -120,6 +120,11 @@ fn metrics() {}
     responses((status = 200, description = "this document")))]
 fn openapi() {}
 
+#[utoipa::path(get, path = "/asyncapi.json", tag = "health",
+    responses((status = 200, description = "the messages the outbox sends, as an AsyncAPI 3.0 document"),
+              (status = 401, body = ErrorBody)))]
+fn asyncapi() {}
+
 /// The document.
 #[derive(OpenApi)]
 #[openapi(
@@ -144,7 +149,8 @@ fn openapi() {}
         audit,
         history,
         metrics,
-        openapi
+        openapi,
+        asyncapi
     ),
     components(schemas(
         ErrorBody,

@@ -121,3 +121,25 @@ pub(super) async fn the_openapi_document_covers_every_route(backend: DbBackend) 
     let (status, _) = call(&setup.router, Method::GET, "/openapi.json", None, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
+
+/// `GET /asyncapi.json`: the registry's messages, behind the same
+/// credentials as every route.
+pub(super) async fn the_asyncapi_document_is_served(backend: DbBackend) {
+    let setup = setup(backend, "admin_asyncapi", &[]).await;
+    let (status, _) = call(&setup.router, Method::GET, "/asyncapi.json", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, doc) = call(
+        &setup.router,
+        Method::GET,
+        "/asyncapi.json",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    assert_eq!(doc["asyncapi"], "3.0.0");
+    assert_eq!(
+        doc["channels"]["OrganizationScope.OrganizationUpdate"]["address"],
+        "outbox/{kind}/OrganizationScope/{shard}/OrganizationUpdate"
+    );
+}
