@@ -23,6 +23,13 @@
 //! - `webhook` (feature `webhook`): an HTTP `POST` per message to an
 //!   endpoint, signed per Standard Webhooks, the message id as
 //!   `webhook-id` so that the endpoint applies a redelivery once.
+//!
+//! Either sink can describe its messages as CloudEvents 1.0, opt-in:
+//! `cloudevents` (with feature `webhook` or `nats`).
+
+#[cfg(any(feature = "nats", feature = "webhook"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "nats", feature = "webhook"))))]
+pub mod cloudevents;
 
 #[cfg(feature = "nats")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]

@@ -11,6 +11,9 @@ use super::{
 use crate::message::Message;
 use crate::registry::Category;
 use crate::shard::ShardKey;
+use crate::sink::cloudevents::{
+    CloudEvents, ContentMode, DATACONTENTTYPE_HEADER, STRUCTURED_CONTENT_TYPE,
+};
 use crate::trace::TraceParent;
 
 /// The shard and fencing token a message was published with
@@ -59,6 +62,7 @@ mod names {
     pub(super) const COALESCED: HeaderName = HeaderName::from_static(super::COALESCED_HEADER);
     pub(super) const DATE_ADDED: HeaderName = HeaderName::from_static(super::DATE_ADDED_HEADER);
     pub(super) const TRACEPARENT: HeaderName = HeaderName::from_static(super::TRACEPARENT_HEADER);
+    pub(super) const CONTENT_TYPE: HeaderName = HeaderName::from_static("Content-Type");
 }
 
 /// The headers of `message` (see the module documentation).
@@ -82,6 +86,32 @@ pub(super) fn headers<C: Category>(message: &Message<C>) -> HeaderMap {
         headers.insert(names::TRACEPARENT, traceparent.to_string());
     }
     headers
+}
+
+/// Adds `message`'s CloudEvent to `headers` (see [the module
+/// documentation](super#cloudevents)): in binary mode its `ce-*` headers,
+/// in structured mode `Content-Type`, then returns the structured body.
+pub(super) fn cloudevent<C: Category>(
+    cloudevents: &CloudEvents,
+    message: &Message<C>,
+    headers: &mut HeaderMap,
+) -> Option<Vec<u8>> {
+    let attributes = cloudevents.attributes(message);
+    match cloudevents.mode() {
+        ContentMode::Binary => {
+            for (name, value) in attributes.headers() {
+                headers.insert(name, value);
+            }
+            if let Some(content_type) = attributes.datacontenttype {
+                headers.insert(DATACONTENTTYPE_HEADER, content_type);
+            }
+            None
+        }
+        ContentMode::Structured => {
+            headers.insert(names::CONTENT_TYPE, STRUCTURED_CONTENT_TYPE);
+            Some(attributes.structured(message.payload.as_ref()))
+        }
+    }
 }
 
 #[cfg(test)]

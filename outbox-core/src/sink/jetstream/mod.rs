@@ -189,6 +189,20 @@
 //! The body is the payload's JSON text; a message without a payload has an
 //! empty body (a payload of JSON `null` is `null`).
 //!
+//! # CloudEvents
+//!
+//! With [`JetStreamSink::with_cloudevents`] each message is also a
+//! CloudEvent, as the NATS protocol binding of CloudEvents maps one (see
+//! [`crate::sink::cloudevents`] for the attributes). In binary mode (the
+//! default) the body stays the payload and the attributes are added as
+//! headers: `ce-specversion`, `ce-id` (the message id, as `Nats-Msg-Id`),
+//! `ce-source`, `ce-type`, `ce-subject` (the object), `ce-time` (when the
+//! message, for a coalesced group its oldest row, was written) and, with a
+//! payload, `ce-datacontenttype: application/json`. In structured mode the
+//! body is the event's JSON (the payload as its `data`) with
+//! `Content-Type: application/cloudevents+json`. The headers of the table
+//! above are sent either way.
+//!
 //! `traceparent` is the context of the publish span (`outbox.jetstream.publish`,
 //! a child of the delivery span, which continues the trace of the span that
 //! wrote the row) when a `tracing-opentelemetry` layer is installed, so a
@@ -208,6 +222,7 @@ use crate::message::Message;
 use crate::receiver::{permanent, BatchFuture, BatchItem, HandlerError, HandlerFuture};
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey};
+use crate::sink::cloudevents::CloudEvents;
 
 mod batch;
 mod error;
@@ -217,7 +232,7 @@ pub use error::{InvalidSubject, JetStreamError, SubjectPart};
 pub use headers::fence_of;
 
 use error::check_token;
-use headers::headers;
+use headers::{cloudevent, headers};
 
 /// The `async-nats` crate the sink is built on: use it to connect and to
 /// create streams, so that the versions match.
@@ -273,6 +288,7 @@ pub struct JetStreamSink {
     prefix: Arc<str>,
     max_in_flight: usize,
     ack_timeout: Duration,
+    cloudevents: Option<CloudEvents>,
 }
 
 impl fmt::Debug for JetStreamSink {
@@ -281,6 +297,7 @@ impl fmt::Debug for JetStreamSink {
             .field("prefix", &self.prefix)
             .field("max_in_flight", &self.max_in_flight)
             .field("ack_timeout", &self.ack_timeout)
+            .field("cloudevents", &self.cloudevents)
             .finish_non_exhaustive()
     }
 }
@@ -296,6 +313,7 @@ impl JetStreamSink {
             prefix: Arc::from(DEFAULT_PREFIX),
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             ack_timeout: DEFAULT_ACK_TIMEOUT,
+            cloudevents: None,
         }
     }
 
@@ -484,13 +502,21 @@ impl JetStreamSink {
     }
 
     /// What is published for `message`: its subject, headers and body (the
-    /// payload's JSON text; empty without a payload).
+    /// payload's JSON text, empty without a payload; or the structured
+    /// CloudEvent).
     fn outgoing<C: Category>(&self, message: &Message<C>) -> Result<Outgoing, JetStreamError> {
         let subject = self.subject(message)?;
+        let mut headers = headers(message);
+        let mut body = body(message)?;
+        if let Some(cloudevents) = &self.cloudevents {
+            if let Some(structured) = cloudevent(cloudevents, message, &mut headers) {
+                body = structured;
+            }
+        }
         Ok(Outgoing {
             subject,
-            headers: headers(message),
-            body: body(message)?,
+            headers,
+            body,
         })
     }
 
@@ -577,6 +603,24 @@ impl JetStreamSink {
                     .collect()
             })
         }
+    }
+
+    /// The same sink publishing each message as a CloudEvent (see
+    /// [`crate::sink::cloudevents`] and [the module
+    /// documentation](self#cloudevents)): in binary mode (the default) the
+    /// body is the payload and the attributes are `ce-*` headers; in
+    /// [structured](CloudEvents::structured) mode the body is the event's
+    /// JSON, with `Content-Type: application/cloudevents+json`. Every other
+    /// header is published as without it. Default: none.
+    pub fn with_cloudevents(mut self, cloudevents: CloudEvents) -> Self {
+        self.cloudevents = Some(cloudevents);
+        self
+    }
+
+    /// The CloudEvents the sink publishes, if it does
+    /// ([`with_cloudevents`](Self::with_cloudevents)).
+    pub fn cloudevents(&self) -> Option<&CloudEvents> {
+        self.cloudevents.as_ref()
     }
 
     /// How many publishes of a batch await their acknowledgement at once

@@ -55,7 +55,8 @@
 //! # What is sent
 //!
 //! A `POST` to the sink's URL, whose body is the payload's JSON text (`null`
-//! for a message without a payload), with:
+//! for a message without a payload; with [CloudEvents](#cloudevents), as
+//! that section says), with:
 //!
 //! | header | value |
 //! |---|---|
@@ -76,6 +77,26 @@
 //! long a captured request can be replayed: within that window, the
 //! endpoint drops a replay by its `webhook-id` (`outbox_axum::apply_once`
 //! records it in an inbox).
+//!
+//! # CloudEvents
+//!
+//! With [`WebhookSink::with_cloudevents`] each delivery is also a
+//! CloudEvent, as the HTTP protocol binding of CloudEvents maps one (see
+//! [`crate::sink::cloudevents`] for the attributes):
+//!
+//! - in **binary** mode (the default) the body is the payload's JSON as
+//!   above, and the attributes are headers: `ce-specversion`, `ce-id` (the
+//!   message id, as `webhook-id`), `ce-source`, `ce-type`, `ce-subject`,
+//!   `ce-time`, with `content-type: application/json`; a message without
+//!   a payload is an event without data: an empty body and no
+//!   `content-type` (instead of `null`);
+//! - in **structured** mode the body is the event's JSON (the payload
+//!   verbatim as its `data`), sent as `content-type:
+//!   application/cloudevents+json`, without `ce-*` headers.
+//!
+//! Every other header of the table is sent either way, and the signature
+//! covers the body as sent: a structured event is signed whole, and an
+//! endpoint verifies it before it parses it.
 //!
 //! # The delivery headers are signed too
 //!

@@ -17,6 +17,7 @@ use crate::delivery_headers::for_delivery;
 use crate::message::{CurrentDelivery, Message};
 use crate::receiver::HandlerFuture;
 use crate::registry::Category;
+use crate::sink::cloudevents::{CloudEvents, ContentMode, STRUCTURED_CONTENT_TYPE};
 use crate::trace::TraceParent;
 
 /// How long a delivery waits for the endpoint's answer, by default
@@ -41,6 +42,7 @@ pub struct WebhookSink {
     keys: WebhookKeys,
     sender: Arc<str>,
     timeout: Duration,
+    cloudevents: Option<CloudEvents>,
 }
 
 impl std::fmt::Debug for WebhookSink {
@@ -50,6 +52,7 @@ impl std::fmt::Debug for WebhookSink {
             .field("keys", &self.keys.len())
             .field("sender", &self.sender)
             .field("timeout", &self.timeout)
+            .field("cloudevents", &self.cloudevents)
             .finish_non_exhaustive()
     }
 }
@@ -60,9 +63,12 @@ impl std::fmt::Debug for WebhookSink {
 pub struct SignedRequest {
     /// The headers: `content-type`, the three `webhook-*` ones, the
     /// delivery headers and their signature, `traceparent` when there is
-    /// one.
+    /// one; with [CloudEvents](WebhookSink::with_cloudevents) in binary
+    /// mode, the `ce-*` ones too.
     pub headers: HeaderMap,
-    /// The body: the payload's JSON text (`null` without a payload).
+    /// The body: the payload's JSON text (`null` without a payload); with
+    /// CloudEvents, empty without a payload in binary mode, the event's
+    /// JSON in structured mode.
     pub body: Vec<u8>,
 }
 
@@ -93,6 +99,7 @@ impl WebhookSink {
             keys,
             sender: Arc::from(""),
             timeout: DEFAULT_TIMEOUT,
+            cloudevents: None,
         })
     }
 
@@ -139,6 +146,27 @@ impl WebhookSink {
         Self { timeout, ..self }
     }
 
+    /// The same sink sending each message as a CloudEvent (see
+    /// [`crate::sink::cloudevents`]): in binary mode (the default) the
+    /// body is the payload (empty without one) and the attributes are
+    /// `ce-*` headers; in [structured](CloudEvents::structured) mode the
+    /// body is the event's JSON, sent as `application/cloudevents+json`.
+    /// The signatures cover the body as sent, and every other header is
+    /// sent as without it. Default: none (the body is the payload, `null`
+    /// without one).
+    pub fn with_cloudevents(self, cloudevents: CloudEvents) -> Self {
+        Self {
+            cloudevents: Some(cloudevents),
+            ..self
+        }
+    }
+
+    /// The CloudEvents the sink sends, if it does
+    /// ([`with_cloudevents`](Self::with_cloudevents)).
+    pub fn cloudevents(&self) -> Option<&CloudEvents> {
+        self.cloudevents.as_ref()
+    }
+
     /// The endpoint, without credentials, query or fragment.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
@@ -156,13 +184,9 @@ impl WebhookSink {
         message: &Message<C>,
         timestamp: i64,
     ) -> SignedRequest {
-        let body = match &message.payload {
-            Some(payload) => payload.as_bytes().to_vec(),
-            None => b"null".to_vec(),
-        };
         let id = message.message_id.to_string();
         let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let body = self.body(message, &mut headers);
         let mut put = |name: &'static str, value: &str| {
             if let Ok(value) = HeaderValue::from_str(value) {
                 headers.insert(HeaderName::from_static(name), value);
@@ -193,6 +217,45 @@ impl WebhookSink {
             put(TRACEPARENT_HEADER, &traceparent.to_string());
         }
         SignedRequest { headers, body }
+    }
+
+    /// The body of `message`, with the headers that describe it:
+    /// `content-type`, and the `ce-*` ones of a binary CloudEvent.
+    fn body<C: Category>(&self, message: &Message<C>, headers: &mut HeaderMap) -> Vec<u8> {
+        let json = HeaderValue::from_static("application/json");
+        let Some(cloudevents) = &self.cloudevents else {
+            headers.insert(CONTENT_TYPE, json);
+            return match &message.payload {
+                Some(payload) => payload.as_bytes().to_vec(),
+                None => b"null".to_vec(),
+            };
+        };
+        let attributes = cloudevents.attributes(message);
+        match cloudevents.mode() {
+            ContentMode::Structured => {
+                headers.insert(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static(STRUCTURED_CONTENT_TYPE),
+                );
+                attributes.structured(message.payload.as_ref())
+            }
+            ContentMode::Binary => {
+                for (name, value) in attributes.headers() {
+                    // Percent-encoded: always a valid header value.
+                    if let Ok(value) = HeaderValue::try_from(value) {
+                        headers.insert(HeaderName::from_static(name), value);
+                    }
+                }
+                match &message.payload {
+                    Some(payload) => {
+                        headers.insert(CONTENT_TYPE, json);
+                        payload.as_bytes().to_vec()
+                    }
+                    // No data: no body, no `datacontenttype`.
+                    None => Vec::new(),
+                }
+            }
+        }
     }
 
     /// POSTs `message`, signed now, and waits for the endpoint's answer:
