@@ -1,6 +1,6 @@
 //! An AsyncAPI 3.0 document of the registry: what the outbox sends, per
 //! scope and category, with each typed category's payload schemas by
-//! version (see [`crate::contract`]).
+//! version (see [`crate::registry::contract`]).
 //!
 //! One channel per category, at the address
 //! `outbox/{kind}/{scope}/{shard}/{category}` (the `kind` is `region` or

@@ -94,7 +94,7 @@ pub mod backoff;
 pub mod clock;
 pub mod coalesce;
 pub mod context;
-pub mod contract;
+
 pub mod control;
 pub mod delivery_headers;
 mod deprecated;
@@ -109,6 +109,7 @@ pub mod metrics;
 pub mod payload;
 pub mod receiver;
 pub mod registry;
+pub use registry::contract;
 mod schedule;
 pub mod shard;
 pub mod sink;

@@ -38,7 +38,7 @@ pub struct StoredRow {
     /// value that does not parse is read as `None`; see [`crate::trace`]).
     pub traceparent: Option<TraceParent>,
     /// The version of the payload's contract the writer stored, for a
-    /// typed category (see [`crate::contract`]); `None` for an untyped
+    /// typed category (see [`crate::registry::contract`]); `None` for an untyped
     /// write (read as version 1 by typed receivers).
     pub payload_version: Option<u32>,
 }
@@ -86,7 +86,7 @@ pub struct Message<C> {
     /// the OpenTelemetry parent of the delivery span (see [`crate::trace`]).
     pub traceparent: Option<TraceParent>,
     /// The payload's contract version, as the delivered row's writer stored
-    /// it: `None` for an untyped write (see [`crate::contract`]).
+    /// it: `None` for an untyped write (see [`crate::registry::contract`]).
     pub payload_version: Option<u32>,
 }
 

@@ -27,8 +27,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::contract::{Contract, Decoder, TypedCategory, UnknownVersion};
 use crate::message::{Message, PayloadError};
+use crate::registry::contract::{Contract, Decoder, TypedCategory, UnknownVersion};
 use crate::registry::Category;
 
 /// The error a handler returns. Any error type converts into it with `?`.
@@ -490,7 +490,7 @@ fn decode_typed<C: Category, T: Contract>(
     message: &Message<C>,
 ) -> Result<T, HandlerError> {
     let category = message.category.name();
-    let version = crate::contract::written_version(message.payload_version);
+    let version = crate::registry::contract::written_version(message.payload_version);
     let Some(payload) = message.payload.as_ref() else {
         return Err(Box::new(PayloadError::Missing {
             category,

@@ -354,7 +354,7 @@ impl<C: Category> ShardRun<C> {
             delay: self
                 .last_backoff
                 .unwrap_or(drainer.config().backoff.initial()),
-            error: format!("{}{error}", crate::contract::PARKED),
+            error: format!("{}{error}", crate::registry::contract::PARKED),
             attempts: self.attempts,
         };
         self.outcome

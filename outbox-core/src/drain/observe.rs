@@ -143,7 +143,7 @@ pub(crate) fn quarantined(
 pub(crate) fn parked(
     shard: &crate::shard::ShardKey,
     group: &crate::coalesce::CoalescingGroup,
-    unknown: &crate::contract::UnknownVersion,
+    unknown: &crate::registry::contract::UnknownVersion,
     retry_at: chrono::DateTime<chrono::Utc>,
 ) {
     metrics::counter!(names::PARKED, "category" => unknown.category, "kind" => shard.kind().as_str(), "version" => unknown.version.to_string())

@@ -61,9 +61,11 @@ impl DeliveryError {
     /// The payload version the receiver does not know, when that is what
     /// failed: the shard is parked, not backed off
     /// ([`UnknownVersion`](crate::UnknownVersion)).
-    pub fn unknown_version(&self) -> Option<&crate::contract::UnknownVersion> {
+    pub fn unknown_version(&self) -> Option<&crate::registry::contract::UnknownVersion> {
         match self {
-            DeliveryError::Handler(error) => crate::contract::unknown_version(error.as_ref()),
+            DeliveryError::Handler(error) => {
+                crate::registry::contract::unknown_version(error.as_ref())
+            }
             _ => None,
         }
     }
@@ -84,7 +86,7 @@ impl DeliveryError {
                 "permanent"
             }
             DeliveryError::Handler(error)
-                if crate::contract::unknown_version(error.as_ref()).is_some() =>
+                if crate::registry::contract::unknown_version(error.as_ref()).is_some() =>
             {
                 "unknown_version"
             }

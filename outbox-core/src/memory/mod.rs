@@ -14,10 +14,10 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::clock::Clock;
-use crate::contract::TypedCategory;
 use crate::fence_token::FencingToken;
 use crate::message::StoredRow;
 use crate::payload::Payload;
+use crate::registry::contract::TypedCategory;
 use crate::registry::Category;
 use crate::shard::{OutboxKind, ShardKey, MAX_BUCKETS_PER_CLAIM};
 use crate::store::{
@@ -185,7 +185,7 @@ impl MemoryTransaction {
     }
 
     /// Writes one row of a typed category: its payload, and the version
-    /// of the payload's contract (see [`crate::contract`]).
+    /// of the payload's contract (see [`crate::registry::contract`]).
     ///
     /// # Errors
     ///
@@ -197,7 +197,7 @@ impl MemoryTransaction {
         object_identifier: i64,
         payload: &K::Payload,
     ) -> Result<i64, serde_json::Error> {
-        let (payload, version) = crate::contract::encode(category, payload)?;
+        let (payload, version) = crate::registry::contract::encode(category, payload)?;
         Ok(self.write_versioned(
             shard,
             K::CATEGORY.value(),

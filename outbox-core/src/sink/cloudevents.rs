@@ -56,7 +56,7 @@
 //! | `specversion` | `1.0` |
 //! | `id` | the message id ([`Message::message_id`](crate::Message::message_id)), a UUID v7, the same on every attempt: with `source`, the event's identity, by which a consumer drops a redelivery |
 //! | `source` | the URI-reference given to [`CloudEvents::new`]: the silo or service that wrote the message |
-//! | `type` | the type prefix, the category's name, and `.v{version}` when the message has a [payload version](crate::Message::payload_version) (a typed category, see [`crate::contract`]): `com.example.PriceChanged.v2`, after the prefix the name [`crate::asyncapi`] gives the message; an untyped message (a row of a typed category written before it was typed too) has no suffix: `com.example.PriceChanged` |
+//! | `type` | the type prefix, the category's name, and `.v{version}` when the message has a [payload version](crate::Message::payload_version) (a typed category, see [`crate::registry::contract`]): `com.example.PriceChanged.v2`, after the prefix the name [`crate::asyncapi`] gives the message; an untyped message (a row of a typed category written before it was typed too) has no suffix: `com.example.PriceChanged` |
 //! | `subject` | the object identifier, in decimal: `7` |
 //! | `time` | when the message was written ([`Message::date_added`](crate::Message::date_added)), RFC 3339 in UTC; for a coalesced group, when its *oldest* row was written (the `id` is the newest row's) |
 //! | `datacontenttype` | `application/json`, when the message has a payload |

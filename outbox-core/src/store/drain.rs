@@ -160,7 +160,7 @@ impl ShardState {
             && self
                 .last_error
                 .as_deref()
-                .is_some_and(crate::contract::is_parked_error)
+                .is_some_and(crate::registry::contract::is_parked_error)
     }
 
     /// What the shard waits for, as views show it.

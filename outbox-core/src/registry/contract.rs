@@ -59,8 +59,8 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::Category;
 use crate::payload::Payload;
-use crate::registry::Category;
 
 /// A payload type with a version: what a typed category carries (see the
 /// [module](self)).

@@ -60,6 +60,8 @@
 //!   message about an object. For events that each matter (a webhook per
 //!   price change, an audit entry), without inventing a unique object id.
 
+pub mod contract;
+
 use std::fmt::{Debug, Display};
 use std::hash::Hash;
 
@@ -144,13 +146,13 @@ pub trait Category:
     fn is_retired(self) -> bool;
     /// The payload type declared with `(payload = T)`, if any (its Rust
     /// name): such a category is written and received typed (see
-    /// [`crate::contract`]).
+    /// [`crate::registry::contract`]).
     fn payload_type(self) -> Option<&'static str> {
         None
     }
     /// The declared payload type's contract: its version and every version
     /// it reads, with their JSON Schemas (built when asked).
-    fn contract(self) -> Option<crate::contract::ContractInfo> {
+    fn contract(self) -> Option<crate::registry::contract::ContractInfo> {
         None
     }
     /// The version of the declared payload type this binary writes, if the
@@ -286,7 +288,7 @@ macro_rules! registry {
         // Outside the module, so that the payload's path is read where the
         // registry is declared.
         $($($($($(
-            impl $crate::contract::TypedCategory for outbox_categories::$category {
+            impl $crate::registry::contract::TypedCategory for outbox_categories::$category {
                 type Category = OutboxCategory;
                 type Payload = $payload;
                 const CATEGORY: OutboxCategory = OutboxCategory::$category;
@@ -386,14 +388,14 @@ macro_rules! registry {
                     })*)*
                 }
             }
-            fn contract(self) -> ::core::option::Option<$crate::contract::ContractInfo> {
+            fn contract(self) -> ::core::option::Option<$crate::registry::contract::ContractInfo> {
                 match self {
                     $($(Self::$category => {
                         #[allow(unused_mut, unused_assignments)]
                         let mut contract = ::core::option::Option::None;
                         $($($(
                             contract = ::core::option::Option::Some(
-                                $crate::contract::ContractInfo::of::<$payload>(),
+                                $crate::registry::contract::ContractInfo::of::<$payload>(),
                             );
                         )?)+)?
                         contract
@@ -406,7 +408,7 @@ macro_rules! registry {
                         #[allow(unused_mut, unused_assignments)]
                         let mut version = ::core::option::Option::None;
                         $($($(
-                            version = ::core::option::Option::Some(<$payload as $crate::contract::Contract>::VERSION);
+                            version = ::core::option::Option::Some(<$payload as $crate::registry::contract::Contract>::VERSION);
                         )?)+)?
                         version
                     })*)*
