@@ -32,7 +32,10 @@
 //!   sequence on PostgreSQL), and `outbox_inbox_fence`, the highest token
 //!   each fenced consumer applied per sender and shard (see
 //!   [`FencingTokens`]), with how many deliveries it refused as superseded
-//!   ([`SupersededCounts`]).
+//!   ([`SupersededCounts`]);
+//! - a nullable `payload_version` on the outbox tables and the dead letters:
+//!   the version of the payload's contract a typed writer stored, NULL for an
+//!   untyped write (see [`PayloadVersion`] and `outbox_core::contract`).
 //!
 //! And, opted into with [`migrations_with_partition_ring`] or
 //! [`OutboxRingMigrator`]: on PostgreSQL, the outbox tables as a ring of
@@ -132,6 +135,7 @@ mod m20261126_000012_outbox_autovacuum;
 mod m20261126_000013_operator_audit;
 mod m20261126_000014_outbox_history;
 mod m20261126_000015_outbox_partition_ring;
+mod m20261128_000016_payload_version;
 
 pub use m20261121_000001_create_outbox_tables::Migration as CreateOutboxTables;
 pub use m20261121_000002_create_backfill_tables::Migration as CreateBackfillTables;
@@ -148,6 +152,7 @@ pub use m20261126_000012_outbox_autovacuum::Migration as OutboxAutovacuum;
 pub use m20261126_000013_operator_audit::Migration as OperatorAudit;
 pub use m20261126_000014_outbox_history::Migration as OutboxHistory;
 pub use m20261126_000015_outbox_partition_ring::Migration as OutboxPartitionRing;
+pub use m20261128_000016_payload_version::Migration as PayloadVersion;
 
 /// Makes the migration's connection read the schema as it is now, on
 /// SQLite, before its statements are prepared.
@@ -187,6 +192,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(OutboxAutovacuum),
         Box::new(OperatorAudit),
         Box::new(OutboxHistory),
+        Box::new(PayloadVersion),
     ]
 }
 

@@ -9,7 +9,7 @@
 //!
 //! Counters and histograms are emitted where things happen. The gauges
 //! ([`BACKLOG_DEPTH`], [`BACKLOG_OLDEST_AGE`], [`FAILING_SHARDS`],
-//! [`QUARANTINED_SHARDS`], [`PAUSED_SHARDS`], [`DEAD_TUPLES`],
+//! [`QUARANTINED_SHARDS`], [`PAUSED_SHARDS`], [`PARKED_SHARDS`], [`DEAD_TUPLES`],
 //! [`OLDEST_TRANSACTION_AGE`], [`DEAD_LETTERS`], [`SCOPE_BACKLOG_DEPTH`],
 //! [`SCOPE_BACKLOG_OLDEST_AGE`]) are kept up to date by the background worker,
 //! every `WorkerBuilder::gauge_interval` (15 s), from
@@ -97,6 +97,10 @@ pub const FAILING_SHARDS: &str = "outbox.failing_shards";
 pub const QUARANTINED_SHARDS: &str = "outbox.quarantined_shards";
 /// Gauge: shards parked by an operator's pause (tags: kind).
 pub const PAUSED_SHARDS: &str = "outbox.paused_shards";
+/// Gauge: shards parked on a payload version their receiver does not know,
+/// waiting for a deploy of a receiver that knows it (tags: kind). Not
+/// counted in [`FAILING_SHARDS`].
+pub const PARKED_SHARDS: &str = "outbox.parked_shards";
 /// Gauge: dead tuples of the outbox table, PostgreSQL only (tags: kind).
 pub const DEAD_TUPLES: &str = "outbox.table.dead_tuples";
 /// Gauge, seconds: age of the database's oldest open transaction (which

@@ -289,11 +289,11 @@ impl<C: Category> Receivers<C> {
     /// [`VERSION`](crate::Contract::VERSION) and those of
     /// [`older`](crate::Contract::older), upcast to `T`); a message of
     /// any other version parks its shard until a binary that knows it
-    /// drains it ([`UnknownVersion`](crate::UnknownVersion)). A payload
+    /// drains it ([`UnknownVersion`]). A payload
     /// of a known version that does not decode fails the delivery with
-    /// [`PayloadError::Malformed`](crate::PayloadError::Malformed)
+    /// [`PayloadError::Malformed`]
     /// (transient: the shard backs off), a missing one with
-    /// [`PayloadError::Missing`](crate::PayloadError::Missing).
+    /// [`PayloadError::Missing`].
     ///
     /// ```
     /// use outbox_core::{Contract, HandlerError, Message, Receivers};

@@ -20,10 +20,7 @@ impl Backend for MemoryBackend {
 
     async fn write(&self, store: &MemoryStore, rows: &[NewRow]) -> Vec<i64> {
         let mut txn = store.begin();
-        let ids = rows
-            .iter()
-            .map(|row| txn.write(&row.shard, row.category, row.object, row.payload.clone()))
-            .collect();
+        let ids = rows.iter().map(|row| row.write_to(&mut txn)).collect();
         txn.commit();
         ids
     }
@@ -31,7 +28,7 @@ impl Backend for MemoryBackend {
     async fn write_rolled_back(&self, store: &MemoryStore, rows: &[NewRow]) {
         let mut txn = store.begin();
         for row in rows {
-            txn.write(&row.shard, row.category, row.object, row.payload.clone());
+            row.write_to(&mut txn);
         }
         drop(txn);
     }

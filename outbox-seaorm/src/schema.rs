@@ -219,6 +219,15 @@ pub const MIGRATIONS: &[MigrationSchema] = &[
         )],
         dropped_indexes: &[],
     },
+    MigrationSchema {
+        migration: "m20261128_000016_payload_version",
+        tables: &[
+            ("region_outbox", &["payload_version"]),
+            ("control_outbox", &["payload_version"]),
+            ("outbox_dead_letter", &["payload_version"]),
+        ],
+        dropped_indexes: &[],
+    },
 ];
 
 /// How to run the migrations, for the error messages.

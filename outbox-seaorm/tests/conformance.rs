@@ -72,6 +72,8 @@ async fn write_rows<Db: ConnectionTrait>(db: &Db, rows: &[NewRow]) -> Vec<i64> {
             ObjectId(row.object),
         );
         message.payload = row.payload.clone();
+        // As a typed writer of that version stores it (`OutboxMessage::typed`).
+        message.payload_version = row.payload_version;
         let written = match (row.shard.kind(), row.shard.region_name()) {
             (OutboxKind::Control, Some(region)) => write_control(db, [region], message)
                 .await

@@ -108,6 +108,21 @@ impl<C: Category> DrainView<C> {
         self.admin.failing_shards(kind, limit).await
     }
 
+    /// Shards parked on a payload version their receiver does not know (a
+    /// producer deployed ahead of it), next attempt first, at most `limit`
+    /// ([`StoreAdmin::parked_shards`]).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the database fails.
+    pub async fn parked_shards(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<FailingShard>, StoreError> {
+        self.admin.parked_shards(kind, limit).await
+    }
+
     /// How many dead letters `kind` holds, every one counted (for a tool
     /// that pages through them all; the admin reads cap theirs).
     ///
@@ -273,6 +288,7 @@ impl<C: Category> DrainView<C> {
             depth: reading.pending,
             oldest_age: reading.oldest_date_added.map(|oldest| age(now, oldest)),
             failing_shards: reading.failing_shards,
+            parked_shards: reading.parked_shards,
             quarantined_shards: reading.quarantined_shards,
             paused_shards: reading.paused_shards,
             dead_tuples: reading.health.dead_tuples,
@@ -321,9 +337,12 @@ pub struct Backlog {
     pub depth: Count,
     /// How long the oldest pending row has waited; `None` when none is.
     pub oldest_age: Option<Duration>,
-    /// Shards backing off after a failure (not quarantined, not paused), of
-    /// the first `count_cap` shard states.
+    /// Shards backing off after a failure (not quarantined, not paused, not
+    /// parked), of the first `count_cap` shard states.
     pub failing_shards: u64,
+    /// Shards parked on a payload version their receiver does not know
+    /// (see [`DrainView::parked_shards`]), of the first `count_cap`.
+    pub parked_shards: u64,
     /// Shards quarantined after a permanent error.
     pub quarantined_shards: u64,
     /// Shards parked by an operator's pause.
@@ -396,6 +415,7 @@ impl Backlog {
         metrics::gauge!(names::QUARANTINED_SHARDS, "kind" => kind)
             .set(self.quarantined_shards as f64);
         metrics::gauge!(names::PAUSED_SHARDS, "kind" => kind).set(self.paused_shards as f64);
+        metrics::gauge!(names::PARKED_SHARDS, "kind" => kind).set(self.parked_shards as f64);
         if let Some(dead) = self.dead_tuples {
             metrics::gauge!(names::DEAD_TUPLES, "kind" => kind).set(dead as f64);
         }

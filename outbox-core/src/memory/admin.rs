@@ -97,6 +97,17 @@ impl StoreAdmin for MemoryStore {
         Ok(failing)
     }
 
+    async fn parked_shards(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<FailingShard>, StoreError> {
+        let mut parked = self.failing_shards(kind, usize::MAX).await?;
+        parked.retain(|shard| shard.state.is_parked());
+        parked.truncate(limit);
+        Ok(parked)
+    }
+
     async fn dead_letters(
         &self,
         kind: OutboxKind,

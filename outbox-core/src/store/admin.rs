@@ -82,9 +82,12 @@ pub struct BacklogReading {
     /// When the oldest pending row was written (of the oldest `cap + 1` by
     /// id, when there are more); `None` when nothing is pending.
     pub oldest_date_added: Option<DateTime<Utc>>,
-    /// Shards backing off after a failure (neither quarantined nor paused),
-    /// of the first `cap` shard states.
+    /// Shards backing off after a failure (neither quarantined, paused nor
+    /// parked), of the first `cap` shard states.
     pub failing_shards: u64,
+    /// Shards parked on a payload version their receiver does not know
+    /// ([`ShardState::is_parked`]), of the first `cap`.
+    pub parked_shards: u64,
     /// Shards quarantined after a permanent error, of the first `cap`.
     pub quarantined_shards: u64,
     /// Shards parked by an operator's pause, of the first `cap`.
@@ -254,6 +257,7 @@ pub trait StoreAdmin: Send + Sync + 'static {
         };
         let quarantined_shards = count(ShardState::is_quarantined);
         let paused_shards = count(ShardState::is_paused);
+        let parked_shards = count(ShardState::is_parked);
         let health = self.table_health(kind).await?;
         let dead_letters = Count::up_to(self.dead_letter_count(kind).await?, cap);
         let mut scopes = self.scope_depths(kind).await?;
@@ -263,7 +267,11 @@ pub trait StoreAdmin: Send + Sync + 'static {
         Ok(BacklogReading {
             pending,
             oldest_date_added,
-            failing_shards: failing.len() as u64 - quarantined_shards - paused_shards,
+            failing_shards: failing.len() as u64
+                - quarantined_shards
+                - paused_shards
+                - parked_shards,
+            parked_shards,
             quarantined_shards,
             paused_shards,
             health,
@@ -289,6 +297,23 @@ pub trait StoreAdmin: Send + Sync + 'static {
         kind: OutboxKind,
         limit: usize,
     ) -> Result<Vec<FailingShard>, StoreError>;
+
+    /// Shards parked on a payload version their receiver does not know
+    /// ([`ShardState::is_parked`]: a producer was deployed ahead of it),
+    /// next attempt first, at most `limit`: the failing shards that wait
+    /// for a deploy rather than for a fix. The default reads every failing
+    /// shard and keeps the parked ones; the SQL stores select them with one
+    /// statement.
+    async fn parked_shards(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<FailingShard>, StoreError> {
+        let mut parked = self.failing_shards(kind, usize::MAX).await?;
+        parked.retain(|shard| shard.state.is_parked());
+        parked.truncate(limit);
+        Ok(parked)
+    }
 
     /// Dead-lettered rows of `kind`, oldest first, at most `limit`.
     async fn dead_letters(

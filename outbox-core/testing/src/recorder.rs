@@ -31,6 +31,8 @@ pub struct Delivery<C> {
     pub traceparent: Option<outbox_core::trace::TraceParent>,
     /// The message id of the delivered row.
     pub message_id: uuid::Uuid,
+    /// The payload version the delivered row's writer stored.
+    pub payload_version: Option<u32>,
     /// The fencing token of the claim that delivered it.
     pub fence: outbox_core::FencingToken,
 }
@@ -284,6 +286,7 @@ impl<C: Category> Recorder<C> {
             synchronous: message.synchronous,
             traceparent: message.traceparent,
             message_id: message.message_id,
+            payload_version: message.payload_version,
             fence: message.fence,
         });
         self.inner.delivered.notify_waiters();

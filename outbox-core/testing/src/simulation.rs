@@ -369,6 +369,13 @@ impl StoreAdmin for SimStore {
     ) -> Result<Vec<FailingShard>, StoreError> {
         self.inner.failing_shards(kind, limit).await
     }
+    async fn parked_shards(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<FailingShard>, StoreError> {
+        self.inner.parked_shards(kind, limit).await
+    }
     async fn dead_letters(
         &self,
         kind: OutboxKind,

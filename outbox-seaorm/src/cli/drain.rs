@@ -125,7 +125,8 @@ async fn timed_out<C: Category>(
             let backlog = drainer.view().backlog(kind).await?;
             paused += backlog.paused_shards;
             quarantined += backlog.quarantined_shards;
-            backing_off += backlog.failing_shards;
+            // A parked shard is tried again at a time too.
+            backing_off += backlog.failing_shards + backlog.parked_shards;
         }
     }
     Ok(CliError::DrainTimedOut {

@@ -88,7 +88,8 @@ pub enum CliError {
         paused: u64,
         /// Shards quarantined after a permanent error.
         quarantined: u64,
-        /// Shards backing off after a failed delivery.
+        /// Shards backing off after a failed delivery, or parked on a
+        /// payload version their receiver does not know.
         backing_off: u64,
     },
     /// The outbox store failed.

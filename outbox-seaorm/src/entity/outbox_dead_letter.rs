@@ -41,6 +41,10 @@ pub struct Model {
     /// for a row written without one (see
     /// `outbox_core::message::derived_message_id`).
     pub message_id: Option<Uuid>,
+    /// The version of the payload's contract a typed writer stored
+    /// (`outbox_core::contract`); null for an untyped write, which typed
+    /// receivers read as version 1.
+    pub payload_version: Option<i32>,
     /// Why it was dead-lettered.
     pub error: String,
     /// When.

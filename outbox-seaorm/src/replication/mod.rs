@@ -241,6 +241,9 @@ fn message<M: ReplicatedModel>(model: &M, payload: Option<Value>) -> OutboxMessa
         shard_identifier: crate::ShardId(model.shard_identifier()),
         object_identifier: crate::ObjectId(model.object_identifier()),
         payload,
+        // Replicated models write untyped: a category declared with
+        // `(payload = T)` is refused (`WriteError::UntypedWrite`).
+        payload_version: None,
     }
 }
 

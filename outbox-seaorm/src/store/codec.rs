@@ -126,8 +126,54 @@ pub(super) fn stored_row(
         scheduled_for: time::get(row, backend, "scheduled_for")?,
         date_added,
         traceparent: traceparent(get(row, "traceparent", OP)?),
-        payload_version: None,
+        payload_version: payload_version(row, backend)?,
     }))
+}
+
+/// The stored `payload_version` (an `integer`: `int4` on PostgreSQL; on
+/// SQLite whatever was stored, as SQLite keeps a value of another type in
+/// an integer column). NULL is `None`, an untyped write. A value no writer
+/// stores (negative, above `u32::MAX`, or on SQLite not an integer at all:
+/// written by hand, or by something else) is read as `u32::MAX`, a
+/// version no receiver knows: a typed receiver parks the shard rather than
+/// decode the payload as a version it does know, and no claim fails on
+/// it.
+fn payload_version(row: &QueryResult, backend: DbBackend) -> Result<Option<u32>, StoreError> {
+    const OP: &str = "read a payload version";
+    match backend {
+        DbBackend::Sqlite => {
+            let Some(sqlite) = row.try_as_sqlite_row() else {
+                return Err(StoreError::Malformed {
+                    what: OP,
+                    detail: "a SQLite row did not come from SQLite".to_owned(),
+                });
+            };
+            match sea_orm::sqlx::Row::try_get::<Option<i64>, _>(sqlite, "payload_version") {
+                Ok(stored) => Ok(stored.map(version)),
+                Err(sea_orm::sqlx::Error::ColumnDecode { source, .. }) => {
+                    tracing::warn!(
+                        error = %source,
+                        "outbox row's payload_version is not an integer; read as a version \
+                         no receiver knows"
+                    );
+                    Ok(Some(u32::MAX))
+                }
+                Err(error) => Err(op(OP)(DbErr::Query(RuntimeErr::SqlxError(
+                    std::sync::Arc::new(error),
+                )))),
+            }
+        }
+        _ => Ok(
+            get::<Option<i32>>(row, "payload_version", OP)?.map(|stored| version(stored.into()))
+        ),
+    }
+}
+
+/// A stored payload version as a receiver reads it: one that no writer
+/// stores (negative, or above `u32::MAX`) is `u32::MAX`, a version no
+/// receiver knows (see [`payload_version`]).
+pub(super) fn version(stored: i64) -> u32 {
+    u32::try_from(stored).unwrap_or(u32::MAX)
 }
 
 /// The stored `message_id`: `uuid` on PostgreSQL, its 16 bytes on SQLite

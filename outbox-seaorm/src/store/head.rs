@@ -11,13 +11,13 @@ use super::codec::{self, op};
 
 const REGION: &str = "SELECT id, '' AS region_name, shard_scope, shard_identifier, category, \
      object_identifier, payload, scheduled_from, scheduled_for, date_added, traceparent, \
-     message_id FROM region_outbox WHERE shard_scope = $1 AND shard_identifier = $2 \
-     ORDER BY id LIMIT $3";
+     message_id, payload_version FROM region_outbox \
+     WHERE shard_scope = $1 AND shard_identifier = $2 ORDER BY id LIMIT $3";
 
 const CONTROL: &str = "SELECT id, region_name, shard_scope, shard_identifier, category, \
      object_identifier, payload, scheduled_from, scheduled_for, date_added, traceparent, \
-     message_id FROM control_outbox WHERE shard_scope = $1 AND shard_identifier = $2 \
-     AND region_name = $4 ORDER BY id LIMIT $3";
+     message_id, payload_version FROM control_outbox \
+     WHERE shard_scope = $1 AND shard_identifier = $2 AND region_name = $4 ORDER BY id LIMIT $3";
 
 /// The oldest `limit` pending rows of `shard`, in id order.
 pub(super) async fn read<C: ConnectionTrait>(

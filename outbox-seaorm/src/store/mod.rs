@@ -183,6 +183,14 @@ impl StoreAdmin for SeaOrmStore {
         self.admin().failing_shards(kind, limit).await
     }
 
+    async fn parked_shards(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<FailingShard>, StoreError> {
+        self.admin().parked_shards(kind, limit).await
+    }
+
     async fn dead_letters(
         &self,
         kind: OutboxKind,

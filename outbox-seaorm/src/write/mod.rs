@@ -14,6 +14,15 @@
 //! `traceparent` of that span, when an OpenTelemetry layer sees it: the row's
 //! delivery span continues its trace (see `outbox_core::trace`).
 //!
+//! # Typed categories
+//!
+//! A category declared with `(payload = T)` in the registry is written with
+//! [`OutboxMessage::typed`]: it takes a `T` (the compiler refuses another
+//! type) and the row stores the version of `T`'s contract, which the
+//! receivers read it by (see `outbox_core::contract`). An untyped message
+//! of such a category ([`OutboxMessage::new`]) is refused before any
+//! statement runs ([`WriteError::UntypedWrite`]).
+//!
 //! # One shard's rows commit in id order (rule 11)
 //!
 //! On PostgreSQL each insert statement first takes a transaction-level lock
@@ -54,13 +63,13 @@ use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
 use serde::Serialize;
 
 use outbox_core::uuid::Uuid;
-use outbox_core::{Category, OutboxKind, Scope, ShardKey};
+use outbox_core::{Category, OutboxKind, Scope, ShardKey, TypedCategory};
 
 use crate::time;
 
 mod shard_lock;
 
-/// Rows per insert statement (11–12 columns each, 6–7 of them bound per row,
+/// Rows per insert statement (12–13 columns each, 7–8 of them bound per row,
 /// within every backend's parameter limit).
 const ROWS_PER_STATEMENT: usize = 1000;
 
@@ -122,6 +131,12 @@ pub struct OutboxMessage<C> {
     pub object_identifier: ObjectId,
     /// What the receiver needs.
     pub payload: Option<serde_json::Value>,
+    /// The version of the payload's contract, for a category declared
+    /// with `(payload = T)`: set by [`typed`](Self::typed), `None` for an
+    /// untyped message (from [`new`](Self::new)). The row stores it, and a
+    /// typed receiver reads the payload as that version (a row without
+    /// one as version 1; see `outbox_core::contract`).
+    pub payload_version: Option<u32>,
 }
 
 impl<C: Category> OutboxMessage<C> {
@@ -133,16 +148,73 @@ impl<C: Category> OutboxMessage<C> {
             shard_identifier: shard,
             object_identifier: object,
             payload: None,
+            payload_version: None,
         }
     }
 
-    /// Sets the payload.
+    /// A message of a typed category (declared with `(payload = T)` in the
+    /// registry): `payload` is the registry's `T`, stored as JSON with its
+    /// contract's [`VERSION`](outbox_core::Contract::VERSION), about
+    /// `object`, delivered in shard `shard` of the category's scope.
+    ///
+    /// ```
+    /// use outbox_core::Contract;
+    /// use outbox_seaorm::{ObjectId, OutboxMessage, ShardId};
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize, outbox_core::schemars::JsonSchema)]
+    /// #[schemars(crate = "outbox_core::schemars")]
+    /// pub struct Rename { pub name: String }
+    /// impl Contract for Rename { const VERSION: u32 = 2; }
+    ///
+    /// outbox_core::registry! { OrgScope = 0 { OrgRenamed = 1 (payload = Rename) } }
+    ///
+    /// # fn main() -> Result<(), outbox_seaorm::WriteError> {
+    /// let message = OutboxMessage::typed(
+    ///     outbox_categories::OrgRenamed,
+    ///     ShardId(42),
+    ///     ObjectId(42),
+    ///     &Rename { name: "Acme".into() },
+    /// )?;
+    /// assert_eq!(message.category, OutboxCategory::OrgRenamed);
+    /// assert_eq!(message.payload_version, Some(2));
+    /// assert_eq!(message.payload, Some(serde_json::json!({ "name": "Acme" })));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`WriteError::Payload`] when `payload` does not serialize to JSON.
+    pub fn typed<K: TypedCategory<Category = C>>(
+        category: K,
+        shard: ShardId,
+        object: ObjectId,
+        payload: &K::Payload,
+    ) -> Result<Self, WriteError> {
+        let (payload, version) =
+            outbox_core::contract::encode(category, payload).map_err(|source| {
+                WriteError::Payload {
+                    category: K::CATEGORY.name(),
+                    source,
+                }
+            })?;
+        Ok(Self {
+            payload: Some(payload),
+            payload_version: Some(version),
+            ..Self::new(K::CATEGORY, shard, object)
+        })
+    }
+
+    /// Sets the payload, untyped: a version set by [`typed`](Self::typed)
+    /// is cleared, so that a typed category's payload is only ever written
+    /// through it.
     pub fn with_payload(mut self, payload: serde_json::Value) -> Self {
         self.payload = Some(payload);
+        self.payload_version = None;
         self
     }
 
-    /// Sets the payload from any serializable value.
+    /// Sets the payload from any serializable value, untyped (as
+    /// [`with_payload`](Self::with_payload)).
     ///
     /// # Errors
     ///
@@ -221,6 +293,35 @@ pub enum WriteError {
     /// The connection is neither PostgreSQL nor SQLite.
     #[error(transparent)]
     UnsupportedBackend(#[from] crate::store::UnsupportedBackend),
+    /// The category is declared with `(payload = T)` in the registry, and
+    /// the message has no payload version: it was built untyped
+    /// ([`OutboxMessage::new`], or a payload set after
+    /// [`OutboxMessage::typed`]). A typed receiver would read its payload
+    /// as version 1 of `T`, whatever it holds.
+    #[error(
+        "outbox category {category} is declared with `(payload = {payload_type})`: write it \
+         with `OutboxMessage::typed(outbox_categories::{category}, shard, object, &payload)`, \
+         which takes a `{payload_type}` and stores its version"
+    )]
+    UntypedWrite {
+        /// The category name.
+        category: &'static str,
+        /// The payload type the registry declares (its Rust name).
+        payload_type: &'static str,
+    },
+    /// The message's payload version is above the largest the
+    /// `payload_version` column stores (`i32::MAX`).
+    #[error(
+        "outbox payload version {version} of {category} is above {}, the largest the \
+         `payload_version` column stores: number the contract's versions from 1",
+        i32::MAX
+    )]
+    PayloadVersionOutOfRange {
+        /// The category name.
+        category: &'static str,
+        /// The version.
+        version: u32,
+    },
 }
 
 crate::error_debug::debug_with_message!(WriteError {
@@ -229,7 +330,9 @@ crate::error_debug::debug_with_message!(WriteError {
     EmptyRegionName,
     Payload,
     NulInPayload,
-    UnsupportedBackend
+    UnsupportedBackend,
+    UntypedWrite,
+    PayloadVersionOutOfRange
 });
 
 /// Writes one region-outbox row on `db` (your transaction).
@@ -368,6 +471,21 @@ async fn insert<C: Category, Db: ConnectionTrait>(
                 category: message.category.name(),
             });
         }
+        match (message.payload_version, message.category.payload_type()) {
+            (None, Some(payload_type)) => {
+                return Err(WriteError::UntypedWrite {
+                    category: message.category.name(),
+                    payload_type,
+                })
+            }
+            (Some(version), _) if i32::try_from(version).is_err() => {
+                return Err(WriteError::PayloadVersionOutOfRange {
+                    category: message.category.name(),
+                    version,
+                })
+            }
+            _ => {}
+        }
         if kind == OutboxKind::Control && region.as_deref().is_none_or(str::is_empty) {
             return Err(WriteError::EmptyRegionName {
                 category: message.category.name(),
@@ -474,7 +592,8 @@ fn insert_statement<C: Category>(
     };
     let mut sql = format!(
         "INSERT INTO {} ({region}shard_scope, shard_identifier, category, object_identifier, \
-         payload, scheduled_from, scheduled_for, date_added, traceparent, message_id) {rows_from}",
+         payload, scheduled_from, scheduled_for, date_added, traceparent, message_id, \
+         payload_version) {rows_from}",
         table(kind),
     );
     let mut values = vec![
@@ -517,7 +636,14 @@ fn insert_statement<C: Category>(
         }
         // The timestamps and the trace context are shared by the rows.
         values.push(message_id);
-        sql.push_str(&format!("$1, $2, $1, $3, ${})", values.len()));
+        sql.push_str(&format!("$1, $2, $1, $3, ${}, ", values.len()));
+        // An `integer`: `insert` refused a version that does not fit.
+        values.push(Value::Int(
+            message
+                .payload_version
+                .and_then(|version| i32::try_from(version).ok()),
+        ));
+        sql.push_str(&format!("${})", values.len()));
     }
     if let Some(locks) = locks {
         // An uncorrelated subquery: PostgreSQL evaluates it once, as a

@@ -101,6 +101,7 @@ pub async fn a_scope_control_holds_its_new_shards_and_a_cull_drops_their_rows<B:
                     category: OutboxCategory::AuditLogEvent,
                     object: 9,
                     payload: None,
+                    payload_version: None,
                 },
             ],
         )
@@ -194,6 +195,7 @@ pub async fn an_admin_snapshot_agrees_with_the_separate_reads<B: Backend>(backen
         category: OutboxCategory::AuditLogEvent,
         object: 5,
         payload: None,
+        payload_version: None,
     };
     backend
         .write(

@@ -92,6 +92,7 @@ pub async fn receivers_run_outside_any_transaction<B: Backend>(backend: &B) {
             )
             .discard(OutboxCategory::AuditLogEvent)
             .discard(OutboxCategory::OrganizationWebhook)
+            .discard(OutboxCategory::OrganizationRenamed)
     };
     receivers.ensure_complete().unwrap();
     let clock = ManualClock::starting_now();

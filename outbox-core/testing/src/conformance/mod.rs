@@ -17,6 +17,7 @@
 //! | [`batch`] | 3. batch receivers: at most one message per shard in a batch, each shard in order; a failure in a batch holds its shard only |
 //! | [`history`] | operators: the workers' history samples, merged, kept for their retention |
 //! | [`flush`] | 3, 6. the synchronous flush claimed before the commit: never waited for, never shared, taken back by a rollback, delivered again when its completion is lost |
+//! | [`payload_version`] | a row's payload version, as written, through every claim, a dead letter and its replay; parked shards listed and counted apart |
 //!
 //! `MemoryStore` runs it in this crate; `outbox-seaorm` runs it against real
 //! PostgreSQL and SQLite. Tests synchronise on gates, barriers and a
@@ -45,10 +46,7 @@
 //!
 //!     async fn write(&self, store: &MemoryStore, rows: &[NewRow]) -> Vec<i64> {
 //!         let mut txn = store.begin();
-//!         let ids = rows
-//!             .iter()
-//!             .map(|row| txn.write(&row.shard, row.category, row.object, row.payload.clone()))
-//!             .collect();
+//!         let ids = rows.iter().map(|row| row.write_to(&mut txn)).collect();
 //!         txn.commit();
 //!         ids
 //!     }
@@ -56,7 +54,7 @@
 //!     async fn write_rolled_back(&self, store: &MemoryStore, rows: &[NewRow]) {
 //!         let mut txn = store.begin();
 //!         for row in rows {
-//!             txn.write(&row.shard, row.category, row.object, row.payload.clone());
+//!             row.write_to(&mut txn);
 //!         }
 //!         drop(txn); // rolls back
 //!     }
@@ -99,14 +97,17 @@ pub mod flush;
 pub mod history;
 pub mod no_loss;
 pub mod order;
+pub mod payload_version;
 
 use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::Recorder;
 use outbox_core::clock::ManualClock;
+use outbox_core::contract::{Contract, Upcasts};
 use outbox_core::drain::{DrainConfig, Drainer, DrainerBuilder};
 use outbox_core::memory::MemoryTransaction;
+use outbox_core::schemars::JsonSchema;
 use outbox_core::shard::ShardKey;
 use outbox_core::store::{ClaimBeforeCommit, DrainStore, StoreAdmin};
 
@@ -119,11 +120,54 @@ outbox_core::registry! {
         OrganizationMemberUpdate = 2,
         /// A webhook per change: never coalesced.
         OrganizationWebhook = 3 (no_coalesce),
+        /// An organization renamed: typed, its payload an
+        /// [`OrganizationName`] (version 2, which reads version 1 too).
+        OrganizationRenamed = 4 (payload = OrganizationName),
     }
     /// One shard per event.
     AuditLogScope = 2 {
         /// An audit event.
         AuditLogEvent = 20,
+    }
+}
+
+/// Version 1 of [`OutboxCategory::OrganizationRenamed`]'s payload.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, JsonSchema)]
+#[schemars(crate = "outbox_core::schemars")]
+pub struct OrganizationNameV1 {
+    /// The new name.
+    pub name: String,
+}
+
+impl Contract for OrganizationNameV1 {
+    const VERSION: u32 = 1;
+}
+
+/// The payload of [`OutboxCategory::OrganizationRenamed`]: version 2, which
+/// upcasts version 1 (without a slug: the name's, lowercased).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, JsonSchema)]
+#[schemars(crate = "outbox_core::schemars")]
+pub struct OrganizationName {
+    /// The new name.
+    pub name: String,
+    /// Its slug.
+    pub slug: String,
+}
+
+impl From<OrganizationNameV1> for OrganizationName {
+    fn from(v1: OrganizationNameV1) -> Self {
+        let slug = v1.name.to_lowercase();
+        Self {
+            name: v1.name,
+            slug,
+        }
+    }
+}
+
+impl Contract for OrganizationName {
+    const VERSION: u32 = 2;
+    fn older() -> Upcasts<Self> {
+        Upcasts::from::<OrganizationNameV1>()
     }
 }
 
@@ -180,17 +224,7 @@ pub trait WriterTransaction: ClaimBeforeCommit {
 #[async_trait]
 impl WriterTransaction for MemoryTransaction {
     async fn write(&mut self, rows: &[NewRow]) -> Vec<i64> {
-        rows.iter()
-            .map(|row| {
-                MemoryTransaction::write(
-                    self,
-                    &row.shard,
-                    row.category,
-                    row.object,
-                    row.payload.clone(),
-                )
-            })
-            .collect()
+        rows.iter().map(|row| row.write_to(self)).collect()
     }
 
     async fn commit(self: Box<Self>) {
@@ -213,6 +247,26 @@ pub struct NewRow {
     pub object: i64,
     /// The payload.
     pub payload: Option<Value>,
+    /// The payload version stored with it: `None` as an untyped writer
+    /// writes (every category but a typed one), else as a typed writer of
+    /// that version would (or any writer that stores versions: the write
+    /// API of a store takes it as it is, `OutboxMessage::payload_version`
+    /// in `outbox-seaorm`).
+    pub payload_version: Option<u32>,
+}
+
+impl NewRow {
+    /// Writes the row in a [`MemoryTransaction`], its payload version
+    /// included; returns its id.
+    pub fn write_to(&self, txn: &mut MemoryTransaction) -> i64 {
+        txn.write_versioned(
+            &self.shard,
+            outbox_core::registry::Category::value(self.category),
+            self.object,
+            self.payload.clone(),
+            self.payload_version,
+        )
+    }
 }
 
 /// A region-outbox shard of an organization.
@@ -232,6 +286,27 @@ pub fn update(shard: &ShardKey, object: i64, v: i64) -> NewRow {
         category: OutboxCategory::OrganizationUpdate,
         object,
         payload: Some(serde_json::json!({ "v": v })),
+        payload_version: None,
+    }
+}
+
+/// An organization renamed (the typed category), of `object` on `shard`,
+/// to `name`, as a writer of payload version `version` stores it: `Some(2)`
+/// is [`OrganizationName`]'s own (`{"name", "slug"}`), `Some(1)` and `None`
+/// (an untyped write, read as version 1) are [`OrganizationNameV1`]'s
+/// (`{"name"}`), any other a version no receiver here knows (`{"name"}`
+/// too).
+pub fn renamed(shard: &ShardKey, object: i64, name: &str, version: Option<u32>) -> NewRow {
+    let payload = match version {
+        Some(2) => serde_json::json!({ "name": name, "slug": name.to_lowercase() }),
+        _ => serde_json::json!({ "name": name }),
+    };
+    NewRow {
+        shard: shard.clone(),
+        category: OutboxCategory::OrganizationRenamed,
+        object,
+        payload: Some(payload),
+        payload_version: version,
     }
 }
 
@@ -330,6 +405,9 @@ macro_rules! conformance_tests {
             flush::a_flush_whose_shard_is_held_leaves_it_to_the_background_at_once,
             flush::a_flush_waits_for_no_bucket_held_elsewhere_when_other_buckets_were_released,
             flush::a_flush_delivers_the_older_rows_of_its_shard_first,
+            payload_version::a_payload_version_is_read_back_by_every_claim,
+            payload_version::a_dead_letter_and_its_replay_keep_the_payload_version,
+            payload_version::parked_shards_are_listed_and_counted_apart,
         );
     };
     (@tests $backend:expr; $($file:ident :: $test:ident),* $(,)?) => {

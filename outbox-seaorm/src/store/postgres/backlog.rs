@@ -69,6 +69,7 @@ pub(super) fn decode(
         pending,
         oldest_date_added: time::get_opt(first, BACKEND, "oldest_date_added")?,
         failing_shards: number(first, "failing")?,
+        parked_shards: number(first, "parked")?,
         quarantined_shards: number(first, "quarantined")?,
         paused_shards: number(first, "paused")?,
         health: health::decode(first, op)?,

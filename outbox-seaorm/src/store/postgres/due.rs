@@ -48,25 +48,27 @@ mod column {
     pub(super) const DATE_ADDED: usize = 12;
     pub(super) const TRACEPARENT: usize = 13;
     pub(super) const MESSAGE_ID: usize = 14;
-    pub(super) const ATTEMPTS: usize = 15;
-    pub(super) const LAST_BACKOFF_MS: usize = 16;
-    pub(super) const RETRY_AT: usize = 17;
-    pub(super) const LAST_ERROR: usize = 18;
-    pub(super) const FAILED_AT: usize = 19;
-    pub(super) const FENCE: usize = 20;
-    pub(super) const HEAD: usize = 21;
-    pub(super) const SNAPSHOT_XMIN: usize = 22;
-    pub(super) const SNAPSHOT_XMAX: usize = 23;
-    pub(super) const SCANNED_ALL: usize = 24;
-    pub(super) const LEASED_BUCKET: usize = 25;
-    pub(super) const LEASED_AT: usize = 26;
+    pub(super) const PAYLOAD_VERSION: usize = 15;
+    pub(super) const ATTEMPTS: usize = 16;
+    pub(super) const LAST_BACKOFF_MS: usize = 17;
+    pub(super) const RETRY_AT: usize = 18;
+    pub(super) const LAST_ERROR: usize = 19;
+    pub(super) const FAILED_AT: usize = 20;
+    pub(super) const FENCE: usize = 21;
+    pub(super) const HEAD: usize = 22;
+    pub(super) const SNAPSHOT_XMIN: usize = 23;
+    pub(super) const SNAPSHOT_XMAX: usize = 24;
+    pub(super) const SCANNED_ALL: usize = 25;
+    pub(super) const LEASED_BUCKET: usize = 26;
+    pub(super) const LEASED_AT: usize = 27;
 }
 
 const OP: &str = "claim due shards";
 
 /// Reads column `index` straight from the driver's row: SeaORM's reader
 /// formats an error text for every NULL it then reads as `None` (the
-/// leased bucket and the trace context are NULL on most rows of a claim).
+/// leased bucket, the trace context and the payload version are NULL on
+/// most rows of a claim).
 fn at<T>(row: &QueryResult, index: usize) -> Result<T, StoreError>
 where
     T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
@@ -276,7 +278,10 @@ fn stored_row(row: &QueryResult, shard: &ShardKey) -> Result<Option<StoredRow>, 
         scheduled_for: at(row, column::SCHEDULED_FOR)?,
         date_added,
         traceparent: codec::traceparent(at(row, column::TRACEPARENT)?),
-        payload_version: None,
+        // `int4`: a negative one is read as a version no receiver knows
+        // (see `codec::version`).
+        payload_version: at::<Option<i32>>(row, column::PAYLOAD_VERSION)?
+            .map(|stored| codec::version(stored.into())),
     }))
 }
 

@@ -152,6 +152,7 @@ const FENCE: &str = include_str!("sql/fence.sql");
 const UPSERT_STATES: &str = include_str!("sql/upsert_states.sql");
 const DELETE_STATES: &str = include_str!("sql/delete_states.sql");
 const FAILING_SHARDS: &str = include_str!("sql/failing_shards.sql");
+const PARKED_SHARDS: &str = include_str!("sql/parked_shards.sql");
 const DEAD_LETTERS: &str = include_str!("sql/dead_letters.sql");
 const CREATE_BUCKETS: &str = include_str!("sql/create_buckets.sql");
 const LOCK_FREE_BUCKETS: &str = include_str!("sql/lock_free_buckets.sql");

@@ -5,7 +5,7 @@ use outbox_core::OutboxKind;
 
 use super::{
     table, TableSql, CREATE_BUCKETS, DEAD_LETTERS, DELETE_STATES, EXPIRE_CLAIMS, FAILING_SHARDS,
-    FENCE, LOCK_FREE_BUCKETS, RENEW, RETRY_STATES, TABLE_HEALTH, UPSERT_STATES,
+    FENCE, LOCK_FREE_BUCKETS, PARKED_SHARDS, RENEW, RETRY_STATES, TABLE_HEALTH, UPSERT_STATES,
 };
 
 /// Every statement [`PgStore`](super::PgStore) reads from a file of its
@@ -35,6 +35,7 @@ pub fn sql_files() -> Vec<(String, &'static str)> {
         ("upsert_states.sql", UPSERT_STATES),
         ("delete_states.sql", DELETE_STATES),
         ("failing_shards.sql", FAILING_SHARDS),
+        ("parked_shards.sql", PARKED_SHARDS),
         ("dead_letters.sql", DEAD_LETTERS),
         ("create_buckets.sql", CREATE_BUCKETS),
         ("lock_free_buckets.sql", LOCK_FREE_BUCKETS),

@@ -86,6 +86,26 @@ impl StoreAdmin for SqliteStore {
         codec::failing_shards(&rows, kind, BACKEND)
     }
 
+    /// One statement: the stored errors that say the shard is parked.
+    async fn parked_shards(
+        &self,
+        kind: OutboxKind,
+        limit: usize,
+    ) -> Result<Vec<FailingShard>, StoreError> {
+        let rows = self
+            .query_all(
+                PARKED_SHARDS,
+                vec![
+                    kind.as_i16().into(),
+                    codec::limit(limit).into(),
+                    at(outbox_core::store::paused_until()),
+                ],
+                "list parked shards",
+            )
+            .await?;
+        codec::failing_shards(&rows, kind, BACKEND)
+    }
+
     async fn dead_letters(
         &self,
         kind: OutboxKind,

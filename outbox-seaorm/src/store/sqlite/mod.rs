@@ -98,6 +98,7 @@ const DELETE_STATE: &str = include_str!("sql/delete_state.sql");
 const RETRY_STATE: &str = include_str!("sql/retry_state.sql");
 const DELETE_DEAD_LETTERS: &str = include_str!("sql/delete_dead_letters.sql");
 const FAILING_SHARDS: &str = include_str!("sql/failing_shards.sql");
+const PARKED_SHARDS: &str = include_str!("sql/parked_shards.sql");
 const DEAD_LETTERS: &str = include_str!("sql/dead_letters.sql");
 
 /// `candidates.sql` from the newest end of the due rows.

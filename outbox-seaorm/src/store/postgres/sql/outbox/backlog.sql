@@ -5,8 +5,10 @@
 -- partition, weighted by its rows) for when
 -- there are more, the scopes with pending rows (a loose scan of the shard
 -- index: one descent per scope), the shard states of the first $1 failing
--- shards by kind, the dead letters counted up to $1 + 1, the table's dead
--- tuples and what holds vacuum's horizon back (as table_health.sql).
+-- shards by kind (backing off, parked on a payload version, paused,
+-- quarantined: see `ShardState::status`), the dead letters counted up to
+-- $1 + 1, the table's dead tuples and what holds vacuum's horizon back (as
+-- table_health.sql).
 -- One row per scope with pending rows, or one row with a null scope.
 -- $1 cap, $2 kind, $3 paused_until, $4 quarantined_until.
 WITH RECURSIVE scopes AS (
@@ -38,10 +40,12 @@ WITH RECURSIVE scopes AS (
 ), by_scope AS (
 {include:backlog_by_scope}
 ), states AS (
-    SELECT count(*) FILTER (WHERE retry_at < $3) AS failing,
+    SELECT count(*) FILTER (WHERE retry_at < $3 AND NOT parked) AS failing,
+           count(*) FILTER (WHERE retry_at < $3 AND parked) AS parked,
            count(*) FILTER (WHERE retry_at >= $3 AND retry_at < $4) AS paused,
            count(*) FILTER (WHERE retry_at >= $4) AS quarantined
-    FROM (SELECT retry_at FROM outbox_shard_state WHERE kind = $2 LIMIT $1) f
+    FROM (SELECT retry_at, COALESCE(last_error LIKE 'parked: %', false) AS parked
+          FROM outbox_shard_state WHERE kind = $2 LIMIT $1) f
 ), dead AS (
     SELECT count(*) AS n FROM (SELECT 1 FROM outbox_dead_letter WHERE kind = $2 LIMIT $1 + 1) d
 ), sessions AS (
@@ -72,7 +76,7 @@ WITH RECURSIVE scopes AS (
 )
 SELECT c.n AS counted, c.oldest AS oldest_date_added,
        (SELECT sum(n)::bigint FROM leaves) AS estimate,
-       st.failing, st.paused, st.quarantined, d.n AS dead_letters,
+       st.failing, st.parked, st.paused, st.quarantined, d.n AS dead_letters,
        b.shard_scope, b.counted AS scope_counted, b.oldest AS scope_oldest, b.frequency,
        (SELECT sum(dead)::bigint FROM leaves) AS dead_tuples,
        (SELECT EXTRACT(EPOCH FROM (clock_timestamp() - min(xact_start)))::float8

@@ -60,7 +60,8 @@ WITH shards AS MATERIALIZED (
 SELECT sh.ord, (sh.bucket = ANY (SELECT bucket FROM claimed)) IS TRUE AS claimed,
        st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
        o.id, o.category, o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for,
-       o.date_added, o.traceparent, o.message_id, (SELECT value FROM fence) AS fence
+       o.date_added, o.traceparent, o.message_id, o.payload_version,
+       (SELECT value FROM fence) AS fence
 FROM shards sh
 LEFT JOIN states st ON st.ord = sh.ord
 LEFT JOIN LATERAL (

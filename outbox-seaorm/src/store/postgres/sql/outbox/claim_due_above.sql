@@ -81,7 +81,7 @@ WITH scanned AS MATERIALIZED (
 SELECT sh.first, NULL::bigint AS window_rows, NULL::bigint AS scanned_rows,
        o.id, {region:sh or NULL::text} AS region_name, sh.shard_scope, sh.shard_identifier, o.category,
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
-       o.traceparent, o.message_id,
+       o.traceparent, o.message_id, o.payload_version,
        st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
        NULL::bigint AS fence,
        NULL::bigint AS head, NULL::bigint AS snapshot_xmin, NULL::bigint AS snapshot_xmax,
@@ -113,12 +113,12 @@ UNION ALL
 -- claim_due_oldest.sql).
 SELECT NULL, (SELECT rows FROM window_rows), (SELECT count(*) FROM scanned),
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, (SELECT value FROM fence),
+       NULL, NULL, NULL, NULL, NULL, NULL, (SELECT value FROM fence),
        m.head, m.snapshot_xmin, m.snapshot_xmax, m.scanned_all, NULL::int, NULL::text
 FROM marks m
 UNION ALL
 -- Where each leased bucket's row is now (the store's `addresses.rs`): the
 -- round's commit releases the lease there.
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, mi.bucket, mi.address
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, mi.bucket, mi.address
 FROM mine mi

@@ -90,7 +90,7 @@ WITH scanned AS MATERIALIZED (
 SELECT NULL::bigint AS first, NULL::bigint AS window_rows, NULL::bigint AS scanned_rows,
        w.id, {region:w or NULL::text} AS region_name, w.shard_scope, w.shard_identifier, w.category,
        w.object_identifier, w.payload, w.scheduled_from, w.scheduled_for, w.date_added,
-       w.traceparent, w.message_id,
+       w.traceparent, w.message_id, w.payload_version,
        NULL::int AS attempts, NULL::bigint AS last_backoff_ms, NULL::timestamptz AS retry_at,
        NULL::text AS last_error, NULL::timestamptz AS failed_at,
        NULL::bigint AS fence,
@@ -105,7 +105,7 @@ UNION ALL
 SELECT sh.first, NULL, NULL,
        o.id, {region:sh or NULL}, sh.shard_scope, sh.shard_identifier, o.category,
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
-       o.traceparent, o.message_id,
+       o.traceparent, o.message_id, o.payload_version,
        NULL::int, NULL::bigint, NULL::timestamptz, NULL::text, NULL::timestamptz,
        NULL, NULL, NULL, NULL, NULL,
        NULL::int, NULL::text
@@ -128,7 +128,7 @@ UNION ALL
 SELECT sh.first, NULL, NULL,
        o.id, {region:sh or NULL}, sh.shard_scope, sh.shard_identifier, o.category,
        o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for, o.date_added,
-       o.traceparent, o.message_id,
+       o.traceparent, o.message_id, o.payload_version,
        st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
        NULL, NULL, NULL, NULL, NULL,
        NULL::int, NULL::text
@@ -154,7 +154,7 @@ UNION ALL
 -- the store a decode.
 SELECT NULL, c.window_rows, c.scanned_rows,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, (SELECT value FROM fence),
+       NULL, NULL, NULL, NULL, NULL, NULL, (SELECT value FROM fence),
        m.head, m.snapshot_xmin, m.snapshot_xmax, m.scanned_all,
        NULL::int, NULL::text
 FROM counted c
@@ -163,5 +163,5 @@ UNION ALL
 -- Where each leased bucket's row is now (the store's `addresses.rs`): the
 -- round's commit releases the lease there.
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, mi.bucket, mi.address
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, mi.bucket, mi.address
 FROM mine mi

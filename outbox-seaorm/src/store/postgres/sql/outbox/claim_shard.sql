@@ -47,7 +47,8 @@ WITH state AS (
 SELECT (SELECT count(*) FROM mine) AS claimed,
        st.attempts, st.last_backoff_ms, st.retry_at, st.last_error, st.failed_at,
        o.id, o.category, o.object_identifier, o.payload, o.scheduled_from, o.scheduled_for,
-       o.date_added, o.traceparent, o.message_id, (SELECT value FROM fence) AS fence
+       o.date_added, o.traceparent, o.message_id, o.payload_version,
+       (SELECT value FROM fence) AS fence
 FROM (SELECT 1) AS one
 LEFT JOIN state st ON true
 LEFT JOIN LATERAL (

@@ -4,7 +4,9 @@ WITH moved AS (
 )
 INSERT INTO outbox_dead_letter
     (kind, id, region_name, shard_scope, shard_identifier, category, object_identifier,
-     payload, scheduled_from, scheduled_for, date_added, traceparent, message_id, error, dead_lettered_at)
+     payload, scheduled_from, scheduled_for, date_added, traceparent, message_id, payload_version,
+     error, dead_lettered_at)
 SELECT $1, m.id, {region:m or ''}, m.shard_scope, m.shard_identifier, m.category, m.object_identifier,
-       m.payload, m.scheduled_from, m.scheduled_for, m.date_added, m.traceparent, m.message_id, $2, $3
+       m.payload, m.scheduled_from, m.scheduled_for, m.date_added, m.traceparent, m.message_id,
+       m.payload_version, $2, $3
 FROM moved m
