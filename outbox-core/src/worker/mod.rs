@@ -353,14 +353,20 @@ impl<C: Category> WorkerHandle<C> {
     pub async fn settled(&self) -> Result<(), SettleError> {
         let mut rounds = self.rounds_in_flight.clone();
         loop {
+            // A stopped worker settles nothing: said first, whatever else
+            // is ready at the same time.
+            if self.stop.is_cancelled() {
+                return Err(SettleError::Stopped(NotSettled));
+            }
             self.drainer.settled().await;
             tokio::select! {
+                biased;
+                () = self.stop.cancelled() => return Err(SettleError::Stopped(NotSettled)),
                 idle = rounds.wait_for(|count| *count == 0) => {
                     if idle.is_err() {
                         return Err(SettleError::Stopped(NotSettled));
                     }
                 }
-                () = self.stop.cancelled() => return Err(SettleError::Stopped(NotSettled)),
             }
             let mut due = Vec::new();
             for &kind in &self.kinds {
@@ -370,7 +376,7 @@ impl<C: Category> WorkerHandle<C> {
             }
             if due.is_empty() {
                 // Nothing due, and nothing started while it was asked.
-                if *rounds.borrow() == 0 {
+                if *rounds.borrow() == 0 && !self.stop.is_cancelled() {
                     return Ok(());
                 }
                 continue;
@@ -382,12 +388,13 @@ impl<C: Category> WorkerHandle<C> {
                 self.waker.wake_local(kind);
             }
             tokio::select! {
+                biased;
+                () = self.stop.cancelled() => return Err(SettleError::Stopped(NotSettled)),
                 changed = rounds.changed() => {
                     if changed.is_err() {
                         return Err(SettleError::Stopped(NotSettled));
                     }
                 }
-                () = self.stop.cancelled() => return Err(SettleError::Stopped(NotSettled)),
             }
         }
     }
