@@ -22,11 +22,24 @@ pub(super) async fn health<C: Category>(
     State(state): State<AdminState<C>>,
 ) -> Result<Json<HealthView>, AdminError> {
     let mut backlogs = Vec::new();
+    let mut parked = Vec::new();
     for kind in OutboxKind::ALL {
         backlogs.push(BacklogView::from(&state.view.backlog(kind).await?));
+        parked.extend(
+            state
+                .view
+                .parked_shards(kind, super::model::PARKED_LISTED)
+                .await?
+                .iter()
+                .map(FailingView::of::<C>),
+        );
     }
     let controls = state.view.controls().await?.len();
-    Ok(Json(HealthView { backlogs, controls }))
+    Ok(Json(HealthView {
+        backlogs,
+        controls,
+        parked,
+    }))
 }
 
 pub(super) async fn shards<C: Category>(

@@ -20,7 +20,15 @@ pub struct HealthView {
     pub backlogs: Vec<BacklogView>,
     /// Runtime controls in force.
     pub controls: usize,
+    /// Shards parked on a payload version their receiver does not know
+    /// (a producer deployed ahead of it), at most a hundred per table:
+    /// each names its category and version in `state.last_error`. Deploy
+    /// the receiver; they deliver on their own then.
+    pub parked: Vec<super::shards::FailingView>,
 }
+
+/// At most this many parked shards per table in `GET /health`.
+pub(crate) const PARKED_LISTED: usize = 100;
 
 /// One table's backlog.
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -40,6 +48,8 @@ pub struct BacklogView {
     pub quarantined_shards: u64,
     /// Shards paused.
     pub paused_shards: u64,
+    /// Shards parked on a payload version their receiver does not know.
+    pub parked_shards: u64,
     /// Dead tuples of the table (PostgreSQL).
     pub dead_tuples: Option<u64>,
     /// Age of the database's oldest open transaction, in seconds
@@ -65,6 +75,7 @@ impl From<&Backlog> for BacklogView {
             failing_shards: backlog.failing_shards,
             quarantined_shards: backlog.quarantined_shards,
             paused_shards: backlog.paused_shards,
+            parked_shards: backlog.parked_shards,
             dead_tuples: backlog.dead_tuples,
             oldest_transaction_age_seconds: backlog
                 .oldest_transaction_age

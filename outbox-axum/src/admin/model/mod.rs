@@ -29,6 +29,7 @@ pub use audit::AuditView;
 pub use controls::{Action, ControlView, LiftControl, SetControl};
 pub use count::CountSchema;
 pub use dead_letters::{DeadLetterView, Discarded, ReplayDeadLetters, Replayed};
+pub(crate) use health::PARKED_LISTED;
 pub use health::{
     BackfillView, BacklogView, FenceView, FencesView, HealthView, HorizonHolderView,
     ScopeBacklogView,
