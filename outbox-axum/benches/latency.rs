@@ -40,10 +40,59 @@ use tower::ServiceExt;
 use markdown::{ratio, thousands, Table};
 use outbox_testing::bench as markdown;
 
+/// The payload both payload variants write: untyped JSON, or typed.
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct BenchPayload {
+    pub widget: i64,
+    pub name: String,
+    pub tags: Vec<String>,
+}
+
+impl outbox_core::Contract for BenchPayload {
+    const VERSION: u32 = 2;
+}
+
 outbox_core::registry! {
     BenchScope = 0 {
         BenchUpdate = 1,
+        BenchTyped = 2 (payload = BenchPayload),
     }
+}
+
+fn bench_payload(n: i64) -> BenchPayload {
+    BenchPayload {
+        widget: n,
+        name: format!("w{n}"),
+        tags: vec!["blue".to_owned(), "small".to_owned()],
+    }
+}
+
+/// `flush = false`, a payload written untyped (`with_payload_of`).
+async fn with_untyped_payload(tx: Tx, Path(n): Path<i64>) -> StatusCode {
+    insert_widget(&tx, n).await;
+    let message = OutboxMessage::new(
+        OutboxCategory::BenchUpdate,
+        ShardId(n % ORGANIZATIONS),
+        ObjectId(n),
+    )
+    .with_payload_of(&bench_payload(n))
+    .unwrap();
+    write_region(&tx, message).await.unwrap();
+    StatusCode::CREATED
+}
+
+/// `flush = false`, the same payload written typed (`OutboxMessage::typed`).
+async fn with_typed_payload(tx: Tx, Path(n): Path<i64>) -> StatusCode {
+    insert_widget(&tx, n).await;
+    let message = OutboxMessage::typed(
+        outbox_categories::BenchTyped,
+        ShardId(n % ORGANIZATIONS),
+        ObjectId(n),
+        &bench_payload(n),
+    )
+    .unwrap();
+    write_region(&tx, message).await.unwrap();
+    StatusCode::CREATED
 }
 
 const LATENCY_MESSAGES: usize = 2_000;
@@ -198,8 +247,16 @@ enum Variant {
 
 /// How an endpoint with the outbox delivers.
 enum Setup {
-    Deferred { gather: Duration },
-    Flushed { before_commit: bool },
+    Deferred {
+        gather: Duration,
+    },
+    /// `flush = false` with a payload, typed or untyped.
+    Payload {
+        typed: bool,
+    },
+    Flushed {
+        before_commit: bool,
+    },
     FirstDesign,
 }
 
@@ -217,10 +274,15 @@ impl Variant {
             }
             Variant::Outbox(setup) => setup,
         };
-        let receivers = Receivers::new().on(
-            OutboxCategory::BenchUpdate,
-            |_m: Message<OutboxCategory>| async { Ok::<_, HandlerError>(()) },
-        );
+        let receivers = Receivers::new()
+            .on(
+                OutboxCategory::BenchUpdate,
+                |_m: Message<OutboxCategory>| async { Ok::<_, HandlerError>(()) },
+            )
+            .on_typed(
+                outbox_categories::BenchTyped,
+                |_m: Message<OutboxCategory>, _p: BenchPayload| async { Ok::<_, HandlerError>(()) },
+            );
         let gather = match setup {
             Setup::Deferred { gather } => *gather,
             _ => outbox_core::worker::DEFAULT_GATHER,
@@ -237,6 +299,17 @@ impl Variant {
         let app = match setup {
             Setup::Deferred { .. } => Router::new()
                 .route("/widgets/{n}", post(with_layer))
+                .route_layer(axum::middleware::from_fn(outbox_axum::defer_flush))
+                .layer(worker.layer()),
+            Setup::Payload { typed } => Router::new()
+                .route(
+                    "/widgets/{n}",
+                    if *typed {
+                        post(with_typed_payload)
+                    } else {
+                        post(with_untyped_payload)
+                    },
+                )
                 .route_layer(axum::middleware::from_fn(outbox_axum::defer_flush))
                 .layer(worker.layer()),
             Setup::Flushed { before_commit } => Router::new()
@@ -382,6 +455,14 @@ async fn main() {
         (
             "first design: drain_shard after the COMMIT (claim+read, delete+release)",
             Variant::Outbox(Setup::FirstDesign),
+        ),
+        (
+            "OutboxLayer, flush = false, payload untyped (with_payload_of)",
+            Variant::Outbox(Setup::Payload { typed: false }),
+        ),
+        (
+            "OutboxLayer, flush = false, payload typed (OutboxMessage::typed, its version stored)",
+            Variant::Outbox(Setup::Payload { typed: true }),
         ),
     ];
     // `OUTBOX_BENCH_ONLY`: the variants whose label contains it, beside the
