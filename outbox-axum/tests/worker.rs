@@ -87,10 +87,10 @@ async fn the_worker_refuses_to_start_without_the_migrations(backend: DbBackend) 
     assert!(
         text.contains("table `outbox_claim_bucket` does not exist")
             && text.contains("m20261123_000004_bucket_claims")
-            && text.contains("nor have the 9 after it"),
+            && text.contains("nor have the 10 after it"),
         "{text}"
     );
-    // The newest ones are checked too: one behind, the audit log's table.
+    // The later ones are checked too: the audit log's table.
     outbox_migrations::OutboxMigrator::up(&db.db, Some(9))
         .await
         .unwrap();
@@ -101,7 +101,23 @@ async fn the_worker_refuses_to_start_without_the_migrations(backend: DbBackend) 
         .to_string();
     assert!(
         text.contains("m20261126_000013_operator_audit")
-            && text.contains("nor has the one after it"),
+            && text.contains("nor have the 2 after it"),
+        "{text}"
+    );
+    // One behind: the payload version's column.
+    outbox_migrations::OutboxMigrator::up(&db.db, None)
+        .await
+        .unwrap();
+    outbox_migrations::OutboxMigrator::down(&db.db, Some(1))
+        .await
+        .unwrap();
+    let text = OutboxWorker::builder(db.db.clone(), receivers())
+        .spawn()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("m20261128_000016_payload_version") && !text.contains("after it"),
         "{text}"
     );
 
