@@ -5,6 +5,7 @@
 //!   `outbox_runner()` does;
 //! - [`Recorder`]: receivers that record what they are given (and [`Gate`]s
 //!   to hold them at);
+//! - [`contracts`]: three versions of one payload, for rolling-deploy tests;
 //! - [`conformance`]: the store conformance suite every `Store` passes
 //!   (`MemoryStore`, PostgreSQL and SQLite);
 //! - [`simulation`]: seeded, deterministic schedules of writes, crashes,
@@ -32,6 +33,7 @@
 
 pub mod bench;
 pub mod conformance;
+pub mod contracts;
 #[cfg(feature = "seaorm")]
 #[cfg_attr(docsrs, doc(cfg(feature = "seaorm")))]
 pub mod database;
