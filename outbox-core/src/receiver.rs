@@ -27,8 +27,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::message::{Message, PayloadError};
-use crate::registry::contract::{Contract, Decoder, TypedCategory, UnknownVersion};
+use crate::message::Message;
+use crate::registry::contract::{Decoder, TypedCategory};
 use crate::registry::Category;
 
 /// The error a handler returns. Any error type converts into it with `?`.
@@ -270,6 +270,35 @@ impl<C: Category> Receivers<C> {
         self
     }
 
+    /// Registers `handler` for `category` as [`on`](Self::on) does, for a
+    /// handler that decodes typed payloads itself and accepts the payload
+    /// `versions` ([`accepted_versions`](Self::accepted_versions) reports
+    /// them): what a replicated model of a typed category registers
+    /// (`outbox_seaorm`'s `ReplicationReceivers::replicate`). The handler
+    /// parks its shard for another version by returning
+    /// [`UnknownVersion`](crate::UnknownVersion).
+    pub fn on_accepting<F, Fut, E>(
+        mut self,
+        category: C,
+        versions: impl IntoIterator<Item = u32>,
+        handler: F,
+    ) -> Self
+    where
+        F: Fn(Message<C>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<HandlerError> + 'static,
+    {
+        let mut versions: Vec<u32> = versions.into_iter().collect();
+        versions.sort_unstable();
+        versions.dedup();
+        let handler: One<C> = Arc::new(move |message| {
+            let future = handler(message);
+            Box::pin(async move { future.await.map_err(Into::into) })
+        });
+        self.insert(category, Handler::One(handler), Some(versions.into()));
+        self
+    }
+
     fn insert(&mut self, category: C, handler: Handler<C>, versions: Option<Arc<[u32]>>) {
         if self.handlers.insert(category, handler).is_some() {
             self.duplicates.push(category);
@@ -289,11 +318,11 @@ impl<C: Category> Receivers<C> {
     /// [`VERSION`](crate::Contract::VERSION) and those of
     /// [`older`](crate::Contract::older), upcast to `T`); a message of
     /// any other version parks its shard until a binary that knows it
-    /// drains it ([`UnknownVersion`]). A payload
+    /// drains it ([`UnknownVersion`](crate::UnknownVersion)). A payload
     /// of a known version that does not decode fails the delivery with
-    /// [`PayloadError::Malformed`]
+    /// [`PayloadError::Malformed`](crate::PayloadError::Malformed)
     /// (transient: the shard backs off), a missing one with
-    /// [`PayloadError::Missing`].
+    /// [`PayloadError::Missing`](crate::PayloadError::Missing).
     ///
     /// ```
     /// use outbox_core::{Contract, HandlerError, Message, Receivers};
@@ -323,16 +352,15 @@ impl<C: Category> Receivers<C> {
         let _ = category;
         let decoder = Arc::new(Decoder::<K::Payload>::new());
         let versions = decoder.versions().clone();
-        let handler: One<C> =
-            Arc::new(
-                move |message: Message<C>| match decode_typed(&decoder, &message) {
-                    Ok(payload) => {
-                        let future = handler(message, payload);
-                        Box::pin(async move { future.await.map_err(Into::into) })
-                    }
-                    Err(error) => Box::pin(async move { Err(error) }),
-                },
-            );
+        let handler: One<C> = Arc::new(move |message: Message<C>| {
+            match crate::registry::contract::decode_message(&decoder, &message) {
+                Ok(payload) => {
+                    let future = handler(message, payload);
+                    Box::pin(async move { future.await.map_err(Into::into) })
+                }
+                Err(error) => Box::pin(async move { Err(error) }),
+            }
+        });
         self.insert(K::CATEGORY, Handler::One(handler), Some(versions));
         self
     }
@@ -415,7 +443,8 @@ impl<C: Category> Receivers<C> {
     }
 
     /// The payload versions the receiver of `category` accepts, ascending,
-    /// when it was registered typed ([`on_typed`](Self::on_typed)); `None`
+    /// when it was registered typed ([`on_typed`](Self::on_typed),
+    /// [`on_accepting`](Self::on_accepting)); `None`
     /// for an untyped receiver, which accepts any.
     pub fn accepted_versions(&self, category: C) -> Option<&[u32]> {
         self.versions.get(&category).map(|versions| &versions[..])
@@ -478,40 +507,6 @@ impl<C: Category> Receivers<C> {
             .ok()
             .and_then(|category| self.handlers.get(&category))
             .is_some_and(|handler| matches!(handler, Handler::Batch(_)))
-    }
-}
-
-/// Decodes a typed receiver's payload from the version its row records:
-/// [`UnknownVersion`] (which parks the shard) for a version `T` does not
-/// know, a [`PayloadError`] for a payload missing or not of its version's
-/// type.
-fn decode_typed<C: Category, T: Contract>(
-    decoder: &Decoder<T>,
-    message: &Message<C>,
-) -> Result<T, HandlerError> {
-    let category = message.category.name();
-    let version = crate::registry::contract::written_version(message.payload_version);
-    let Some(payload) = message.payload.as_ref() else {
-        return Err(Box::new(PayloadError::Missing {
-            category,
-            id: message.id,
-        }));
-    };
-    match decoder.decode(version, payload) {
-        Some(Ok(value)) => Ok(value),
-        Some(Err(source)) => Err(Box::new(PayloadError::Malformed {
-            category,
-            id: message.id,
-            expected: decoder
-                .type_of(version)
-                .unwrap_or(std::any::type_name::<T>()),
-            source,
-        })),
-        None => Err(Box::new(UnknownVersion {
-            category,
-            version,
-            known: decoder.versions().to_vec(),
-        })),
     }
 }
 

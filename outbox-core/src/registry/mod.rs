@@ -295,6 +295,12 @@ macro_rules! registry {
             }
         )?)+)?)*)*
 
+        $($(
+            impl $crate::registry::contract::PayloadOf<{ $category_value }> for OutboxCategory {
+                type Payload = <( $($($($payload,)?)+)? ) as $crate::registry::contract::PickPayload>::Payload;
+            }
+        )*)*
+
         impl OutboxCategory {
             /// The one scope this category belongs to (usable in constants).
             pub const fn scope(self) -> OutboxScope {

@@ -333,6 +333,7 @@ fn expand(input: DeriveInput, kind: Kind) -> syn::Result<TokenStream2> {
             const CATEGORY: #category_type = #category;
             const REPLICATION_VERSION: u32 = #version;
             const SHARD_FIELD: &'static str = [#(#field_names),*][#check];
+            type Payload = <#category_type as ::outbox_seaorm::outbox_core::contract::PayloadOf<{ #category as i32 }>>::Payload;
 
             fn shard_identifier(&self) -> i64 {
                 match #check {

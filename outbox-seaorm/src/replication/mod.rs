@@ -15,7 +15,12 @@
 //!   key of `#[outbox(...)]`, with its default, its errors and an example,
 //!   is documented on the derive ([attributes](derive@ReplicatedRegionModel#attributes)).
 //! - You implement [`RegionReplication`] (or [`ControlReplication`]): the
-//!   payload saved with each change, and the two handlers.
+//!   payload saved with each change, and the two handlers. The payload is
+//!   of the category's type ([`ReplicatedModel::Payload`]):
+//!   `serde_json::Value` for an untyped category, the contract of a
+//!   category declared with `(payload = T)`, whose version each row records
+//!   (see [`outbox_core::contract`]; a tombstone of a version this binary
+//!   does not know parks its shard).
 //!
 //! Hooks: `#[outbox(active_model_behavior)]` generates the entity's
 //! `ActiveModelBehavior`, writing the outbox after every save and before every
@@ -46,6 +51,7 @@ use sea_orm::{
 };
 use serde_json::Value;
 
+use outbox_core::contract::CategoryPayload;
 use outbox_core::{Category, HandlerError, Message, OutboxKind, Receivers};
 
 use crate::write::{write_control_many, write_region_many, OutboxMessage, WriteError};
@@ -91,6 +97,13 @@ pub trait ReplicatedModel:
     const REPLICATION_VERSION: u32 = 1;
     /// The name of the field holding the shard identifier.
     const SHARD_FIELD: &'static str;
+    /// The payload type of the model's category, as the registry declares
+    /// it: `serde_json::Value` for an untyped category, the contract of a
+    /// category declared with `(payload = T)` (see
+    /// [`outbox_core::contract`]). What
+    /// [`payload_for_update`](RegionReplication::payload_for_update)
+    /// returns and the deletion handler gets.
+    type Payload: CategoryPayload;
     /// The shard identifier of this row (e.g. its organization id).
     fn shard_identifier(&self) -> i64;
     /// The object identifier of this row (its primary key).
@@ -151,7 +164,12 @@ pub trait RegionReplication: ReplicatedModel {
     /// Data saved with each change; after a delete it is all the deletion
     /// handler gets. Only the newest payload of an object survives
     /// coalescing. Default: none.
-    fn payload_for_update(&self) -> Option<Value> {
+    ///
+    /// Its type is the category's payload type
+    /// ([`ReplicatedModel::Payload`]): `serde_json::Value` for an untyped
+    /// category, the registry's contract for a typed one, whose version
+    /// the row records.
+    fn payload_for_update(&self) -> Option<Self::Payload> {
         None
     }
 
@@ -170,11 +188,16 @@ pub trait RegionReplication: ReplicatedModel {
     /// is its primary key, and `payload` the newest
     /// [`payload_for_update`](Self::payload_for_update) written for it (the
     /// one saved at delete time). Must be idempotent.
+    ///
+    /// A typed payload is decoded at the version its row records, upcast
+    /// from an older one; a version this binary's contract does not know
+    /// parks the shard ([`UnknownVersion`](outbox_core::UnknownVersion))
+    /// instead of calling the handler.
     async fn handle_async_deletion(
         context: &Self::Context,
         identifier: i64,
         shard_identifier: i64,
-        payload: Option<Value>,
+        payload: Option<Self::Payload>,
     ) -> Result<(), HandlerError>;
 }
 
@@ -202,8 +225,9 @@ pub trait ControlReplication: ReplicatedModel {
     async fn outbox_region_names<C: ConnectionTrait>(&self, db: &C) -> Result<Vec<String>, DbErr>;
 
     /// Data saved with each change; after a delete it is all the deletion
-    /// handler gets. Default: none.
-    fn payload_for_update(&self) -> Option<Value> {
+    /// handler gets. Default: none. Of the category's payload type, as
+    /// [`RegionReplication::payload_for_update`].
+    fn payload_for_update(&self) -> Option<Self::Payload> {
         None
     }
 
@@ -218,13 +242,14 @@ pub trait ControlReplication: ReplicatedModel {
     ) -> Result<(), HandlerError>;
 
     /// The row is gone: replicate the deletion to `region_name`, with the
-    /// newest payload written for it. Must be idempotent.
+    /// newest payload written for it (decoded as for
+    /// [`RegionReplication::handle_async_deletion`]). Must be idempotent.
     async fn handle_async_deletion(
         context: &Self::Context,
         region_name: &str,
         identifier: i64,
         shard_identifier: i64,
-        payload: Option<Value>,
+        payload: Option<Self::Payload>,
     ) -> Result<(), HandlerError>;
 }
 
@@ -235,15 +260,34 @@ fn to_db_error(error: WriteError) -> DbErr {
     }
 }
 
-fn message<M: ReplicatedModel>(model: &M, payload: Option<Value>) -> OutboxMessage<M::Category> {
+/// The stored form of a model's payload: JSON, and the version of a typed
+/// category's contract (recorded even without a payload, as the version
+/// of the writer's contract).
+fn encode<M: ReplicatedModel>(payload: Option<&M::Payload>) -> Result<Encoded, DbErr> {
+    let json = payload
+        .map(CategoryPayload::to_json)
+        .transpose()
+        .map_err(|source| {
+            to_db_error(WriteError::Payload {
+                category: M::CATEGORY.name(),
+                source,
+            })
+        })?;
+    Ok((json, M::Payload::version()))
+}
+
+type Encoded = (Option<Value>, Option<u32>);
+
+fn message<M: ReplicatedModel>(
+    model: &M,
+    (payload, version): Encoded,
+) -> OutboxMessage<M::Category> {
     OutboxMessage {
         category: M::CATEGORY,
         shard_identifier: crate::ShardId(model.shard_identifier()),
         object_identifier: crate::ObjectId(model.object_identifier()),
         payload,
-        // Replicated models write untyped: a category declared with
-        // `(payload = T)` is refused (`WriteError::UntypedWrite`).
-        payload_version: None,
+        payload_version: version,
     }
 }
 
@@ -257,10 +301,15 @@ pub async fn write_region_outboxes<M: RegionReplication, C: ConnectionTrait>(
     db: &C,
     models: &[M],
 ) -> Result<(), DbErr> {
-    let messages: Vec<_> = models
+    let messages = models
         .iter()
-        .map(|model| message(model, model.payload_for_update()))
-        .collect();
+        .map(|model| {
+            Ok(message(
+                model,
+                encode::<M>(model.payload_for_update().as_ref())?,
+            ))
+        })
+        .collect::<Result<Vec<_>, DbErr>>()?;
     write_region_many(db, messages).await.map_err(to_db_error)?;
     Ok(())
 }
@@ -276,7 +325,7 @@ pub async fn write_control_outboxes<M: ControlReplication, C: ConnectionTrait>(
 ) -> Result<(), DbErr> {
     let mut messages = Vec::new();
     for model in models {
-        let payload = model.payload_for_update();
+        let payload = encode::<M>(model.payload_for_update().as_ref())?;
         for region in model.outbox_region_names(db).await? {
             messages.push((region, message(model, payload.clone())));
         }
@@ -349,7 +398,7 @@ pub async fn replicate_to_regions<M: ControlReplication, C: ConnectionTrait>(
     let Some(model) = M::Table::find_by_id(key).lock_shared().one(db).await? else {
         return Ok(None);
     };
-    let payload = model.payload_for_update();
+    let payload = encode::<M>(model.payload_for_update().as_ref())?;
     let messages = regions
         .into_iter()
         .map(|region| (region.into(), message(&model, payload.clone())))
@@ -442,19 +491,20 @@ pub async fn deliver_region<M: RegionReplication>(
     match find::<M, _>(&db, message.object_identifier).await? {
         Some(model) => model.handle_async_replication(&context, shard).await,
         None => {
-            let payload = deletion_payload(&message)?;
+            let payload = deletion_payload::<M>(&message)?;
             M::handle_async_deletion(&context, message.object_identifier, shard, payload).await
         }
     }
 }
 
-/// What a deletion handler gets: the message's payload, parsed (a stored
-/// text that is not JSON fails the delivery with `PayloadError::Malformed`).
-fn deletion_payload<C: Category>(message: &Message<C>) -> Result<Option<Value>, HandlerError> {
-    match message.payload {
-        None => Ok(None),
-        Some(_) => message.payload_as().map(Some).map_err(Into::into),
-    }
+/// What a deletion handler gets: the message's payload, decoded into the
+/// model's payload type (a stored text that is not of it fails the
+/// delivery with `PayloadError::Malformed`; a typed payload of a version
+/// the contract does not know parks the shard with `UnknownVersion`).
+fn deletion_payload<M: ReplicatedModel>(
+    message: &Message<M::Category>,
+) -> Result<Option<M::Payload>, HandlerError> {
+    M::Payload::from_message(message)
 }
 
 /// Delivers one control message for its region: load the row, then replicate
@@ -482,7 +532,7 @@ pub async fn deliver_control<M: ControlReplication>(
                 &region,
                 message.object_identifier,
                 shard,
-                deletion_payload(&message)?,
+                deletion_payload::<M>(&message)?,
             )
             .await
         }
@@ -546,8 +596,10 @@ impl<C: Category> ReplicationReceivers<C> for Receivers<C> {
         context: impl Into<Arc<M::Context>>,
     ) -> Self {
         let context = context.into();
-        self.on(M::CATEGORY, move |message: Message<C>| {
-            M::deliver(db.clone(), context.clone(), message)
-        })
+        let deliver = move |message: Message<C>| M::deliver(db.clone(), context.clone(), message);
+        match M::Payload::accepted_versions() {
+            Some(versions) => self.on_accepting(M::CATEGORY, versions, deliver),
+            None => self.on(M::CATEGORY, deliver),
+        }
     }
 }
