@@ -122,6 +122,26 @@ fn subject(user_id: i64) -> String {
     format!("user_{user_id}")
 }
 
+/// Who made an API request, as its credentials say: [`require_token`]
+/// puts it in the request's extensions, and audit events record it
+/// (`admin`, `user_42`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Actor {
+    /// The silo's admin token.
+    Admin,
+    /// A user's token.
+    User(i64),
+}
+
+impl std::fmt::Display for Actor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Admin => f.write_str("admin"),
+            Self::User(id) => f.write_str(&subject(*id)),
+        }
+    }
+}
+
 /// What the public API's middleware checks against. Its `Debug` shows
 /// whether there is an admin token, never the token (nor the keys).
 #[derive(Clone)]
@@ -158,7 +178,8 @@ impl ApiAuth {
         ))
     }
 
-    /// Checks a request to `method path` with `authorization`.
+    /// Checks a request to `method path` with `authorization`: who makes
+    /// it.
     ///
     /// # Errors
     ///
@@ -168,22 +189,22 @@ impl ApiAuth {
         method: &Method,
         path: &str,
         authorization: Option<&str>,
-    ) -> Result<(), TokenError> {
+    ) -> Result<Actor, TokenError> {
         let token = authorization
             .and_then(|value| value.strip_prefix("Bearer "))
             .map(str::trim)
             .filter(|token| !token.is_empty())
             .ok_or(TokenError::Missing)?;
         if self.is_admin(token) {
-            return Ok(());
+            return Ok(Actor::Admin);
         }
         // A user's valid token first (401 otherwise), then whether the
         // route is for the admin only (403).
-        self.tokens.verify(token, chrono::Utc::now().timestamp())?;
+        let user = self.tokens.verify(token, chrono::Utc::now().timestamp())?;
         if needs_admin(method, path) {
             return Err(TokenError::NotAdmin);
         }
-        Ok(())
+        Ok(Actor::User(user))
     }
 }
 
@@ -196,8 +217,13 @@ fn needs_admin(method: &Method, path: &str) -> bool {
 
 /// Middleware in front of the outbox layer: a request under `/api/0/`
 /// without valid credentials is answered 401 (403 for a user's token on an
-/// admin route) before anything else runs; other paths pass.
-pub async fn require_token(State(auth): State<ApiAuth>, request: Request, next: Next) -> Response {
+/// admin route) before anything else runs, and an admitted one carries its
+/// [`Actor`] as an extension; other paths pass.
+pub async fn require_token(
+    State(auth): State<ApiAuth>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     if !request.uri().path().starts_with("/api/") {
         return next.run(request).await;
     }
@@ -206,7 +232,10 @@ pub async fn require_token(State(auth): State<ApiAuth>, request: Request, next: 
         .get(AUTHORIZATION)
         .and_then(|value| value.to_str().ok());
     match auth.check(request.method(), request.uri().path(), authorization) {
-        Ok(()) => next.run(request).await,
+        Ok(actor) => {
+            request.extensions_mut().insert(actor);
+            next.run(request).await
+        }
         Err(error) => {
             let status = match error {
                 TokenError::NotAdmin => StatusCode::FORBIDDEN,
@@ -304,10 +333,10 @@ mod tests {
         );
         assert_eq!(
             auth.check(&post, "/api/0/organizations", Some(&user)),
-            Ok(())
+            Ok(Actor::User(7))
         );
         let admin = Some("Bearer admin-token-admin-token");
-        assert_eq!(auth.check(&post, "/api/0/users", admin), Ok(()));
+        assert_eq!(auth.check(&post, "/api/0/users", admin), Ok(Actor::Admin));
         assert_eq!(
             auth.check(&post, "/api/0/users", None),
             Err(TokenError::Missing)

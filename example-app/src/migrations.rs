@@ -138,6 +138,36 @@ impl MigrationTrait for ControlSchema {
     }
 }
 
+/// Control's audit log records who did it (`AuditEventV2::actor`); rows
+/// from before have none.
+pub struct ControlAuditActor;
+
+impl MigrationName for ControlAuditActor {
+    fn name(&self) -> &str {
+        "m20261129_000001_control_audit_actor"
+    }
+}
+
+#[allow(elided_lifetimes_in_paths)]
+#[async_trait::async_trait]
+impl MigrationTrait for ControlAuditActor {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        run(
+            manager,
+            vec!["ALTER TABLE audit_log ADD COLUMN actor text".to_owned()],
+        )
+        .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        run(
+            manager,
+            vec!["ALTER TABLE audit_log DROP COLUMN actor".to_owned()],
+        )
+        .await
+    }
+}
+
 /// Migrates a region silo's database.
 pub struct RegionMigrator;
 
@@ -160,6 +190,7 @@ impl MigratorTrait for ControlMigrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         let mut migrations = outbox_migrations::migrations();
         migrations.push(Box::new(ControlSchema));
+        migrations.push(Box::new(ControlAuditActor));
         migrations
     }
 }

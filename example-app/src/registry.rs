@@ -18,7 +18,8 @@ outbox_core::registry! {
     /// Audit events: payload-only, one shard and one object id per event, so
     /// they are never coalesced and one stuck event blocks no other.
     AuditLogScope = 2 {
-        /// Something happened to an organization (region → control).
-        AuditLogEvent = 20,
+        /// Something happened to an organization (region → control). Typed:
+        /// its payload is an `AuditEventV2`, which reads version 1 too.
+        AuditLogEvent = 20 (payload = crate::region::AuditEventV2),
     }
 }

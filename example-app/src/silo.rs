@@ -513,6 +513,13 @@ fn admin_routes(
     match admin {
         Some(tokens) => {
             let admin = Admin::new(drainer)
+                .asyncapi_info(
+                    outbox_core::asyncapi::Info::new(
+                        "example-app outbox messages",
+                        env!("CARGO_PKG_VERSION"),
+                    )
+                    .with_description("What the example's silos send each other."),
+                )
                 .waker(waker)
                 .backfill(backfill, db.clone())
                 // The RPC routes' fenced inbox lives in this silo's database.

@@ -23,6 +23,8 @@ pub const ACTION_MAX: usize = 100;
 pub const DETAIL_MAX: usize = 2_000;
 /// Timestamps as text: at most this many characters.
 pub const TIMESTAMP_MAX: usize = 64;
+/// The longest audit actor (`admin`, `user_<id>`).
+pub const ACTOR_MAX: usize = 64;
 /// Organizations created by one bulk request: at most this many.
 pub const BULK_MAX: usize = 1_000;
 

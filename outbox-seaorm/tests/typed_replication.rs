@@ -65,10 +65,10 @@ macro_rules! build {
                 #[derive(Clone, Debug, PartialEq, DeriveEntityModel, ReplicatedRegionModel)]
                 #[sea_orm(table_name = "org")]
                 #[outbox(
-                            category = OutboxCategory::OrgUpdate,
-                            context = Seen<$payload>,
-                            active_model_behavior
-                        )]
+                                            category = OutboxCategory::OrgUpdate,
+                                            context = Seen<$payload>,
+                                            active_model_behavior
+                                        )]
                 pub struct Model {
                     #[sea_orm(primary_key)]
                     pub id: i64,

@@ -261,7 +261,7 @@ async fn audit_logs(
         .db
         .query_all_raw(Statement::from_sql_and_values(
             backend,
-            "SELECT region, region_sequence, action, detail, occurred_at FROM audit_log \
+            "SELECT region, region_sequence, action, detail, occurred_at, actor FROM audit_log \
              WHERE organization_id = $1 ORDER BY region, region_sequence",
             [query.organization_id.into()],
         ))
@@ -273,9 +273,10 @@ async fn audit_logs(
         let action: String = row.try_get("", "action")?;
         let detail: String = row.try_get("", "detail")?;
         let occurred_at: String = row.try_get("", "occurred_at")?;
+        let actor: Option<String> = row.try_get("", "actor")?;
         events.push(serde_json::json!({
             "region": region, "sequence": sequence, "action": action,
-            "detail": detail, "occurred_at": occurred_at,
+            "detail": detail, "occurred_at": occurred_at, "actor": actor,
         }));
     }
     Ok(Json(events))
@@ -429,8 +430,8 @@ async fn record_audit(
     let backend = tx.get_database_backend();
     tx.execute_raw(Statement::from_sql_and_values(
         backend,
-        "INSERT INTO audit_log (region, region_sequence, organization_id, action, detail, occurred_at) \
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (region, region_sequence) DO NOTHING",
+        "INSERT INTO audit_log (region, region_sequence, organization_id, action, detail, occurred_at, actor) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (region, region_sequence) DO NOTHING",
         [
             record.region.into(),
             record.region_sequence.into(),
@@ -438,6 +439,7 @@ async fn record_audit(
             record.event.action.into(),
             record.event.detail.into(),
             record.event.occurred_at.into(),
+            record.event.actor.into(),
         ],
     ))
     .await?;

@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post, put};
-use axum::{middleware, Json, Router};
+use axum::{middleware, Extension, Json, Router};
 use outbox_axum::{OutboxCtx, Tx};
 use outbox_seaorm::{write_region, ObjectId, OutboxMessage, ShardId};
 use sea_orm::{
@@ -13,10 +13,11 @@ use sea_orm::{
 use serde::{Deserialize, Serialize};
 
 use super::entities::{organization, organization_member};
-use super::AuditEvent;
+use super::AuditEventV2;
+use crate::api_auth::Actor;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath};
-use crate::registry::OutboxCategory;
+use crate::registry::outbox_categories;
 use crate::validate::{self, Validate};
 
 /// Shared by the region's handlers.
@@ -138,28 +139,35 @@ fn view(state: &RegionState, organization: organization::Model) -> OrganizationV
     }
 }
 
+/// Who made the request, for its audit events: `None` only for a route
+/// mounted without the API's token middleware.
+type ActorOf = Option<Extension<Actor>>;
+
 /// Writes an audit event: its own shard and object id, so never coalesced.
+/// Typed: the registry's `AuditEventV2`, whose version the row records.
 async fn audit(
     tx: &Tx,
+    actor: &ActorOf,
     organization_id: i64,
     action: &str,
     detail: String,
 ) -> Result<(), ApiError> {
     let event_id = (rand::random::<u64>() >> 2) as i64;
-    let event = AuditEvent {
+    let event = AuditEventV2 {
         organization_id,
         action: action.to_owned(),
         detail,
         occurred_at: chrono::Utc::now().to_rfc3339(),
+        actor: actor.as_ref().map(|Extension(actor)| actor.to_string()),
     };
     write_region(
         tx,
-        OutboxMessage::new(
-            OutboxCategory::AuditLogEvent,
+        OutboxMessage::typed(
+            outbox_categories::AuditLogEvent,
             ShardId(event_id),
             ObjectId(event_id),
-        )
-        .with_payload_of(&event)?,
+            &event,
+        )?,
     )
     .await?;
     Ok(())
@@ -168,6 +176,7 @@ async fn audit(
 async fn insert_organization(
     state: &RegionState,
     tx: &Tx,
+    actor: &ActorOf,
     new: NewOrganization,
 ) -> Result<organization::Model, ApiError> {
     if new.slug.trim().is_empty() {
@@ -182,6 +191,7 @@ async fn insert_organization(
     .await?;
     audit(
         tx,
+        actor,
         organization.id,
         "organization.create",
         format!("created {}", organization.slug),
@@ -192,10 +202,11 @@ async fn insert_organization(
 
 async fn create_organization(
     State(state): State<RegionState>,
+    actor: ActorOf,
     tx: Tx,
     ApiJson(new): ApiJson<NewOrganization>,
 ) -> Result<(StatusCode, Json<OrganizationView>), ApiError> {
-    let organization = insert_organization(&state, &tx, new).await?;
+    let organization = insert_organization(&state, &tx, &actor, new).await?;
     Ok((StatusCode::CREATED, Json(view(&state, organization))))
 }
 
@@ -204,13 +215,17 @@ async fn create_organization(
 async fn create_organizations_in_bulk(
     State(state): State<RegionState>,
     context: OutboxCtx,
+    actor: ActorOf,
     tx: Tx,
     ApiJson(batch): ApiJson<Vec<NewOrganization>>,
 ) -> Result<(StatusCode, Json<Vec<OrganizationView>>), ApiError> {
     context.defer_flush();
     let mut created = Vec::with_capacity(batch.len());
     for new in batch {
-        created.push(view(&state, insert_organization(&state, &tx, new).await?));
+        created.push(view(
+            &state,
+            insert_organization(&state, &tx, &actor, new).await?,
+        ));
     }
     Ok((StatusCode::ACCEPTED, Json(created)))
 }
@@ -235,6 +250,7 @@ async fn get_organization(
 
 async fn update_organization(
     State(state): State<RegionState>,
+    actor: ActorOf,
     tx: Tx,
     ApiPath(id): ApiPath<i64>,
     ApiJson(change): ApiJson<OrganizationChange>,
@@ -253,6 +269,7 @@ async fn update_organization(
     let organization = active.update(&tx).await?;
     audit(
         &tx,
+        &actor,
         id,
         "organization.update",
         format!("now {} ({})", organization.name, organization.slug),
@@ -261,7 +278,11 @@ async fn update_organization(
     Ok(Json(view(&state, organization)))
 }
 
-async fn delete_organization(tx: Tx, ApiPath(id): ApiPath<i64>) -> Result<StatusCode, ApiError> {
+async fn delete_organization(
+    actor: ActorOf,
+    tx: Tx,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<StatusCode, ApiError> {
     let organization = find_organization(&tx, id).await?;
     let members = organization_member::Entity::find()
         .filter(organization_member::Column::OrganizationId.eq(id))
@@ -276,12 +297,20 @@ async fn delete_organization(tx: Tx, ApiPath(id): ApiPath<i64>) -> Result<Status
     organization::ActiveModel::from(organization)
         .delete(&tx)
         .await?;
-    audit(&tx, id, "organization.delete", format!("deleted {slug}")).await?;
+    audit(
+        &tx,
+        &actor,
+        id,
+        "organization.delete",
+        format!("deleted {slug}"),
+    )
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn add_member(
     State(state): State<RegionState>,
+    actor: ActorOf,
     tx: Tx,
     ApiPath(organization_id): ApiPath<i64>,
     ApiJson(new): ApiJson<NewMember>,
@@ -297,6 +326,7 @@ async fn add_member(
     .await?;
     audit(
         &tx,
+        &actor,
         organization_id,
         "member.add",
         format!("user {} as {}", member.user_id, member.role),
@@ -306,6 +336,7 @@ async fn add_member(
 }
 
 async fn remove_member(
+    actor: ActorOf,
     tx: Tx,
     ApiPath((organization_id, member_id)): ApiPath<(i64, i64)>,
 ) -> Result<StatusCode, ApiError> {
@@ -320,6 +351,7 @@ async fn remove_member(
         .await?;
     audit(
         &tx,
+        &actor,
         organization_id,
         "member.remove",
         format!("user {user_id}"),

@@ -7,12 +7,14 @@ mod handlers;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use outbox_core::{HandlerError, Message, Receivers};
+use outbox_core::contract::Upcasts;
+use outbox_core::schemars::JsonSchema;
+use outbox_core::{Contract, HandlerError, Message, Receivers};
 use outbox_seaorm::replication::{RegionReplication, ReplicationReceivers};
 use sea_orm::DatabaseConnection;
 use serde::{Deserialize, Serialize};
 
-use crate::registry::OutboxCategory;
+use crate::registry::{outbox_categories, OutboxCategory};
 use crate::rpc::RpcClient;
 pub use handlers::{routes, RegionState};
 
@@ -32,9 +34,11 @@ pub struct RegionContext {
     pub control: RpcClient,
 }
 
-/// An audit event, sent to Control as-is.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AuditEvent {
+/// An audit event as the first producers wrote it (and every untyped row
+/// from before the category was typed, read as version 1).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(crate = "outbox_core::schemars")]
+pub struct AuditEventV1 {
     /// The organization concerned.
     pub organization_id: i64,
     /// What happened (`organization.create`, ...).
@@ -43,6 +47,47 @@ pub struct AuditEvent {
     pub detail: String,
     /// When, RFC 3339.
     pub occurred_at: String,
+}
+
+impl Contract for AuditEventV1 {
+    const VERSION: u32 = 1;
+}
+
+/// An audit event, sent to Control as-is: the registry's payload of
+/// `AuditLogEvent`. Version 2 says who did it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(crate = "outbox_core::schemars")]
+pub struct AuditEventV2 {
+    /// The organization concerned.
+    pub organization_id: i64,
+    /// What happened (`organization.create`, ...).
+    pub action: String,
+    /// Details for humans.
+    pub detail: String,
+    /// When, RFC 3339.
+    pub occurred_at: String,
+    /// Who did it (`admin`, `user_42`); `None` for a version-1 event, written
+    /// before producers knew.
+    pub actor: Option<String>,
+}
+
+impl From<AuditEventV1> for AuditEventV2 {
+    fn from(v1: AuditEventV1) -> Self {
+        Self {
+            organization_id: v1.organization_id,
+            action: v1.action,
+            detail: v1.detail,
+            occurred_at: v1.occurred_at,
+            actor: None,
+        }
+    }
+}
+
+impl Contract for AuditEventV2 {
+    const VERSION: u32 = 2;
+    fn older() -> Upcasts<Self> {
+        Upcasts::from::<AuditEventV1>()
+    }
 }
 
 /// The body of Control's audit RPC: the event and its place in this
@@ -55,7 +100,7 @@ pub struct AuditRecord {
     pub region_sequence: i64,
     /// The event.
     #[serde(flatten)]
-    pub event: AuditEvent,
+    pub event: AuditEventV2,
 }
 
 impl crate::validate::Validate for AuditRecord {
@@ -64,6 +109,9 @@ impl crate::validate::Validate for AuditRecord {
         validate::region(&self.region)?;
         validate::required("action", &self.event.action, validate::ACTION_MAX)?;
         validate::text("detail", &self.event.detail, validate::DETAIL_MAX)?;
+        if let Some(actor) = &self.event.actor {
+            validate::required("actor", actor, validate::ACTOR_MAX)?;
+        }
         validate::required(
             "occurred_at",
             &self.event.occurred_at,
@@ -154,16 +202,17 @@ pub fn receivers(
     Receivers::new()
         .replicate::<organization::Model>(db.clone(), context.clone())
         .replicate::<organization_member::Model>(db.clone(), context)
-        .on(
-            OutboxCategory::AuditLogEvent,
-            move |message: Message<OutboxCategory>| {
+        // Typed: the event arrives decoded, version 1 upcast; a version this
+        // binary does not know parks the shard until the region is upgraded.
+        .on_typed(
+            outbox_categories::AuditLogEvent,
+            move |message: Message<OutboxCategory>, event: AuditEventV2| {
                 let context = audit_context.clone();
                 async move {
                     let record = AuditRecord {
                         region: context.region.clone(),
                         region_sequence: message.id,
-                        // A payload this binary cannot read will not improve.
-                        event: message.payload_as().map_err(outbox_core::permanent)?,
+                        event,
                     };
                     context.control.post("/rpc/audit-logs", &record).await?;
                     Ok::<_, HandlerError>(())

@@ -11,6 +11,7 @@ use sea_orm::{ConnectionTrait, DbBackend};
 use serde_json::{json, Value};
 
 mod api_auth;
+mod contracts;
 mod deployment;
 mod hostile;
 mod hostile_rpc;
@@ -238,6 +239,8 @@ async fn quick_renames_end_on_the_last_and_the_audit_log_keeps_every_event(backe
             .unwrap()
             .iter()
             .map(|e| {
+                // Every request of the test carries the admin token.
+                assert_eq!(e["actor"], "admin", "{e}");
                 (
                     e["action"].as_str().unwrap().to_owned(),
                     e["detail"].as_str().unwrap().to_owned(),
@@ -424,6 +427,14 @@ mod sqlite {
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn an_audit_event_of_a_newer_build_parks_and_an_older_one_is_upcast() {
+        super::contracts::an_audit_event_of_a_newer_build_parks_and_an_older_one_is_upcast(
+            DbBackend::Sqlite,
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn hostile_requests_never_get_a_5xx_and_lose_nothing() {
         super::hostile::hostile_requests_never_get_a_5xx_and_lose_nothing(DbBackend::Sqlite).await;
     }
@@ -495,6 +506,14 @@ mod sqlite {
 /// The replication suite on PostgreSQL.
 mod postgres {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn an_audit_event_of_a_newer_build_parks_and_an_older_one_is_upcast() {
+        super::contracts::an_audit_event_of_a_newer_build_parks_and_an_older_one_is_upcast(
+            DbBackend::Postgres,
+        )
+        .await;
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn hostile_requests_never_get_a_5xx_and_lose_nothing() {
