@@ -18,6 +18,7 @@
 
 pub mod admin_token;
 pub mod api_auth;
+pub mod contracts;
 pub mod control;
 pub mod error;
 pub mod extract;

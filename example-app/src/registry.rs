@@ -20,6 +20,6 @@ outbox_core::registry! {
     AuditLogScope = 2 {
         /// Something happened to an organization (region → control). Typed:
         /// its payload is an `AuditEventV2`, which reads version 1 too.
-        AuditLogEvent = 20 (payload = crate::region::AuditEventV2),
+        AuditLogEvent = 20 (payload = crate::contracts::AuditEventV2),
     }
 }

@@ -128,7 +128,7 @@ pub use message::{Message, PayloadError};
 pub use payload::Payload;
 pub use receiver::{
     is_permanent, permanent, requested_retry_after, retry_after, BatchFuture, BatchItem,
-    HandlerError, IncompleteReceivers, Permanent, Receivers, RetryAfter,
+    CategoryPayload, HandlerError, IncompleteReceivers, Permanent, Receivers, RetryAfter,
 };
 /// The JSON Schema crate a [`Contract`] derives `JsonSchema` from.
 pub use schemars;

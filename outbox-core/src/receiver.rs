@@ -27,8 +27,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::message::Message;
-use crate::registry::contract::{Decoder, TypedCategory};
+use crate::message::{Message, PayloadError};
+use crate::registry::contract::{
+    known_versions, written_version, Contract, Decoder, TypedCategory, UnknownVersion,
+};
 use crate::registry::Category;
 
 /// The error a handler returns. Any error type converts into it with `?`.
@@ -276,7 +278,7 @@ impl<C: Category> Receivers<C> {
     /// them): what a replicated model of a typed category registers
     /// (`outbox_seaorm`'s `ReplicationReceivers::replicate`). The handler
     /// parks its shard for another version by returning
-    /// [`UnknownVersion`](crate::UnknownVersion).
+    /// [`UnknownVersion`].
     pub fn on_accepting<F, Fut, E>(
         mut self,
         category: C,
@@ -318,11 +320,11 @@ impl<C: Category> Receivers<C> {
     /// [`VERSION`](crate::Contract::VERSION) and those of
     /// [`older`](crate::Contract::older), upcast to `T`); a message of
     /// any other version parks its shard until a binary that knows it
-    /// drains it ([`UnknownVersion`](crate::UnknownVersion)). A payload
+    /// drains it ([`UnknownVersion`]). A payload
     /// of a known version that does not decode fails the delivery with
-    /// [`PayloadError::Malformed`](crate::PayloadError::Malformed)
+    /// [`PayloadError::Malformed`]
     /// (transient: the shard backs off), a missing one with
-    /// [`PayloadError::Missing`](crate::PayloadError::Missing).
+    /// [`PayloadError::Missing`].
     ///
     /// ```
     /// use outbox_core::{Contract, HandlerError, Message, Receivers};
@@ -352,15 +354,16 @@ impl<C: Category> Receivers<C> {
         let _ = category;
         let decoder = Arc::new(Decoder::<K::Payload>::new());
         let versions = decoder.versions().clone();
-        let handler: One<C> = Arc::new(move |message: Message<C>| {
-            match crate::registry::contract::decode_message(&decoder, &message) {
-                Ok(payload) => {
-                    let future = handler(message, payload);
-                    Box::pin(async move { future.await.map_err(Into::into) })
-                }
-                Err(error) => Box::pin(async move { Err(error) }),
-            }
-        });
+        let handler: One<C> =
+            Arc::new(
+                move |message: Message<C>| match decode_message(&decoder, &message) {
+                    Ok(payload) => {
+                        let future = handler(message, payload);
+                        Box::pin(async move { future.await.map_err(Into::into) })
+                    }
+                    Err(error) => Box::pin(async move { Err(error) }),
+                },
+            );
         self.insert(K::CATEGORY, Handler::One(handler), Some(versions));
         self
     }
@@ -507,6 +510,113 @@ impl<C: Category> Receivers<C> {
             .ok()
             .and_then(|category| self.handlers.get(&category))
             .is_some_and(|handler| matches!(handler, Handler::Batch(_)))
+    }
+}
+
+/// A category's payload as code generic over typed and untyped categories
+/// writes and reads it (the replicated models): `serde_json::Value` for an
+/// untyped category (no version recorded, read as it is), or a
+/// [`Contract`] (its version recorded; read at the row's version,
+/// upcast, or [`UnknownVersion`] for a version it does not know).
+pub trait CategoryPayload: Sized + Send + 'static {
+    /// The version a row records: `None` for untyped JSON, the contract's
+    /// [`VERSION`](Contract::VERSION) for a typed payload.
+    fn version() -> Option<u32>;
+
+    /// The versions a receiver of this payload accepts, ascending: `None`
+    /// for untyped JSON (any).
+    fn accepted_versions() -> Option<Vec<u32>>;
+
+    /// The JSON stored for this payload.
+    ///
+    /// # Errors
+    ///
+    /// When it does not serialize to JSON.
+    fn to_json(&self) -> Result<serde_json::Value, serde_json::Error>;
+
+    /// Reads a message's payload (`None` when it has none).
+    ///
+    /// # Errors
+    ///
+    /// [`PayloadError::Malformed`] for a
+    /// payload that does not decode, [`UnknownVersion`] (which parks the
+    /// shard) for a version a contract does not know.
+    fn from_message<C: Category>(message: &Message<C>) -> Result<Option<Self>, HandlerError>;
+}
+
+impl CategoryPayload for serde_json::Value {
+    fn version() -> Option<u32> {
+        None
+    }
+
+    fn accepted_versions() -> Option<Vec<u32>> {
+        None
+    }
+
+    fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
+        Ok(self.clone())
+    }
+
+    fn from_message<C: Category>(message: &Message<C>) -> Result<Option<Self>, HandlerError> {
+        match message.payload {
+            None => Ok(None),
+            Some(_) => message.payload_as().map(Some).map_err(Into::into),
+        }
+    }
+}
+
+impl<T: Contract> CategoryPayload for T {
+    fn version() -> Option<u32> {
+        Some(T::VERSION)
+    }
+
+    fn accepted_versions() -> Option<Vec<u32>> {
+        Some(known_versions::<T>())
+    }
+
+    fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
+        serde_json::to_value(self)
+    }
+
+    fn from_message<C: Category>(message: &Message<C>) -> Result<Option<Self>, HandlerError> {
+        match message.payload {
+            None => Ok(None),
+            Some(_) => decode_message(&Decoder::<T>::new(), message).map(Some),
+        }
+    }
+}
+
+/// Decodes a typed receiver's payload from the version its row records:
+/// [`UnknownVersion`] (which parks the shard) for a version `T` does not
+/// know, a [`PayloadError`](crate::PayloadError) for a payload missing or
+/// not of its version's type.
+pub(crate) fn decode_message<C: Category, T: Contract>(
+    decoder: &Decoder<T>,
+    message: &Message<C>,
+) -> Result<T, HandlerError> {
+    let category = message.category.name();
+    let version = written_version(message.payload_version);
+    let Some(payload) = message.payload.as_ref() else {
+        return Err(Box::new(PayloadError::Missing {
+            category,
+            id: message.id,
+        }));
+    };
+    match decoder.decode(version, payload) {
+        Some(Ok(value)) => Ok(value),
+        Some(Err(source)) => Err(Box::new(PayloadError::Malformed {
+            category,
+            id: message.id,
+            expected: decoder
+                .type_of(version)
+                .unwrap_or(std::any::type_name::<T>()),
+            source,
+        })),
+        None => Err(Box::new(UnknownVersion {
+            category,
+            version,
+            known: decoder.versions().to_vec(),
+        })),
     }
 }
 

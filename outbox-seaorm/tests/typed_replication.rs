@@ -65,10 +65,10 @@ macro_rules! build {
                 #[derive(Clone, Debug, PartialEq, DeriveEntityModel, ReplicatedRegionModel)]
                 #[sea_orm(table_name = "org")]
                 #[outbox(
-                                            category = OutboxCategory::OrgUpdate,
-                                            context = Seen<$payload>,
-                                            active_model_behavior
-                                        )]
+                                                            category = OutboxCategory::OrgUpdate,
+                                                            context = Seen<$payload>,
+                                                            active_model_behavior
+                                                        )]
                 pub struct Model {
                     #[sea_orm(primary_key)]
                     pub id: i64,
@@ -156,6 +156,77 @@ build!(next_week, OrgV3, |org| OrgV3 {
     display_name: org.name.clone(),
     seats: org.seats as u32,
 });
+
+/// A control model of a typed category, replicated to two regions.
+pub mod control {
+    use super::*;
+
+    outbox_core::registry! {
+        UserScope = 1 (shard_field = "id", owner_table = "app_user") {
+            UserUpdate = 10 (payload = OrgV2),
+        }
+    }
+
+    pub mod app_user {
+        use super::*;
+        use outbox_core::HandlerError;
+        use outbox_seaorm::replication::{ControlReplication, ReplicatedControlModel};
+        use sea_orm::entity::prelude::*;
+
+        #[derive(Clone, Debug, PartialEq, DeriveEntityModel, ReplicatedControlModel)]
+        #[sea_orm(table_name = "app_user")]
+        #[outbox(category = OutboxCategory::UserUpdate, context = Seen<(String, OrgV2)>, active_model_behavior)]
+        pub struct Model {
+            #[sea_orm(primary_key)]
+            pub id: i64,
+            pub name: String,
+        }
+
+        #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+        pub enum Relation {}
+
+        #[async_trait::async_trait]
+        impl ControlReplication for Model {
+            async fn outbox_region_names<C: ConnectionTrait>(
+                &self,
+                _: &C,
+            ) -> Result<Vec<String>, DbErr> {
+                Ok(vec!["de".into(), "us".into()])
+            }
+
+            fn payload_for_update(&self) -> Option<OrgV2> {
+                Some(OrgV2 {
+                    name: self.name.clone(),
+                    seats: 1,
+                })
+            }
+
+            async fn handle_async_replication(
+                &self,
+                seen: &Seen<(String, OrgV2)>,
+                _region: &str,
+                _shard: i64,
+            ) -> Result<(), HandlerError> {
+                seen.replicated.lock().unwrap().push(self.id);
+                Ok(())
+            }
+
+            async fn handle_async_deletion(
+                seen: &Seen<(String, OrgV2)>,
+                region: &str,
+                identifier: i64,
+                _shard: i64,
+                payload: Option<OrgV2>,
+            ) -> Result<(), HandlerError> {
+                seen.tombstones
+                    .lock()
+                    .unwrap()
+                    .push((identifier, payload.map(|user| (region.to_owned(), user))));
+                Ok(())
+            }
+        }
+    }
+}
 
 async fn database(backend: DbBackend, label: &str) -> TestDatabase {
     let t = TestDatabase::of(backend, label).await.unwrap();
@@ -321,7 +392,72 @@ async fn a_tombstone_from_a_producer_ahead_parks_until_the_upgrade(backend: DbBa
         .is_empty());
 }
 
+async fn a_typed_control_model_records_its_version_per_region(backend: DbBackend) {
+    let t = database(backend, "typed_repl_control").await;
+    t.db.execute_unprepared("CREATE TABLE app_user (id bigint PRIMARY KEY, name text NOT NULL)")
+        .await
+        .unwrap();
+    let user = control::app_user::ActiveModel {
+        id: Set(5),
+        name: Set("Ann".into()),
+    }
+    .insert(&t.db)
+    .await
+    .unwrap();
+    control::app_user::ActiveModel::from(user)
+        .delete(&t.db)
+        .await
+        .unwrap();
+    let backend = t.db.get_database_backend();
+    let versions: Vec<(String, Option<i32>)> =
+        t.db.query_all_raw(Statement::from_string(
+            backend,
+            "SELECT region_name, payload_version FROM control_outbox ORDER BY region_name, id",
+        ))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| {
+            (
+                row.try_get("", "region_name").unwrap(),
+                row.try_get("", "payload_version").unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        versions,
+        [
+            ("de".to_owned(), Some(2)),
+            ("de".to_owned(), Some(2)),
+            ("us".to_owned(), Some(2)),
+            ("us".to_owned(), Some(2)),
+        ]
+    );
+    let seen = Arc::new(Seen::<(String, OrgV2)>::default());
+    let receivers =
+        Receivers::new().replicate::<control::app_user::Model>(t.db.clone(), seen.clone());
+    let report = Drainer::new(SeaOrmStore::new(t.db.clone()).unwrap(), receivers)
+        .drain_due(OutboxKind::Control)
+        .await
+        .unwrap();
+    assert!(report.failures.is_empty(), "{report:?}");
+    let mut tombstones = seen.tombstones();
+    tombstones.sort_by(|a, b| a.1.as_ref().map(|p| &p.0).cmp(&b.1.as_ref().map(|p| &p.0)));
+    let ann = OrgV2 {
+        name: "Ann".into(),
+        seats: 1,
+    };
+    assert_eq!(
+        tombstones,
+        [
+            (5, Some(("de".to_owned(), ann.clone()))),
+            (5, Some(("us".to_owned(), ann))),
+        ]
+    );
+}
+
 outbox_testing::on_both_backends!(
     a_typed_model_writes_its_contract_and_version,
     a_tombstone_from_a_producer_ahead_parks_until_the_upgrade,
+    a_typed_control_model_records_its_version_per_region,
 );

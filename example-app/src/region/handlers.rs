@@ -13,8 +13,8 @@ use sea_orm::{
 use serde::{Deserialize, Serialize};
 
 use super::entities::{organization, organization_member};
-use super::AuditEventV2;
 use crate::api_auth::Actor;
+use crate::contracts::AuditEventV2;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath};
 use crate::registry::outbox_categories;

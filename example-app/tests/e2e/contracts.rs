@@ -13,7 +13,7 @@ use sea_orm::DbBackend;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use example_app::region::AuditEventV2;
+use example_app::contracts::AuditEventV2;
 
 use super::deployment::{fresh_client, Deployment, SECRET};
 

@@ -323,8 +323,9 @@ pub fn encode<K: TypedCategory>(
 /// let _: Typed = Renamed { name: "Acme".into() };
 /// ```
 pub trait PayloadOf<const CATEGORY: i32>: Category {
-    /// `serde_json::Value`, or the category's contract.
-    type Payload: CategoryPayload;
+    /// `serde_json::Value`, or the category's contract (both
+    /// [`CategoryPayload`](crate::CategoryPayload)s).
+    type Payload;
 }
 
 /// Picks a category's payload type from the `(payload = T)` its registry
@@ -332,129 +333,15 @@ pub trait PayloadOf<const CATEGORY: i32>: Category {
 /// [`registry!`](crate::registry!).
 #[doc(hidden)]
 pub trait PickPayload {
-    type Payload: CategoryPayload;
+    type Payload;
 }
 
 impl PickPayload for () {
     type Payload = serde_json::Value;
 }
 
-impl<T: Contract> PickPayload for (T,) {
+impl<T> PickPayload for (T,) {
     type Payload = T;
-}
-
-/// A category's payload as code generic over typed and untyped categories
-/// writes and reads it (the replicated models): `serde_json::Value` for an
-/// untyped category (no version recorded, read as it is), or a
-/// [`Contract`] (its version recorded; read at the row's version,
-/// upcast, or [`UnknownVersion`] for a version it does not know).
-pub trait CategoryPayload: Sized + Send + 'static {
-    /// The version a row records: `None` for untyped JSON, the contract's
-    /// [`VERSION`](Contract::VERSION) for a typed payload.
-    fn version() -> Option<u32>;
-
-    /// The versions a receiver of this payload accepts, ascending: `None`
-    /// for untyped JSON (any).
-    fn accepted_versions() -> Option<Vec<u32>>;
-
-    /// The JSON stored for this payload.
-    ///
-    /// # Errors
-    ///
-    /// When it does not serialize to JSON.
-    fn to_json(&self) -> Result<serde_json::Value, serde_json::Error>;
-
-    /// Reads a message's payload (`None` when it has none).
-    ///
-    /// # Errors
-    ///
-    /// [`PayloadError::Malformed`](crate::PayloadError::Malformed) for a
-    /// payload that does not decode, [`UnknownVersion`] (which parks the
-    /// shard) for a version a contract does not know.
-    fn from_message<C: Category>(
-        message: &crate::Message<C>,
-    ) -> Result<Option<Self>, crate::HandlerError>;
-}
-
-impl CategoryPayload for serde_json::Value {
-    fn version() -> Option<u32> {
-        None
-    }
-
-    fn accepted_versions() -> Option<Vec<u32>> {
-        None
-    }
-
-    fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
-        Ok(self.clone())
-    }
-
-    fn from_message<C: Category>(
-        message: &crate::Message<C>,
-    ) -> Result<Option<Self>, crate::HandlerError> {
-        match message.payload {
-            None => Ok(None),
-            Some(_) => message.payload_as().map(Some).map_err(Into::into),
-        }
-    }
-}
-
-impl<T: Contract> CategoryPayload for T {
-    fn version() -> Option<u32> {
-        Some(T::VERSION)
-    }
-
-    fn accepted_versions() -> Option<Vec<u32>> {
-        Some(known_versions::<T>())
-    }
-
-    fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
-        serde_json::to_value(self)
-    }
-
-    fn from_message<C: Category>(
-        message: &crate::Message<C>,
-    ) -> Result<Option<Self>, crate::HandlerError> {
-        match message.payload {
-            None => Ok(None),
-            Some(_) => decode_message(&Decoder::<T>::new(), message).map(Some),
-        }
-    }
-}
-
-/// Decodes a typed receiver's payload from the version its row records:
-/// [`UnknownVersion`] (which parks the shard) for a version `T` does not
-/// know, a [`PayloadError`](crate::PayloadError) for a payload missing or
-/// not of its version's type.
-pub(crate) fn decode_message<C: Category, T: Contract>(
-    decoder: &Decoder<T>,
-    message: &crate::Message<C>,
-) -> Result<T, crate::HandlerError> {
-    use crate::PayloadError;
-    let category = message.category.name();
-    let version = written_version(message.payload_version);
-    let Some(payload) = message.payload.as_ref() else {
-        return Err(Box::new(PayloadError::Missing {
-            category,
-            id: message.id,
-        }));
-    };
-    match decoder.decode(version, payload) {
-        Some(Ok(value)) => Ok(value),
-        Some(Err(source)) => Err(Box::new(PayloadError::Malformed {
-            category,
-            id: message.id,
-            expected: decoder
-                .type_of(version)
-                .unwrap_or(std::any::type_name::<T>()),
-            source,
-        })),
-        None => Err(Box::new(UnknownVersion {
-            category,
-            version,
-            known: decoder.versions().to_vec(),
-        })),
-    }
 }
 
 /// A message whose payload version the receiver does not know: a producer

@@ -51,8 +51,7 @@ use sea_orm::{
 };
 use serde_json::Value;
 
-use outbox_core::contract::CategoryPayload;
-use outbox_core::{Category, HandlerError, Message, OutboxKind, Receivers};
+use outbox_core::{Category, CategoryPayload, HandlerError, Message, OutboxKind, Receivers};
 
 use crate::write::{write_control_many, write_region_many, OutboxMessage, WriteError};
 
