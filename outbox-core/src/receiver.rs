@@ -278,7 +278,9 @@ impl<C: Category> Receivers<C> {
     /// them): what a replicated model of a typed category registers
     /// (`outbox_seaorm`'s `ReplicationReceivers::replicate`). The handler
     /// parks its shard for another version by returning
-    /// [`UnknownVersion`].
+    /// [`UnknownVersion`]. Nothing checks `versions` against the registry:
+    /// give the versions the handler's decoding really accepts, for a
+    /// typed category.
     pub fn on_accepting<F, Fut, E>(
         mut self,
         category: C,
@@ -534,7 +536,9 @@ pub trait CategoryPayload: Sized + Send + 'static {
     /// When it does not serialize to JSON.
     fn to_json(&self) -> Result<serde_json::Value, serde_json::Error>;
 
-    /// Reads a message's payload (`None` when it has none).
+    /// Reads a message's payload (`None` when it has none; a typed row
+    /// without a payload still parks for a version the contract does not
+    /// know).
     ///
     /// # Errors
     ///
@@ -579,9 +583,20 @@ impl<T: Contract> CategoryPayload for T {
     }
 
     fn from_message<C: Category>(message: &Message<C>) -> Result<Option<Self>, HandlerError> {
-        match message.payload {
-            None => Ok(None),
-            Some(_) => decode_message(&Decoder::<T>::new(), message).map(Some),
+        let decoder = Decoder::<T>::new();
+        match (&message.payload, message.payload_version) {
+            // A row without a payload still records its writer's version:
+            // one this binary does not know parks the shard, as a payload
+            // of it would (a row with neither is a tombstone of no version).
+            (None, Some(version)) if !decoder.versions().contains(&version) => {
+                Err(Box::new(UnknownVersion {
+                    category: message.category.name(),
+                    version,
+                    known: decoder.versions().to_vec(),
+                }))
+            }
+            (None, _) => Ok(None),
+            (Some(_), _) => decode_message(&decoder, message).map(Some),
         }
     }
 }

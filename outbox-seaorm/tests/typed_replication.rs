@@ -299,17 +299,25 @@ async fn a_typed_model_writes_its_contract_and_version(backend: DbBackend) {
 async fn a_tombstone_from_a_producer_ahead_parks_until_the_upgrade(backend: DbBackend) {
     let t = database(backend, "typed_repl_rolling").await;
     // Shard 1: last week's tombstone. Shard 2: next week's. Shard 3: next
-    // week's save, whose row still exists.
+    // week's save, whose row still exists. Shard 5: next week's tombstone
+    // without a payload (its version alone says who wrote it).
     last_week::write(&t.db, 1, "Old", true).await;
     next_week::write(&t.db, 2, "New", true).await;
     next_week::write(&t.db, 3, "Kept", false).await;
+    next_week::write(&t.db, 5, "Bare", true).await;
+    t.db.execute_unprepared("UPDATE region_outbox SET payload = NULL WHERE object_identifier = 5")
+        .await
+        .unwrap();
 
     let clock = ManualClock::starting_now();
     let old_seen = Arc::new(Seen::<OrgV2>::default());
     let old = last_week::drainer(&t.db, &clock, old_seen.clone());
     let report = old.drain_due(OutboxKind::Region).await.unwrap();
-    assert_eq!(report.failures.len(), 1, "{report:?}");
-    assert!(!report.failures[0].dead_lettered, "{report:?}");
+    assert_eq!(report.failures.len(), 2, "{report:?}");
+    assert!(
+        report.failures.iter().all(|failure| !failure.dead_lettered),
+        "{report:?}"
+    );
     assert_eq!(
         old_seen.tombstones(),
         [(
@@ -328,17 +336,18 @@ async fn a_tombstone_from_a_producer_ahead_parks_until_the_upgrade(backend: DbBa
         .parked_shards(OutboxKind::Region, 10)
         .await
         .unwrap();
-    assert_eq!(parked.len(), 1, "{parked:?}");
-    assert_eq!(
-        parked[0].shard,
-        outbox_core::ShardKey::region(last_week::OutboxScope::OrgScope, 2)
-    );
-    assert_eq!(parked[0].state.attempts, 0);
-    let error = parked[0].state.last_error.as_deref().unwrap();
-    assert!(
-        error.contains("version 3") && error.contains("deploy the receiver"),
-        "{error}"
-    );
+    let mut shards: Vec<_> = parked.iter().map(|parked| parked.shard.clone()).collect();
+    shards.sort();
+    let shard = |id| outbox_core::ShardKey::region(last_week::OutboxScope::OrgScope, id);
+    assert_eq!(shards, [shard(2), shard(5)], "{parked:?}");
+    for parked in &parked {
+        assert_eq!(parked.state.attempts, 0);
+        let error = parked.state.last_error.as_deref().unwrap();
+        assert!(
+            error.contains("version 3") && error.contains("deploy the receiver"),
+            "{error}"
+        );
+    }
     // Parked, not backing off: a drain within the interval leaves it be.
     let report = old.drain_due(OutboxKind::Region).await.unwrap();
     assert!(report.failures.is_empty(), "{report:?}");
@@ -350,8 +359,8 @@ async fn a_tombstone_from_a_producer_ahead_parks_until_the_upgrade(backend: DbBa
         .collect();
     assert_eq!(
         kept,
-        [(2, Some(3)), (2, Some(3))],
-        "the parked tombstone is kept"
+        [(2, Some(3)), (2, Some(3)), (5, Some(3)), (5, Some(3))],
+        "the parked tombstones are kept"
     );
 
     // Last week's build deletes once more before the upgrade.
@@ -380,8 +389,9 @@ async fn a_tombstone_from_a_producer_ahead_parks_until_the_upgrade(backend: DbBa
                     seats: 4
                 })
             ),
+            (5, None),
         ],
-        "the parked tombstone, and last week's upcast"
+        "the parked tombstones, and last week's upcast"
     );
     assert!(rows(&t).await.is_empty());
     assert!(new

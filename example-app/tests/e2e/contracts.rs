@@ -179,6 +179,5 @@ pub(crate) async fn an_audit_event_of_a_newer_build_parks_and_an_older_one_is_up
     for version in ["AuditLogEvent.v1", "AuditLogEvent.v2"] {
         assert!(messages[version].is_object(), "{version}: {messages}");
     }
-    assert!(messages["AuditLogEvent.v3"].is_null());
     app.shutdown().await;
 }

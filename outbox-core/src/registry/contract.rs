@@ -352,8 +352,19 @@ impl<T> PickPayload for (T,) {
 #[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "outbox message of {category} has payload version {version}, and this receiver knows \
-     versions {known:?}: a producer was deployed ahead of it; deploy the receiver that knows \
-     version {version} (the shard is parked until then, nothing is lost)"
+     versions {known:?}: {}",
+    if known.first().is_some_and(|oldest| version < oldest) {
+        format!(
+            "the version is older than every one it reads (a row without a version is \
+             version 1); deploy the receiver with an upcast from version {version} \
+             (`Contract::older`, `Upcasts::from`): the shard is parked until then, nothing is lost"
+        )
+    } else {
+        format!(
+            "a producer was deployed ahead of it; deploy the receiver that knows version \
+             {version} (the shard is parked until then, nothing is lost)"
+        )
+    }
 )]
 pub struct UnknownVersion {
     /// The category's name.
@@ -507,5 +518,22 @@ mod tests {
         assert!(text.contains("version 3"), "{text}");
         assert!(text.contains("[1, 2]"), "{text}");
         assert!(text.contains("deploy the receiver"), "{text}");
+        assert!(text.contains("deployed ahead"), "{text}");
+    }
+
+    #[test]
+    fn a_version_older_than_every_known_one_asks_for_an_upcast() {
+        // A category typed with a first contract of version 2, and rows
+        // written before (no version: 1).
+        let error = UnknownVersion {
+            category: "OrgUpdate",
+            version: 1,
+            known: vec![2],
+        };
+        let text = error.to_string();
+        assert!(text.contains("older than every one it reads"), "{text}");
+        assert!(text.contains("upcast from version 1"), "{text}");
+        assert!(text.contains("deploy the receiver"), "{text}");
+        assert!(!text.contains("deployed ahead"), "{text}");
     }
 }
