@@ -584,19 +584,12 @@ impl<T: Contract> CategoryPayload for T {
 
     fn from_message<C: Category>(message: &Message<C>) -> Result<Option<Self>, HandlerError> {
         let decoder = Decoder::<T>::new();
-        match (&message.payload, message.payload_version) {
-            // A row without a payload still records its writer's version:
-            // one this binary does not know parks the shard, as a payload
-            // of it would (a row with neither is a tombstone of no version).
-            (None, Some(version)) if !decoder.versions().contains(&version) => {
-                Err(Box::new(UnknownVersion {
-                    category: message.category.name(),
-                    version,
-                    known: decoder.versions().to_vec(),
-                }))
-            }
-            (None, _) => Ok(None),
-            (Some(_), _) => decode_message(&decoder, message).map(Some),
+        // A row without a payload still records its writer's version: one
+        // this binary does not know parks the shard, as a payload would.
+        known_version(&decoder, message)?;
+        match message.payload {
+            None => Ok(None),
+            Some(_) => decode_message(&decoder, message).map(Some),
         }
     }
 }
@@ -610,7 +603,7 @@ pub(crate) fn decode_message<C: Category, T: Contract>(
     message: &Message<C>,
 ) -> Result<T, HandlerError> {
     let category = message.category.name();
-    let version = written_version(message.payload_version);
+    let version = known_version(decoder, message)?;
     let Some(payload) = message.payload.as_ref() else {
         return Err(Box::new(PayloadError::Missing {
             category,
@@ -635,6 +628,24 @@ pub(crate) fn decode_message<C: Category, T: Contract>(
     }
 }
 
+/// The version a message's row records (none is 1), if `decoder` knows it;
+/// [`UnknownVersion`] otherwise, before anything looks at the payload.
+fn known_version<C: Category, T: Contract>(
+    decoder: &Decoder<T>,
+    message: &Message<C>,
+) -> Result<u32, HandlerError> {
+    let version = written_version(message.payload_version);
+    if decoder.versions().contains(&version) {
+        Ok(version)
+    } else {
+        Err(Box::new(UnknownVersion {
+            category: message.category.name(),
+            version,
+            known: decoder.versions().to_vec(),
+        }))
+    }
+}
+
 /// Some live categories have no receiver, or one was registered twice.
 #[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -651,3 +662,87 @@ pub struct IncompleteReceivers {
 }
 
 crate::error_debug::debug_with_message!(IncompleteReceivers);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::Payload;
+    use crate::{FencingToken, ShardKey};
+
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, Debug, PartialEq)]
+    pub struct Price {
+        pub cents: i64,
+    }
+
+    impl Contract for Price {
+        const VERSION: u32 = 2;
+    }
+
+    crate::registry! {
+        ShopScope = 0 {
+            PriceChanged = 1 (payload = Price),
+        }
+    }
+
+    fn message(payload: Option<&str>, version: Option<u32>) -> Message<OutboxCategory> {
+        let at = chrono::DateTime::<chrono::Utc>::UNIX_EPOCH;
+        Message {
+            id: 1,
+            message_id: uuid::Uuid::nil(),
+            first_id: 1,
+            coalesced: 1,
+            shard: ShardKey::region(OutboxScope::ShopScope, 7),
+            fence: FencingToken::new(1),
+            category: OutboxCategory::PriceChanged,
+            object_identifier: 7,
+            payload: payload.map(|text| Payload::from_stored(text.to_owned())),
+            date_added: at,
+            scheduled_for: at,
+            scheduled_from: at,
+            synchronous: false,
+            traceparent: None,
+            payload_version: version,
+        }
+    }
+
+    fn unknown(error: &HandlerError) -> Option<u32> {
+        error
+            .downcast_ref::<UnknownVersion>()
+            .map(|unknown| unknown.version)
+    }
+
+    #[test]
+    fn the_version_is_checked_before_the_payload() {
+        let decoder = Decoder::<Price>::new();
+        // A version it does not know parks, with or without a payload.
+        for payload in [Some(r#"{"cents": 5}"#), None] {
+            let error = decode_message(&decoder, &message(payload, Some(3))).unwrap_err();
+            assert_eq!(unknown(&error), Some(3), "{error}");
+            let error = Price::from_message(&message(payload, Some(3))).unwrap_err();
+            assert_eq!(unknown(&error), Some(3), "{error}");
+        }
+        // A known version without a payload: missing for a typed receiver,
+        // nothing for a tombstone.
+        let error = decode_message(&decoder, &message(None, Some(2))).unwrap_err();
+        assert!(error.downcast_ref::<PayloadError>().is_some(), "{error}");
+        assert_eq!(
+            Price::from_message(&message(None, Some(2))).ok(),
+            Some(None)
+        );
+        assert_eq!(
+            Price::from_message(&message(Some(r#"{"cents": 5}"#), Some(2))).ok(),
+            Some(Some(Price { cents: 5 }))
+        );
+        // No version is version 1, which this contract does not read.
+        let error = Price::from_message(&message(None, None)).unwrap_err();
+        assert_eq!(unknown(&error), Some(1), "{error}");
+        let receivers = Receivers::new().on_typed(
+            outbox_categories::PriceChanged,
+            |_: Message<OutboxCategory>, _: Price| async { Ok::<_, HandlerError>(()) },
+        );
+        assert_eq!(
+            receivers.accepted_versions(OutboxCategory::PriceChanged),
+            Some(&[2][..])
+        );
+    }
+}
